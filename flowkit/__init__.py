@@ -1,0 +1,19 @@
+"""flowkit: evaluate LLM applications with flows defined in YAML."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from flowkit.errors import DataError, FlowkitError, UsageError, ValidationError  # noqa: E402
+from flowkit.loader import load_flow  # noqa: E402
+
+
+def run(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """Run a flow over a dataset; see :func:`flowkit.api.run`."""
+    from flowkit.api import run as _run
+
+    return _run(*args, **kwargs)
+
+
+__all__ = ["DataError", "FlowkitError", "UsageError", "ValidationError", "__version__",
+           "load_flow", "run"]

@@ -1,0 +1,168 @@
+"""The `flowkit` command: a thin skin over the Python API.
+
+User errors (FlowkitError) print as `error: …` with their exit code and no traceback; anything
+else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from flowkit import __version__
+from flowkit.errors import FlowkitError, UsageError
+from flowkit.gates import check_gates, parse_gate
+from flowkit.views import metrics_table, progress_display, show_run
+
+err_console = Console(stderr=True)
+console = Console()
+
+
+class FlowkitGroup(click.Group):
+    """Turns FlowkitError into `error: …` and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FlowkitError as err:
+            err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
+            sys.exit(err.exit_code)
+
+
+@click.group(cls=FlowkitGroup)
+@click.version_option(__version__, prog_name="flowkit")
+def main() -> None:
+    """Evaluate LLM applications with flows defined in YAML."""
+
+
+def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, ref = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--map {item!r} must be NAME=VALUE, e.g. --map answer=${{data.response}}")
+        out[name.strip()] = ref.strip()
+    return out
+
+
+@main.command()
+@click.argument("flows", nargs=-1, required=True)
+@click.option("--data", "data", required=True, type=click.Path(dir_okay=False),
+              help="The rows: .jsonl, .json (a list) or .csv.")
+@click.option("--map", "maps", multiple=True, metavar="NAME=REF",
+              help="Fill flow input NAME from ${data.col}, ${run.outputs.x} or a literal.")
+@click.option("--run", "prior_run", type=click.Path(file_okay=False),
+              help="An earlier run whose outputs ${run.outputs.x} reads, joined on line.")
+@click.option("--concurrency", default=16, show_default=True, help="Rows in flight at once.")
+@click.option("--limit", type=int, help="Run only the first N rows.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the node cache.")
+@click.option("--refresh", multiple=True, metavar="NODE", help="Recompute this node (repeatable).")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="Where the cache lives.")
+@click.option("--output", type=click.Path(file_okay=False), help="The run folder to write.")
+@click.option("--name", help="The run's name (its folder under runs/).")
+@click.option("--model", help="Chat model for llm nodes that pin none.")
+@click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
+@click.option("--timeout", type=float, help="Seconds per model request.")
+@click.option("--fail-on-error", type=float, metavar="RATIO",
+              help="Exit 1 when more than this fraction of rows failed.")
+@click.option("--gate", "gates", multiple=True, metavar="METRIC<OP>VALUE",
+              help="A CI gate such as 'groundedness.mean>=4'; exit 1 when it does not hold.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def run(flows: tuple[str, ...], data: str, maps: tuple[str, ...], prior_run: str | None,
+        concurrency: int, limit: int | None, no_cache: bool, refresh: tuple[str, ...],
+        cache_dir: str | None, output: str | None, name: str | None, model: str | None,
+        connection: str | None, timeout: float | None, fail_on_error: float | None,
+        gates: tuple[str, ...], quiet: bool) -> None:
+    """Run FLOW (a path or a built-in name; several run together) over --data."""
+    from flowkit.api import run as run_flow
+    from flowkit.loader import compose, load_flow
+
+    parsed_gates = [parse_gate(g) for g in gates]
+    flow = load_flow(flows[0]) if len(flows) == 1 else compose(list(flows))
+    with progress_display(err_console, enabled=not quiet) as on_progress:
+        result = run_flow(flow, data, mapping=_parse_maps(maps), prior_run=prior_run,
+                          concurrency=concurrency, limit=limit, use_cache=not no_cache,
+                          refresh=list(refresh), cache_dir=cache_dir, output=output, name=name,
+                          model=model, connection=connection, timeout=timeout,
+                          on_progress=on_progress)
+    console.print(metrics_table(result.metrics, result.info))
+    c = result.counts
+    console.print(f"rows {c['rows']}: {c['succeeded']} ok, {c['failed']} failed, "
+                  f"{c['bad_input']} bad input; cache hits {c['cache_hits']}")
+    console.print(f"run folder: {result.run_dir}")
+    if fail_on_error is not None and result.failed_ratio > fail_on_error:
+        err_console.print(f"[bold red]error:[/] {result.failed_ratio:.1%} of rows failed, "
+                          f"more than --fail-on-error {fail_on_error}")
+        sys.exit(1)
+    check_gates(parsed_gates, result.metrics, err_console)
+
+
+@main.command()
+@click.argument("flows", nargs=-1, required=True)
+def validate(flows: tuple[str, ...]) -> None:
+    """Check FLOW files without running them; all problems are reported together."""
+    from flowkit.errors import ValidationError
+    from flowkit.loader import load_flow
+
+    problems: list[str] = []
+    for flow in flows:
+        try:
+            loaded = load_flow(flow)
+            console.print(f"ok: {flow} ({loaded.name}, {len(loaded.nodes)} nodes)")
+        except ValidationError as err:
+            problems.extend(str(d) for d in err.diagnostics)
+    if problems:
+        raise ValidationErrorLines(problems)
+
+
+class ValidationErrorLines(FlowkitError):
+    exit_code = 2
+
+    def __init__(self, lines: list[str]) -> None:
+        n = len(lines)
+        super().__init__(f"{n} problem{'s' if n != 1 else ''}\n" + "\n".join(lines))
+
+
+@main.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def show(run_ref: str, runs_dir: str) -> None:
+    """Show a run's metrics, counts and token usage."""
+    show_run(console, run_ref, Path(runs_dir))
+
+
+@main.command(name="list")
+def list_flows() -> None:
+    """List the built-in flows."""
+    from rich.table import Table
+
+    from flowkit.builtin import builtin_flows
+    from flowkit.source import read_yaml
+
+    table = Table("flow", "description", box=None)
+    for name, path in builtin_flows().items():
+        try:
+            raw = read_yaml(path)
+            desc = str(raw.get("description", "")) if isinstance(raw, dict) else ""
+        except Exception:  # noqa: BLE001 - listing should not stop at one broken file
+            desc = "(cannot read)"
+        table.add_row(name, desc)
+    console.print(table)
+
+
+@main.command()
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def runs(runs_dir: str) -> None:
+    """List the runs in runs/, newest first."""
+    from flowkit.views import runs_table
+
+    console.print(runs_table(Path(runs_dir)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The few exception classes flowkit raises, each carrying the exit code the CLI uses.
+
+User errors print as ``error: …`` without a traceback; anything else is a bug.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class FlowkitError(Exception):
+    """Root of every error that is the user's to fix; ``exit_code`` is what the CLI returns."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+class UsageError(FlowkitError):
+    """A bad command line, option or configuration value."""
+
+    exit_code = 2
+
+
+class DataError(FlowkitError):
+    """A data file that cannot be read, or rows that do not fit the flow."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    """One problem found while validating a flow, sortable by place."""
+
+    file: str
+    line: int
+    node: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        who = f" node '{self.node}':" if self.node else ""
+        return f"{where}:{who} {self.message}"
+
+
+class ValidationError(FlowkitError):
+    """Everything wrong with a flow, collected before any row runs."""
+
+    exit_code = 2
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        self.diagnostics = sorted(set(diagnostics))
+        n = len(self.diagnostics)
+        head = f"{n} problem{'s' if n != 1 else ''} in flow"
+        super().__init__(head + "\n" + "\n".join(f"  {d}" for d in self.diagnostics))
+
+
+class GateError(FlowkitError):
+    """A CI gate on a metric did not hold; the run itself is kept."""
+
+    exit_code = 1

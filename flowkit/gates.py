@@ -1,0 +1,63 @@
+"""CI gates: `--gate "groundedness.mean>=4"` fails the command (exit 1) when a metric misses."""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from flowkit.errors import GateError, UsageError
+from flowkit.suggest import did_you_mean
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+    ">": operator.gt, "<": operator.lt,
+}
+_GATE = re.compile(r"^\s*(?P<metric>[^<>=!\s]+)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<value>-?[\d.]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Gate:
+    metric: str
+    op: str
+    value: float
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.value:g}"
+
+
+def parse_gate(text: str) -> Gate:
+    m = _GATE.match(text)
+    if not m:
+        raise UsageError(f"--gate {text!r} must read METRIC<OP>NUMBER, e.g. 'groundedness.mean>=4'",
+                         hint=f"operators: {', '.join(_OPS)}")
+    return Gate(m["metric"], m["op"], float(m["value"]))
+
+
+def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
+    """The failures, each as a sentence; empty when every gate holds."""
+    failures: list[str] = []
+    for gate in gates:
+        if gate.metric not in metrics:
+            failures.append(f"gate {gate}: no metric {gate.metric!r}"
+                            f"{did_you_mean(gate.metric, metrics)}")
+            continue
+        value = metrics[gate.metric]
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            failures.append(f"gate {gate}: {gate.metric} is {value!r}, not a number")
+        elif not _OPS[gate.op](value, gate.value):
+            failures.append(f"gate {gate}: failed, {gate.metric} = {value:g}")
+    return failures
+
+
+def check_gates(gates: list[Gate], metrics: dict[str, Any], console: Console) -> None:
+    for gate in gates:
+        if gate.metric in metrics and not evaluate([gate], metrics):
+            console.print(f"gate {gate}: passed ({gate.metric} = {metrics[gate.metric]:g})")
+    failures = evaluate(gates, metrics)
+    if failures:
+        raise GateError("\n".join(failures))

@@ -1,0 +1,46 @@
+"""`flow` nodes: a whole flow reused as one node, its inputs mapped, its outputs addressed as
+`${node.output.name}`. The executor runs the sub-flow's nodes inside the row (see
+``Executor._subflow``); here the sub-flow is loaded and its interface checked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flowkit.builtin import builtin_flows
+from flowkit.kinds import Kind, register
+from flowkit.suggest import did_you_mean, one_of
+
+if TYPE_CHECKING:
+    from flowkit.graph import Node
+    from flowkit.loader import LoadContext
+
+
+@register
+class FlowKind(Kind):
+    name = "flow"
+
+    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
+        target = node.spec.flow
+        path = base_dir / target
+        if not path.exists() and target in builtin_flows():
+            path = builtin_flows()[target]
+        before = len(ctx.diagnostics)
+        sub = ctx.load(path)
+        if sub is None:
+            if len(ctx.diagnostics) == before:
+                ctx.error(node, f"sub-flow {target!r} could not be loaded", key="flow")
+            return
+        for name in node.spec.inputs:
+            if name not in sub.inputs:
+                ctx.error(node, f"input {name!r} is not an input of sub-flow {sub.name!r}"
+                                f"{did_you_mean(name, sub.inputs)}; it has: {one_of(sub.inputs)}",
+                          key="inputs", sub=name)
+        missing = [n for n, s in sub.inputs.items() if s.required and n not in node.spec.inputs]
+        if missing:
+            ctx.error(node, f"sub-flow {sub.name!r} needs input(s) {', '.join(missing)}; map them "
+                            "under this node's inputs", key="inputs")
+        node.impl = sub
+        node.is_async = True
+        node.key_parts = {"flow": sub.content_hash}

@@ -1,0 +1,99 @@
+"""`llm` nodes: render the prompt, call the chat model through flowkit.llm, return the text.
+
+With `n` > 1 or `logprobs` in params the output is a dict (`text`, `choices`, `top_logprobs`) so
+that parse_score can combine samples or weight by probability; otherwise it is the reply text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flowkit.kinds import Kind, NodeResult, register
+from flowkit.suggest import did_you_mean, one_of
+from flowkit.templates import PromptSyntaxError, from_file_text, from_messages
+
+if TYPE_CHECKING:
+    from flowkit.graph import Node
+    from flowkit.loader import LoadContext
+
+
+class LlmImpl:
+    __slots__ = ("endpoint", "prompt_file", "rich_output", "template")
+
+    def __init__(self, template: Any, prompt_file: str | None, rich_output: bool) -> None:
+        self.template, self.prompt_file, self.rich_output = template, prompt_file, rich_output
+        self.endpoint: Any = None
+
+
+def compile_prompt(node: Node, base_dir: Path, ctx: LoadContext) -> Any:
+    """The node's prompt template, or None after reporting why it cannot be used."""
+    from flowkit.loader import display
+
+    spec = node.spec
+    if spec.messages is not None:
+        try:
+            return from_messages([(m.role, m.content) for m in spec.messages])
+        except PromptSyntaxError as err:
+            ctx.error(node, f"{err} (in messages, template line {err.line})", key="messages")
+            return None
+    path = (base_dir / spec.prompt).resolve()
+    if not path.is_file():
+        ctx.error(node, f"prompt file {spec.prompt!r} does not exist (looked at {display(path)})",
+                  key="prompt")
+        return None
+    try:
+        return from_file_text(path.read_text(encoding="utf-8"))
+    except PromptSyntaxError as err:
+        ctx.report(display(path), err.line, node.name, str(err))
+    except UnicodeDecodeError:
+        ctx.error(node, f"prompt file {spec.prompt!r} is not UTF-8 text", key="prompt")
+    return None
+
+
+def check_variables(node: Node, variables: frozenset[str], ctx: LoadContext) -> None:
+    provided = set(node.spec.inputs)
+    for name in sorted(variables - provided):
+        ctx.error(node, f"prompt variable {name!r} is not provided by the node's inputs"
+                        f"{did_you_mean(name, provided)}; inputs: {one_of(provided)}", key="inputs")
+
+
+@register
+class LlmKind(Kind):
+    name = "llm"
+
+    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
+        template = compile_prompt(node, base_dir, ctx)
+        if template is None:
+            return
+        check_variables(node, template.variables, ctx)
+        params = node.spec.params
+        rich = int(params.get("n", 1) or 1) > 1 or bool(params.get("logprobs"))
+        node.impl = LlmImpl(template, node.spec.prompt, rich)
+        node.is_async = True
+        node.key_parts = {"prompt": template.source}
+
+    def prepare(self, node: Node, ctx: Any) -> None:
+        endpoint = ctx.settings.check(ctx.flow_name, node.name, node.spec.connection, node.spec.model)
+        node.impl.endpoint = endpoint
+        # The model enters the key, the server address does not: a cache is meant to survive
+        # moving between equivalent endpoints (see README, "Cache").
+        node.key_parts = {**node.key_parts, "model": endpoint.model}
+
+    async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+        from flowkit.llm.client import chat
+
+        impl: LlmImpl = node.impl
+        messages = impl.template.render(inputs)
+        endpoint = impl.endpoint
+        result = await chat(endpoint, endpoint.model, messages, dict(node.spec.params),
+                            timeout=ctx.timeout)
+        meta = {"model": result.model, "messages": messages, "usage": result.usage,
+                "finish_reason": result.finish_reason, "attempts": result.attempts}
+        if impl.rich_output:
+            output: Any = {"text": result.text, "choices": result.texts,
+                           "top_logprobs": result.top_logprobs,
+                           "finish_reason": result.finish_reason}
+        else:
+            output = result.text
+        return NodeResult(output, llm=meta)

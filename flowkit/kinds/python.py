@@ -1,0 +1,127 @@
+"""`python` and `aggregate` nodes: a user's function called with the node's inputs.
+
+Cheap functions (the usual metric code) run inline in the event loop's thread: handing each call
+to a thread would cost more than the call. A synchronous function that turns out to be slow
+(it waits on a network, say) is moved to a thread pool after a few calls, so it no longer holds
+up the other rows; `async def` functions are awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flowkit.fingerprint import ImportProblem, code_fingerprint, load_function
+from flowkit.kinds import Kind, NodeResult, register
+
+if TYPE_CHECKING:
+    from flowkit.graph import Node
+    from flowkit.loader import LoadContext
+
+SLOW_CALL_SECONDS = 0.005
+"""A sync call slower than this on average is moved off the event loop's thread."""
+CALLS_BEFORE_JUDGING = 3
+
+
+class _Callable:
+    """The function plus what the executor learns about how long it takes."""
+
+    __slots__ = ("calls", "fn", "is_coroutine", "params", "seconds", "var_kw")
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.is_coroutine = inspect.iscoroutinefunction(fn)
+        self.calls = 0
+        self.seconds = 0.0
+        try:
+            sig = inspect.signature(fn)
+            self.params = {
+                n for n, p in sig.parameters.items()
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            }
+            self.var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+        except (TypeError, ValueError):
+            self.params, self.var_kw = set(), True
+
+
+def _compile_function(node: Node, base_dir: Path, ctx: LoadContext) -> None:
+    spec = node.spec
+    try:
+        fn = load_function(spec.function, spec.source, base_dir)
+    except ImportProblem as err:
+        ctx.error(node, str(err), key="source" if spec.source else "function")
+        return
+    impl = _Callable(fn)
+    if not impl.var_kw:
+        unknown = sorted(set(spec.inputs) - impl.params)
+        for name in unknown:
+            from flowkit.suggest import did_you_mean
+
+            ctx.error(
+                node,
+                f"input {name!r} is not a parameter of {spec.function}"
+                f"{did_you_mean(name, impl.params)}",
+                key="inputs",
+                sub=name,
+            )
+    node.impl = impl
+    node.is_async = impl.is_coroutine
+    node.key_parts = {"function": spec.function, "code": code_fingerprint(fn)}
+
+
+def _call(impl: _Callable, inputs: dict[str, Any]) -> Any:
+    start = time.perf_counter()
+    try:
+        return impl.fn(**inputs)
+    finally:
+        impl.calls += 1
+        impl.seconds += time.perf_counter() - start
+
+
+@register
+class PythonKind(Kind):
+    name = "python"
+
+    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
+        _compile_function(node, base_dir, ctx)
+
+    def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+        impl: _Callable = node.impl
+        output = _call(impl, inputs)
+        if impl.calls == CALLS_BEFORE_JUDGING and impl.seconds / impl.calls > SLOW_CALL_SECONDS:
+            node.is_async = True
+        return NodeResult(output)
+
+    async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+        impl: _Callable = node.impl
+        if impl.is_coroutine:
+            return NodeResult(await impl.fn(**inputs))
+        loop = asyncio.get_running_loop()
+        return NodeResult(await loop.run_in_executor(ctx.threads, _call, impl, inputs))
+
+
+@register
+class AggregateKind(Kind):
+    """Runs once after all rows; the executor hands it per-row lists (see executor.aggregate)."""
+
+    name = "aggregate"
+
+    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
+        _compile_function(node, base_dir, ctx)
+        node.is_async = False
+
+    def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+        impl: _Callable = node.impl
+        if impl.is_coroutine:
+            output = asyncio.run(impl.fn(**inputs))
+        else:
+            output = impl.fn(**inputs)
+        if not isinstance(output, dict):
+            raise TypeError(
+                f"aggregate function {node.spec.function} returned {type(output).__name__}, "
+                "expected a dict of metric name → value"
+            )
+        return NodeResult(output)

@@ -1,0 +1,82 @@
+"""Requests-per-minute and tokens-per-minute budgets as lock-free token buckets.
+
+Each acquisition reserves its share synchronously (no ``await`` between reading and
+updating the level) and then sleeps until the reservation is due.  That makes callers
+served in arrival order without an ``asyncio.Lock`` — locks bind to the first event loop
+that contends them, and the engine may run several loops over a process's life.
+
+The bucket may go into debt: a request larger than the burst capacity waits until the
+bucket is full and then drives the level negative, so the long-run rate stays exact even
+when single requests exceed one second's worth of budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class TokenBucket:
+    """``per_window`` units per ``window`` seconds, with a burst of 1/60 of the window.
+
+    The burst is kept small on purpose: providers enforce per-minute limits over
+    sub-minute slices, so spending a whole minute's budget in the first second of a run
+    earns 429s.  ``window`` exists so tests can compress a minute into milliseconds.
+    """
+
+    def __init__(
+        self,
+        per_window: float,
+        *,
+        window: float = 60.0,
+        burst: float | None = None,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if per_window <= 0 or window <= 0:
+            raise ValueError("per_window and window must be positive")
+        self.rate = per_window / window
+        self.capacity = max(1.0, burst if burst is not None else per_window / 60.0)
+        self._clock = clock
+        self._sleep = sleep
+        self._level = self.capacity
+        self._stamp = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._level = min(self.capacity, self._level + (now - self._stamp) * self.rate)
+        self._stamp = now
+
+    def reserve(self, amount: float) -> float:
+        """Take ``amount`` now and return how many seconds the caller must wait before using it."""
+        self._refill()
+        need = min(amount, self.capacity)
+        wait = 0.0 if self._level >= need else (need - self._level) / self.rate
+        self._level -= amount
+        return wait
+
+    async def acquire(self, amount: float = 1.0) -> float:
+        """Wait until ``amount`` fits the budget; returns the seconds waited."""
+        wait = self.reserve(amount)
+        if wait > 0:
+            try:
+                await self._sleep(wait)
+            except asyncio.CancelledError:
+                self.adjust(-amount)
+                raise
+        return wait
+
+    def adjust(self, delta: float) -> None:
+        """Charge ``delta`` more units (or refund, if negative) once the true cost is known."""
+        self._refill()
+        self._level = min(self.capacity, self._level - delta)
+
+    @property
+    def level(self) -> float:
+        """Units available right now (negative while in debt)."""
+        self._refill()
+        return self._level

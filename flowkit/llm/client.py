@@ -1,0 +1,296 @@
+"""Chat and embedding calls through one shared SDK client per endpoint and event loop.
+
+Creating an ``openai.AsyncOpenAI`` is measurably expensive (each one loads the system
+certificate store), so a process keeps one per endpoint.  But a client's connection pool
+is bound to the event loop it first ran in — reusing it from a later ``asyncio.run`` fails
+with "Event loop is closed" — so the cache is keyed by endpoint *and* running loop.  Each
+loop gets a tiny async-generator guard: ``asyncio.run`` finalises live async generators
+before closing the loop, and the guard's ``finally`` closes that loop's clients there, so
+no socket outlives its loop.  :func:`aclose_clients` does the same explicitly.
+
+The SDK's own retries are disabled (``max_retries=0``): the endpoint's
+:class:`~flowkit.llm.scheduler.Scheduler` retries, so it can see every 429 and adapt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import weakref
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import openai
+
+from flowkit.llm.config import OPENAI_PUBLIC_URL, Endpoint
+from flowkit.llm.scheduler import Scheduler, scheduler_for
+
+Client = openai.AsyncOpenAI
+
+_clients: dict[tuple[tuple[str, ...], int], Client] = {}
+# Loop id -> (weak ref to the loop, its guard). The guard only knows the id, so holding it
+# here does not keep the loop alive.
+_loops: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncIterator[None]]] = {}
+_created = 0
+
+_REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+
+
+@dataclass
+class ChatResult:
+    """What an llm node needs from one chat completion."""
+
+    text: str
+    texts: list[str]
+    finish_reason: str | None
+    usage: dict[str, int]
+    model: str
+    top_logprobs: list[dict[str, Any]] | None = None
+    attempts: int = 1
+    refusal: str | None = None
+
+
+@dataclass
+class EmbedResult:
+    """Vectors in input order plus summed usage."""
+
+    vectors: list[list[float]]
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+def clients_created() -> int:
+    """How many SDK clients this process has built (for tests and benchmarks)."""
+    return _created
+
+
+async def _loop_guard(loop_id: int) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await _close_loop_clients(loop_id)
+
+
+async def _close_loop_clients(loop_id: int) -> None:
+    _loops.pop(loop_id, None)
+    for key in [k for k in _clients if k[1] == loop_id]:
+        await _clients.pop(key).close()
+
+
+def _forget_dead_loops(current: asyncio.AbstractEventLoop) -> None:
+    """Drop clients of loops that ended without finalising (e.g. closed by hand).
+
+    Their sockets cannot be closed from another loop; dropping the reference is all that
+    is safe.  A dead loop's id may also be reused by ``current``, hence the identity check.
+    """
+    for loop_id, (ref, _guard) in list(_loops.items()):
+        loop = ref()
+        if loop is None or loop.is_closed() or (loop_id == id(current) and loop is not current):
+            del _loops[loop_id]
+            for key in [k for k in _clients if k[1] == loop_id]:
+                del _clients[key]
+
+
+def _build(endpoint: Endpoint) -> Client:
+    key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+    timeout = endpoint.limits.timeout
+    if endpoint.kind == "azure":
+        return openai.AsyncAzureOpenAI(
+            azure_endpoint=endpoint.azure_endpoint or "",
+            api_version=endpoint.api_version,
+            api_key=key,
+            max_retries=0,
+            timeout=timeout,
+        )
+    # Local OpenAI-compatible servers need no key, but the SDK insists on one.
+    return openai.AsyncOpenAI(
+        api_key=key or "not-needed",
+        base_url=endpoint.base_url or OPENAI_PUBLIC_URL,
+        max_retries=0,
+        timeout=timeout,
+    )
+
+
+async def get_client(endpoint: Endpoint) -> Client:
+    """The client for ``endpoint`` in the running event loop, created on first use."""
+    global _created
+    loop = asyncio.get_running_loop()
+    key = (endpoint.identity(), id(loop))
+    client = _clients.get(key)
+    if client is not None:
+        return client
+    known = _loops.get(id(loop))
+    if known is None or known[0]() is not loop:
+        _forget_dead_loops(loop)
+        guard = _loop_guard(id(loop))
+        await guard.__anext__()
+        _loops[id(loop)] = (weakref.ref(loop), guard)
+    client = _clients[key] = _build(endpoint)
+    _created += 1
+    return client
+
+
+async def aclose_clients() -> None:
+    """Close every client of the running loop (``asyncio.run`` also does this on exit)."""
+    await _close_loop_clients(id(asyncio.get_running_loop()))
+
+
+@cache
+def _known_chat_params() -> frozenset[str]:
+    create = openai.resources.chat.AsyncCompletions.create
+    return frozenset(inspect.signature(create).parameters) - {"self", "messages", "model"}
+
+
+def api_params(endpoint: Endpoint, model: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Translate node params into ``create`` keyword arguments.
+
+    ``max_tokens`` is kept for OpenAI-compatible servers (most reject the newer name), but
+    becomes ``max_completion_tokens`` for the public OpenAI API, where reasoning models
+    reject ``max_tokens``, and for reasoning models on Azure.  Params the SDK does not know
+    (e.g. a local server's ``top_k``) go through ``extra_body`` instead of failing.
+    """
+    out = {k: v for k, v in params.items() if v is not None}
+    if "max_tokens" in out and "max_completion_tokens" not in out:
+        public = endpoint.kind == "openai" and (endpoint.base_url or OPENAI_PUBLIC_URL) == (
+            OPENAI_PUBLIC_URL
+        )
+        reasoning = model.startswith(_REASONING_PREFIXES)
+        if public or (endpoint.kind == "azure" and reasoning):
+            out["max_completion_tokens"] = out.pop("max_tokens")
+    known = _known_chat_params()
+    extra = {k: out.pop(k) for k in list(out) if k not in known}
+    if extra:
+        out["extra_body"] = {**out.get("extra_body", {}), **extra}
+    return out
+
+
+def estimate_tokens(messages: Sequence[dict[str, Any]], params: dict[str, Any]) -> int:
+    """A pre-send guess for the TPM budget: ~4 characters per token plus the output cap."""
+    chars = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(
+                len(str(part.get("text", ""))) for part in content if isinstance(part, dict)
+            )
+    cap = params.get("max_completion_tokens") or params.get("max_tokens") or 0
+    return chars // 4 + 4 * len(messages) + int(cap) * int(params.get("n") or 1)
+
+
+def _usage(raw: Any) -> dict[str, int]:
+    if raw is None:
+        return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    prompt = int(getattr(raw, "prompt_tokens", 0) or 0)
+    completion = int(getattr(raw, "completion_tokens", 0) or 0)
+    total = int(getattr(raw, "total_tokens", 0) or 0) or prompt + completion
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+
+
+def _first_top_logprobs(choice: Any) -> list[dict[str, Any]] | None:
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not content:
+        return None
+    return [{"token": t.token, "logprob": t.logprob} for t in content[0].top_logprobs or []]
+
+
+async def chat(
+    endpoint: Endpoint,
+    model: str,
+    messages: list[dict[str, Any]],
+    params: dict[str, Any],
+    *,
+    timeout: float | None = None,
+    scheduler: Scheduler | None = None,
+) -> ChatResult:
+    """One chat completion under the endpoint's scheduler (limits, budgets, retries).
+
+    For Azure connections that pin a ``deployment``, the request goes to that deployment
+    and ``model`` is only a label; otherwise ``model`` is sent as is.
+    """
+    sched = scheduler or scheduler_for(endpoint)
+    client = await get_client(endpoint)
+    kwargs = api_params(endpoint, model, params)
+    attempt_timeout = timeout if timeout is not None else endpoint.limits.timeout
+    target = endpoint.deployment or model
+
+    async def call() -> Any:
+        return await client.chat.completions.create(
+            model=target, messages=messages, timeout=attempt_timeout, **kwargs
+        )
+
+    done = await sched.run(
+        call,
+        tokens=estimate_tokens(messages, params),
+        used_tokens=lambda r: _usage(r.usage)["total_tokens"] if r.usage else None,
+        timeout=attempt_timeout,
+    )
+    response = done.value
+    choices = list(response.choices or [])
+    texts = [(c.message.content or "") if c.message else "" for c in choices]
+    first = choices[0] if choices else None
+    return ChatResult(
+        text=texts[0] if texts else "",
+        texts=texts,
+        finish_reason=first.finish_reason if first else None,
+        usage=_usage(response.usage),
+        model=response.model or model,
+        top_logprobs=_first_top_logprobs(first) if first else None,
+        attempts=done.attempts,
+        refusal=getattr(first.message, "refusal", None) if first and first.message else None,
+    )
+
+
+async def embed(
+    endpoint: Endpoint,
+    model: str,
+    texts: list[str],
+    *,
+    batch_size: int = 256,
+    timeout: float | None = None,
+    scheduler: Scheduler | None = None,
+) -> EmbedResult:
+    """Embed ``texts`` in batches of ``batch_size``, concurrently under the scheduler.
+
+    Floats are requested explicitly: the SDK otherwise asks for base64, which many
+    OpenAI-compatible servers do not implement.  On Azure ``model`` is the deployment.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    if not texts:
+        return EmbedResult([], {"prompt_tokens": 0, "total_tokens": 0})
+    sched = scheduler or scheduler_for(endpoint)
+    client = await get_client(endpoint)
+    attempt_timeout = timeout if timeout is not None else endpoint.limits.timeout
+
+    async def one(batch: list[str]) -> Any:
+        async def call() -> Any:
+            return await client.embeddings.create(
+                model=model, input=batch, encoding_format="float", timeout=attempt_timeout
+            )
+
+        done = await sched.run(
+            call,
+            tokens=sum(len(t) for t in batch) // 4 + len(batch),
+            used_tokens=lambda r: r.usage.total_tokens if r.usage else None,
+            timeout=attempt_timeout,
+        )
+        return done.value
+
+    batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
+    responses = await asyncio.gather(*(one(b) for b in batches))
+    vectors: list[list[float]] = []
+    prompt = total = 0
+    for batch, response in zip(batches, responses, strict=True):
+        data = sorted(response.data, key=lambda d: d.index)
+        if len(data) != len(batch):
+            raise ValueError(
+                f"embedding server returned {len(data)} vectors for {len(batch)} inputs"
+            )
+        vectors.extend(list(d.embedding) for d in data)
+        if response.usage is not None:
+            prompt += response.usage.prompt_tokens or 0
+            total += response.usage.total_tokens or 0
+    return EmbedResult(vectors, {"prompt_tokens": prompt, "total_tokens": total})

@@ -1,0 +1,124 @@
+"""Which failures are worth another attempt, and how long to wait before it.
+
+Classification is duck-typed on ``status_code`` and ``response.headers`` so it works for
+the openai SDK's exceptions (``RateLimitError``, ``APIStatusError``…) and for anything
+shaped like them, and it needs no HTTP to test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+import openai
+
+MAX_RETRY_AFTER = 120.0
+"""A server asking for a longer pause is reporting an exhausted quota, not congestion."""
+
+
+class Failure(Enum):
+    """How an attempt failed, as far as retrying is concerned."""
+
+    RATE_LIMIT = "rate_limit"
+    SERVER = "server"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    FATAL = "fatal"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The classification of one failed attempt."""
+
+    kind: Failure
+    retry_after: float | None = None
+    """Seconds the server asked us to wait (0 means now), or None if it did not say."""
+
+    @property
+    def retryable(self) -> bool:
+        """Whether another attempt can succeed where this one failed."""
+        return self.kind is not Failure.FATAL
+
+
+def _headers(exc: BaseException) -> Mapping[str, str] | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    return headers if headers is not None else None
+
+
+def parse_retry_after(
+    headers: Mapping[str, str] | None, *, now: Callable[[], float] = time.time
+) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date).
+
+    ``Retry-After: 0`` is an instruction to retry immediately and comes back as ``0.0``;
+    only a missing or unparseable header gives None.  Negative values and dates in the
+    past clamp to 0.
+    """
+    if not headers:
+        return None
+    lower = {k.lower(): v for k, v in headers.items()}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = lower.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value.strip()) / scale
+        except ValueError:
+            continue
+        if math.isnan(seconds):
+            continue
+        return max(0.0, seconds)
+    value = lower.get("retry-after")
+    if value:
+        try:
+            when = email.utils.parsedate_to_datetime(value.strip())
+        except (TypeError, ValueError, IndexError):
+            return None
+        return max(0.0, when.timestamp() - now())
+    return None
+
+
+def classify(exc: BaseException) -> Verdict:
+    """Sort an exception into retryable kinds; everything unrecognised is fatal."""
+    if isinstance(exc, asyncio.TimeoutError | openai.APITimeoutError | TimeoutError):
+        return Verdict(Failure.TIMEOUT)
+    if isinstance(exc, openai.APIConnectionError):
+        return Verdict(Failure.CONNECTION)
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int):
+        return Verdict(Failure.FATAL)
+    headers = {k.lower(): v for k, v in (_headers(exc) or {}).items()}
+    retry_after = parse_retry_after(headers)
+    if retry_after is not None and retry_after > MAX_RETRY_AFTER:
+        return Verdict(Failure.FATAL, retry_after)
+    hint = headers.get("x-should-retry")
+    if hint == "false":
+        return Verdict(Failure.FATAL, retry_after)
+    if status == 429:
+        return Verdict(Failure.RATE_LIMIT, retry_after)
+    if status >= 500 or status == 408 or hint == "true":
+        return Verdict(Failure.SERVER, retry_after)
+    return Verdict(Failure.FATAL, retry_after)
+
+
+def backoff(
+    retry: int,
+    *,
+    base: float,
+    cap: float,
+    rng: Callable[[], float] = random.random,
+) -> float:
+    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2**retry)].
+
+    Full jitter (rather than a fixed or ±25 % delay) spreads a crowd of rows that failed
+    together, so they do not come back together and fail again.
+    """
+    ceiling = min(cap, base * (2.0 ** min(retry, 60)))
+    return rng() * ceiling

@@ -1,0 +1,372 @@
+"""Loading a flow file: YAML → specs → compiled nodes → a checked DAG.
+
+Every problem is collected, not raised at the first one, and reported together with its file
+and line. `use:` nodes are merged here; `type: flow` nodes load their sub-flow through the same
+context, so one report covers the whole tree of files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic import ValidationError as PydanticError
+
+from flowkit import kinds
+from flowkit.builtin import resolve_flow_path
+from flowkit.canonical import canonical_bytes
+from flowkit.errors import Diagnostic, ValidationError
+from flowkit.graph import Flow, Node, build_graph, find_cycle, ordered, when_clause
+from flowkit.refs import Ref, RefSyntaxError, parse_flow_ref
+from flowkit.source import YamlSyntaxError, YDict, YList, line_of, locate, read_yaml
+from flowkit.spec import NODE_MODELS, NODE_TYPES, FlowSpec, InputSpec, NodeSpec
+from flowkit.suggest import did_you_mean, one_of
+
+_NODE = TypeAdapter(NodeSpec)
+_PATH_FIELDS = ("prompt", "source", "flow")
+_KEY_EXCLUDE = {"name", "inputs", "when", "cache", "description", *_PATH_FIELDS}
+
+
+def display(path: Path) -> str:
+    """A path as a user would type it: relative to the working directory when inside it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+class LoadContext:
+    """Collects diagnostics and loaded flows while one top-level flow is read."""
+
+    def __init__(self) -> None:
+        self.diagnostics: list[Diagnostic] = []
+        self._stack: list[Path] = []
+        self._loaded: dict[Path, Flow | None] = {}
+        self._raw: dict[int, YDict] = {}
+        self._file: dict[int, str] = {}
+
+    # -- reporting ------------------------------------------------------------------------
+    def report(self, file: str, line: int, node: str | None, message: str) -> None:
+        self.diagnostics.append(Diagnostic(file, line, node, message))
+
+    def error(self, node: Node, message: str, key: str | None = None, sub: Any = None) -> None:
+        """Report against a node, at the line of ``key`` (and ``sub`` inside it) when known."""
+        raw = self._raw.get(id(node))
+        line = node.line
+        if raw is not None and key is not None:
+            line = line_of(raw, key) or line
+            inner = raw.get(key)
+            if sub is not None and isinstance(inner, (YDict, YList)):
+                line = line_of(inner, sub) or line
+        self.report(self._file.get(id(node), node.file), line, node.name, message)
+
+    # -- loading --------------------------------------------------------------------------
+    def load(self, path: Path) -> Flow | None:
+        path = path.resolve()
+        if path in self._stack:
+            chain = " → ".join(display(p) for p in [*self._stack[self._stack.index(path):], path])
+            self.report(display(self._stack[-1]), 0, None, f"flows include each other: {chain}")
+            return None
+        if path in self._loaded:
+            return self._loaded[path]
+        self._stack.append(path)
+        try:
+            flow = self._load(path)
+        finally:
+            self._stack.pop()
+        self._loaded[path] = flow
+        return flow
+
+    def _load(self, path: Path) -> Flow | None:
+        file = display(path)
+        if not path.is_file():
+            self.report(file, 0, None, "flow file does not exist")
+            return None
+        try:
+            raw = read_yaml(path)
+        except YamlSyntaxError as err:
+            self.diagnostics.append(err.diagnostic)
+            return None
+        except UnicodeDecodeError as err:
+            self.report(file, 0, None, f"flow file is not UTF-8 text ({err.reason})")
+            return None
+        if not isinstance(raw, YDict):
+            self.report(file, 1, None, "a flow file must be a mapping with name, inputs, outputs, nodes")
+            return None
+        return self.build(raw, path, file)
+
+    def build(self, raw: YDict, path: Path, file: str) -> Flow | None:
+        """Validate and compile one flow's parsed YAML (``path`` anchors relative paths)."""
+        start = len(self.diagnostics)
+        spec, raw_nodes = self._header(raw, file)
+        nodes = self._nodes(raw_nodes, path, file)
+        if spec is None:
+            return None
+        spec = spec.model_copy(update={"nodes": [n.spec for n in nodes.values()]})
+        outputs = self._outputs(spec, raw, nodes, file)
+        self._check_refs(spec, nodes)
+        graph = build_graph(nodes)
+        if (cycle := find_cycle(graph)) is not None:
+            first = nodes[cycle[0]]
+            self.report(file, first.line, cycle[0], "cycle: " + " → ".join(cycle))
+        if len(self.diagnostics) > start:
+            return None
+        position = {name: i for i, name in enumerate(nodes)}
+        row = [n for n in nodes if not nodes[n].is_aggregate]
+        agg = [n for n in nodes if nodes[n].is_aggregate]
+        for node in nodes.values():
+            node.static_key = static_key(node)
+        digest = hashlib.sha256(
+            canonical_bytes({"spec": spec.model_dump(mode="json"),
+                             "nodes": {n: v.static_key for n, v in nodes.items()}})
+        ).hexdigest()
+        return Flow(spec, path, nodes, outputs, ordered(graph, row, position),
+                    ordered(graph, agg, position), digest, graph)
+
+    def _header(self, raw: YDict, file: str) -> tuple[FlowSpec | None, list[Any]]:
+        raw_nodes = raw.get("nodes", [])
+        if not isinstance(raw_nodes, list):
+            self.report(file, raw.line_of("nodes"), None, "'nodes' must be a list of nodes")
+            raw_nodes = []
+        header = {k: v for k, v in raw.items() if k != "nodes"}
+        try:
+            return FlowSpec.model_validate(header), raw_nodes
+        except PydanticError as err:
+            for e in err.errors():
+                f, line = locate(raw, e["loc"])
+                self.report(f or file, line, None, _message(e, _allowed_for(e["loc"])))
+            return None, raw_nodes
+
+    def _nodes(self, raw_nodes: list[Any], path: Path, file: str) -> dict[str, Node]:
+        nodes: dict[str, Node] = {}
+        lines = getattr(raw_nodes, "item_lines", [])
+        for i, raw in enumerate(raw_nodes):
+            line = lines[i] if i < len(lines) else 0
+            if not isinstance(raw, YDict):
+                self.report(file, line, None, "a node must be a mapping with a name and a type")
+                continue
+            name = raw.get("name") if isinstance(raw.get("name"), str) else None
+            if "use" in raw:
+                merged = self._merge_use(raw, path, file, name)
+                if merged is None:
+                    continue
+                raw = merged
+            try:
+                spec = _NODE.validate_python(raw)
+            except PydanticError as err:
+                for e in err.errors():
+                    _, at = locate(raw, e["loc"])
+                    self.report(file, at or line, name, _message(e, _node_keys(raw)))
+                continue
+            if spec.name in nodes:
+                first = nodes[spec.name].line
+                self.report(file, line, spec.name, f"duplicate node name (first defined at line {first})")
+                continue
+            node = Node(spec.name, spec.type, spec, file, line, inputs=[])
+            self._raw[id(node)], self._file[id(node)] = raw, file
+            nodes[spec.name] = node
+            self._compile(node, path.parent)
+        return nodes
+
+    def _merge_use(self, raw: YDict, path: Path, file: str, name: str | None) -> YDict | None:
+        target = raw["use"]
+        line = raw.line_of("use")
+        if not isinstance(target, str):
+            self.report(file, line, name, "'use' takes the path of a node file")
+            return None
+        used = (path.parent / target).resolve()
+        try:
+            base = read_yaml(used) if used.is_file() else None
+        except YamlSyntaxError as err:
+            self.diagnostics.append(err.diagnostic)
+            return None
+        if not isinstance(base, dict):
+            problem = "does not exist" if base is None else "is not a mapping of node fields"
+            self.report(file, line, name, f"node file {target!r} {problem}")
+            return None
+        merged = YDict()
+        merged.file, merged.line, merged.key_lines = file, raw.line, {}
+        for key, value in base.items():
+            if key in _PATH_FIELDS and isinstance(value, str):
+                value = str((used.parent / value).resolve())
+            merged[key], merged.key_lines[key] = value, line
+        for key, value in raw.items():
+            if key == "use":
+                continue
+            if key == "inputs" and isinstance(value, dict) and isinstance(merged.get(key), dict):
+                joined = YDict({**merged[key], **value})
+                joined.file, joined.line = file, raw.line_of(key)
+                joined.key_lines = {k: getattr(value, "key_lines", {}).get(k, line) for k in joined}
+                value = joined
+            merged[key], merged.key_lines[key] = value, raw.line_of(key)
+        return merged
+
+    def _compile(self, node: Node, base_dir: Path) -> None:
+        spec = node.spec
+        for param, value in spec.inputs.items():
+            node.inputs.append((param, *self._ref(node, value, "inputs", param)))
+        if spec.when is not None:
+            try:
+                node.when = when_clause(spec.when, _must_ref)
+            except (RefSyntaxError, ValueError) as err:
+                self.error(node, f"when: {err}", key="when")
+        node.deps = frozenset(r.name for r in node.refs() if r.source == "node")
+        kinds.get(node.kind).compile(node, base_dir, self)
+
+    def _ref(self, node: Node, value: Any, key: str, sub: Any) -> tuple[Ref | None, Any]:
+        try:
+            return parse_flow_ref(value), value
+        except RefSyntaxError as err:
+            self.error(node, str(err), key=key, sub=sub)
+            return None, value
+
+    def _outputs(self, spec: FlowSpec, raw: YDict, nodes: dict[str, Node], file: str) -> dict[str, Ref]:
+        outputs: dict[str, Ref] = {}
+        raw_out = raw.get("outputs") or {}
+        for name, value in spec.outputs.items():
+            line = line_of(raw_out, name) or raw.line_of("outputs")
+            try:
+                ref = parse_flow_ref(value)
+            except RefSyntaxError as err:
+                self.report(file, line, None, f"output {name!r}: {err}")
+                continue
+            if ref is None:
+                self.report(file, line, None, f"output {name!r} must be a reference such as "
+                            "${node.output} or ${inputs.name}")
+                continue
+            problem = self._target_problem(ref, spec, nodes)
+            if problem is None and ref.source == "node" and nodes[ref.name].is_aggregate:
+                problem = (f"reads aggregate node {ref.name!r}; outputs are per row, and "
+                           "aggregate results go to metrics.json")
+            if problem:
+                self.report(file, line, None, f"output {name!r} {problem}")
+            else:
+                outputs[name] = ref
+        return outputs
+
+    def _check_refs(self, spec: FlowSpec, nodes: dict[str, Node]) -> None:
+        for node in nodes.values():
+            for param, ref, _ in node.inputs:
+                if ref is not None:
+                    self._check_one(node, ref, spec, nodes, "inputs", param)
+            if node.when is not None:
+                self._check_one(node, node.when[0], spec, nodes, "when", None)
+
+    def _check_one(self, node: Node, ref: Ref, spec: FlowSpec, nodes: dict[str, Node],
+                   key: str, sub: Any) -> None:
+        problem = self._target_problem(ref, spec, nodes)
+        if problem is None and ref.source == "node":
+            if ref.name == node.name:
+                problem = "reads its own output"
+            elif nodes[ref.name].is_aggregate and not node.is_aggregate:
+                problem = (f"reads aggregate node {ref.name!r}, which runs once after all rows; "
+                           "only aggregate nodes may read it")
+        if problem:
+            self.error(node, f"{ref.text} {problem}", key=key, sub=sub)
+
+    def _target_problem(self, ref: Ref, spec: FlowSpec, nodes: dict[str, Node]) -> str | None:
+        if ref.source == "inputs":
+            if ref.name not in spec.inputs:
+                return (f"refers to unknown input {ref.name!r}{did_you_mean(ref.name, spec.inputs)}"
+                        f"; the flow's inputs are: {one_of(spec.inputs)}")
+            return None
+        if ref.name not in nodes:
+            if ref.name in ("data", "run"):
+                return ("reads data directly; declare a flow input and map the column to it "
+                        "(the default mapping is input x ← ${data.x})")
+            return (f"refers to unknown node {ref.name!r}"
+                    f"{did_you_mean(ref.name, [*nodes, 'inputs'])}")
+        target = nodes[ref.name]
+        if target.kind == "flow" and ref.path and target.impl is not None:
+            outs = target.impl.spec.outputs
+            if isinstance(ref.path[0], str) and ref.path[0] not in outs:
+                return (f"refers to unknown output {ref.path[0]!r} of sub-flow "
+                        f"{target.impl.name!r}{did_you_mean(ref.path[0], outs)}; it has: {one_of(outs)}")
+        return None
+
+
+def _must_ref(text: str) -> Ref:
+    ref = parse_flow_ref(text)
+    if ref is None:
+        raise ValueError(f"{text!r} is not a reference; write ${{node.output}} or ${{inputs.x}}")
+    return ref
+
+
+def _allowed_for(loc: tuple[Any, ...]) -> list[str]:
+    if len(loc) >= 3 and loc[0] == "inputs":
+        return list(InputSpec.model_fields)
+    return [*FlowSpec.model_fields]
+
+
+def _node_keys(raw: dict[str, Any]) -> list[str]:
+    model = NODE_MODELS.get(raw.get("type"), NODE_MODELS["python"])
+    return [*model.model_fields, "use"]
+
+
+def _message(e: dict[str, Any], allowed: list[str]) -> str:
+    kind, loc = e["type"], e["loc"]
+    field = str(loc[-1]) if loc else ""
+    if kind == "extra_forbidden":
+        return f"unknown key {field!r}{did_you_mean(field, allowed)}"
+    if kind == "union_tag_invalid":
+        tag = e.get("ctx", {}).get("tag", "")
+        return f"unknown node type {tag!r}{did_you_mean(tag, NODE_TYPES)}; expected one of {', '.join(NODE_TYPES)}"
+    if kind == "union_tag_not_found":
+        return f"node has no 'type' (one of {', '.join(NODE_TYPES)}) and no 'use'"
+    if kind == "missing":
+        return f"missing required key {field!r}"
+    if kind == "string_pattern_mismatch" and field == "name":
+        return f"name {e.get('input')!r} must start with a letter or '_' and hold only letters, digits and '_'"
+    where = ".".join(str(p) for p in loc if p not in NODE_TYPES)
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
+
+
+def static_key(node: Node) -> str:
+    """The part of a node's cache key that does not depend on the row."""
+    spec = node.spec.model_dump(mode="json", exclude=_KEY_EXCLUDE)
+    return hashlib.sha256(canonical_bytes({"spec": spec, **node.key_parts})).hexdigest()
+
+
+def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
+    """Several flows as one: each becomes a sub-flow node, their inputs joined by name."""
+    ctx = LoadContext()
+    paths = [resolve_flow_path(f).resolve() for f in flows]
+    subs = [ctx.load(p) for p in paths]
+    _raise(ctx, name)
+    inputs: dict[str, Any] = {}
+    nodes, outputs = [], {}
+    for path, sub in zip(paths, subs, strict=True):
+        assert sub is not None
+        for key, spec in sub.inputs.items():
+            if key not in inputs or (spec.required and not inputs[key].required):
+                inputs[key] = spec
+        nodes.append({"name": sub.name, "type": "flow", "flow": str(path),
+                      "inputs": {k: f"${{inputs.{k}}}" for k in sub.inputs}})
+        outputs[sub.name] = f"${{{sub.name}.output}}"
+    raw = YDict(name=name, description="flows run together: " + ", ".join(s.name for s in subs if s),
+                inputs={k: v.model_dump(exclude_unset=True) for k, v in inputs.items()},
+                outputs=outputs, nodes=nodes)
+    raw.file, raw.line, raw.key_lines = name, 0, {}
+    flow = ctx.build(raw, Path.cwd() / f"{name}.yaml", name)
+    _raise(ctx, name)
+    assert flow is not None
+    return flow
+
+
+def _raise(ctx: LoadContext, name: str) -> None:
+    if ctx.diagnostics:
+        raise ValidationError(ctx.diagnostics)
+
+
+def load_flow(flow: str | os.PathLike[str]) -> Flow:
+    """Load and validate a flow (a path, or a built-in flow's name); raise every problem at once."""
+    ctx = LoadContext()
+    loaded = ctx.load(resolve_flow_path(flow))
+    if ctx.diagnostics or loaded is None:
+        raise ValidationError(ctx.diagnostics or [Diagnostic(str(flow), 0, None, "flow failed to load")])
+    return loaded

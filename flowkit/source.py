@@ -1,0 +1,132 @@
+"""YAML read with source positions, so that every validation message can name a file and line.
+
+Mappings and sequences come back as ``YDict``/``YList``: ordinary containers that also remember
+the file they came from and the line of each key or item. ``locate`` walks a pydantic error
+location through them to the nearest line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flowkit.errors import Diagnostic
+
+
+class YDict(dict):
+    """A mapping that remembers where it and each of its keys stand in the source."""
+
+    file: str = ""
+    line: int = 0
+    key_lines: dict[Any, int]
+
+    def line_of(self, key: Any) -> int:
+        return getattr(self, "key_lines", {}).get(key, self.line)
+
+
+class YList(list):
+    """A sequence that remembers where it and each of its items stand in the source."""
+
+    file: str = ""
+    line: int = 0
+    item_lines: list[int]
+
+    def line_of(self, index: int) -> int:
+        lines = getattr(self, "item_lines", [])
+        return lines[index] if 0 <= index < len(lines) else self.line
+
+
+def _make_loader(file: str) -> type[yaml.SafeLoader]:
+    class _Loader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> YDict:  # type: ignore[override]
+            self.flatten_mapping(node)
+            out = YDict()
+            out.file, out.line, out.key_lines = file, node.start_mark.line + 1, {}
+            for key_node, value_node in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "a mapping key must be a plain value", key_node.start_mark
+                    )
+                out[key] = self.construct_object(value_node, deep=True)
+                out.key_lines[key] = key_node.start_mark.line + 1
+            return out
+
+        def construct_sequence(self, node: yaml.SequenceNode, deep: bool = False) -> YList:  # type: ignore[override]
+            out = YList(self.construct_object(child, deep=True) for child in node.value)
+            out.file, out.line = file, node.start_mark.line + 1
+            out.item_lines = [child.start_mark.line + 1 for child in node.value]
+            return out
+
+    _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_mapping)
+    _Loader.add_constructor("tag:yaml.org,2002:seq", _Loader.construct_sequence)
+    return _Loader
+
+
+# A whole-token reference inside a flow collection, e.g. the value in `{text: ${judge.output}}`.
+# Plain YAML reads `{` there as a nested mapping; quoting the token keeps the documented syntax.
+_BARE_REF = re.compile(
+    r"(?P<pre>(?:[\[,{]|:[ \t]|-[ \t])[ \t]*)(?P<ref>\$\{[^{}\"'\n]*\})(?=[ \t]*(?:[,}\]]|#|$))",
+    re.M,
+)
+
+
+def parse_yaml(text: str, file: str) -> Any:
+    """Parse YAML text; raise ``Diagnostic``-carrying ``YamlSyntaxError`` on bad syntax."""
+    loader = _make_loader(file)
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 - the loader is a SafeLoader subclass
+    except yaml.YAMLError as first:
+        # Only when plain YAML fails do we quote bare `${...}` tokens and try once more, so
+        # valid YAML is never rewritten. Quoting adds columns, never lines, so lines stay true.
+        patched = _BARE_REF.sub(r'\g<pre>"\g<ref>"', text)
+        if patched != text:
+            try:
+                return yaml.load(patched, Loader=loader)  # noqa: S506
+            except yaml.YAMLError:
+                pass
+        raise YamlSyntaxError(_yaml_diagnostic(first, file)) from None
+
+
+class YamlSyntaxError(Exception):
+    """Internal carrier of a YAML syntax diagnostic; the loader turns it into a report."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(str(diagnostic))
+        self.diagnostic = diagnostic
+
+
+def _yaml_diagnostic(err: yaml.YAMLError, file: str) -> Diagnostic:
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    line = mark.line + 1 if mark else 0
+    column = f", column {mark.column + 1}" if mark else ""
+    problem = getattr(err, "problem", None) or str(err)
+    context = getattr(err, "context", None)
+    detail = f"{context}: {problem}" if context else problem
+    return Diagnostic(file, line, None, f"YAML syntax error{column}: {detail}")
+
+
+def read_yaml(path: Path) -> Any:
+    return parse_yaml(path.read_text(encoding="utf-8"), str(path))
+
+
+def locate(root: Any, loc: tuple[Any, ...]) -> tuple[str, int]:
+    """The file and line nearest to a pydantic error location inside ``root``."""
+    node, file, line = root, getattr(root, "file", ""), getattr(root, "line", 0)
+    for part in loc:
+        if isinstance(node, YDict) and part in node:
+            file, line, node = node.file or file, node.line_of(part), node[part]
+        elif isinstance(node, YList) and isinstance(part, int) and part < len(node):
+            file, line, node = node.file or file, node.line_of(part), node[part]
+        # A part that is not in the data (a union tag such as 'llm') is skipped, not fatal.
+    return file, line
+
+
+def line_of(container: Any, key: Any) -> int:
+    """Line of ``key`` in a YAML container, or 0 when the value did not come from YAML."""
+    if isinstance(container, (YDict, YList)):
+        return container.line_of(key)
+    return 0

@@ -1,0 +1,134 @@
+"""The flow file's schema: pydantic models that reject unknown keys.
+
+Node kinds form a discriminated union on ``type``; ``use:`` nodes are merged by the loader before
+they reach these models, so every node here is complete.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+InputType = Literal["string", "number", "integer", "boolean", "list", "object", "any"]
+Comparable = str | int | float | bool | None
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class InputSpec(_Spec):
+    type: InputType = "any"
+    """The value's JSON type; CSV text is converted to it."""
+    default: Any = None
+    """Used when the data gives no value; an input without one is required."""
+    description: str | None = None
+    """What the input means, shown by `flowkit list` and in errors."""
+
+    @property
+    def required(self) -> bool:
+        return "default" not in self.model_fields_set
+
+
+class WhenSpec(_Spec):
+    ref: str
+    """The reference whose value decides whether the node runs."""
+    equals: Comparable | list[Comparable] = None
+    """Run only when the value equals this (or is one of these); unset means 'is truthy'."""
+
+
+class _NodeBase(_Spec):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Unique within the flow; other nodes read this node's output as `${name.output}`."""
+    inputs: dict[str, Any] = {}
+    """Parameter name → a literal, or a value that is exactly one `${reference}`."""
+    when: str | WhenSpec | None = None
+    """Run the node only if this reference is truthy (or equals `equals`); else it is skipped."""
+    cache: bool = True
+    """False always recomputes this node (for nodes whose result should not be reused)."""
+    description: str | None = None
+    """Free text for readers of the flow."""
+
+
+class PythonNode(_NodeBase):
+    type: Literal["python"]
+    function: str
+    """`package.module:callable`, or a function name inside `source`."""
+    source: str | None = None
+    """A .py file relative to the flow file that defines `function`."""
+
+
+class Message(_Spec):
+    role: Literal["system", "user", "assistant"]
+    """The chat role of this message."""
+    content: str
+    """A Jinja2 template rendered with the node's inputs."""
+
+
+class LlmNode(_NodeBase):
+    type: Literal["llm"]
+    prompt: str | None = None
+    """A Jinja2 prompt file relative to the flow file; `system:`/`user:` lines start messages."""
+    messages: list[Message] | None = None
+    """Inline message templates, instead of a prompt file."""
+    model: str | None = None
+    """The chat model; falls back to --model, flowkit.yaml's default_model, then FLOWKIT_MODEL."""
+    connection: str | None = None
+    """A connection named in flowkit.yaml; the default connection when unset."""
+    params: dict[str, Any] = {}
+    """Request parameters passed to the API: temperature, max_tokens, seed, response_format, n…"""
+
+    @model_validator(mode="after")
+    def _one_prompt_source(self) -> LlmNode:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("an llm node needs exactly one of 'prompt' or 'messages'")
+        return self
+
+
+class EmbeddingNode(_NodeBase):
+    type: Literal["embedding"]
+    model: str | None = None
+    """The embeddings model; falls back like an llm node's model."""
+    connection: str | None = None
+    """A connection named in flowkit.yaml; the default connection when unset."""
+    batch_size: int = Field(default=256, ge=1)
+    """How many texts go into one embeddings request."""
+
+
+class AggregateNode(_NodeBase):
+    type: Literal["aggregate"]
+    function: str
+    """`package.module:callable` (or a name in `source`) that returns a dict of metrics."""
+    source: str | None = None
+    """A .py file relative to the flow file that defines `function`."""
+
+
+class FlowNode(_NodeBase):
+    type: Literal["flow"]
+    flow: str
+    """Another flow file (relative to this one) or a built-in flow's name, run as one node."""
+
+
+NodeSpec = Annotated[
+    PythonNode | LlmNode | EmbeddingNode | AggregateNode | FlowNode,
+    Field(discriminator="type"),
+]
+NODE_MODELS: dict[str, type[_NodeBase]] = {
+    "python": PythonNode, "llm": LlmNode, "embedding": EmbeddingNode,
+    "aggregate": AggregateNode, "flow": FlowNode,
+}
+NODE_TYPES = tuple(NODE_MODELS)
+
+
+class FlowSpec(_Spec):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+    """The flow's name; metrics are reported as `<name>.<metric>`."""
+    description: str = ""
+    """One line shown by `flowkit list`."""
+    inputs: dict[str, InputSpec] = {}
+    """The flow's typed inputs, filled per row from the data mapping."""
+    outputs: dict[str, str] = {}
+    """Output name → reference; the per-row results written to outputs.jsonl."""
+    nodes: list[NodeSpec] = []
+    """The steps, in any order: dependencies come from the references."""

@@ -1,0 +1,69 @@
+"""Trace records: one typed record per node per row, written as versioned JSONL.
+
+Each line carries ``v`` (the record format's version) so readers can tell formats apart without
+a side file. msgspec structs keep encoding cheap on the per-node hot path.
+"""
+
+from __future__ import annotations
+
+import traceback as tb
+from typing import Any
+
+import msgspec
+
+TRACE_VERSION = 1
+
+# Node statuses. A skipped node's `when` was false; an upstream_failed node never ran because
+# something it reads failed in this row.
+OK, FAILED, SKIPPED, UPSTREAM_FAILED = "ok", "failed", "skipped", "upstream_failed"
+
+
+class ErrorInfo(msgspec.Struct, omit_defaults=True):
+    type: str
+    message: str
+    traceback: str | None = None
+
+    @classmethod
+    def from_exception(cls, err: BaseException) -> ErrorInfo:
+        text = "".join(tb.format_exception(type(err), err, err.__traceback__))
+        return cls(type(err).__name__, str(err) or type(err).__name__, text)
+
+
+class LlmCall(msgspec.Struct, omit_defaults=True):
+    model: str
+    messages: list[dict[str, Any]]
+    usage: dict[str, int] = {}
+    finish_reason: str | None = None
+    attempts: int = 1
+    raw: Any = None
+
+
+class NodeRecord(msgspec.Struct, omit_defaults=True):
+    """One node's execution for one row."""
+
+    run_id: str
+    line: int
+    node: str
+    kind: str
+    status: str
+    start: float
+    end: float
+    duration: float
+    cache_hit: bool = False
+    inputs: dict[str, Any] | None = None
+    output: Any = None
+    error: ErrorInfo | None = None
+    llm: LlmCall | None = None
+    v: int = TRACE_VERSION
+
+
+_encoder = msgspec.json.Encoder(enc_hook=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
+_decoder = msgspec.json.Decoder(NodeRecord)
+
+
+def encode(record: NodeRecord) -> bytes:
+    return _encoder.encode(record)
+
+
+def decode(line: bytes | str) -> NodeRecord:
+    return _decoder.decode(line)

@@ -1,0 +1,131 @@
+"""Terminal views: the live progress bar, the metrics table, `flowkit show` and `flowkit runs`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from flowkit.executor import Stats
+from flowkit.runs import RUNNING, read_metrics, read_run_info, resolve_run_dir
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "—" if value is None else str(value)
+
+
+@contextlib.contextmanager
+def progress_display(console: Console, *, enabled: bool = True
+                     ) -> Iterator[Callable[[Stats], None] | None]:
+    """A rich progress line: rows done, failed, cached, the rate and the tokens so far."""
+    if not enabled or not console.is_terminal and os.environ.get("FLOWKIT_PROGRESS") != "1":
+        yield None
+        return
+    progress = Progress(
+        TextColumn("[bold]rows[/] {task.completed}"), BarColumn(bar_width=None),
+        TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+        console=console, transient=True,
+    )
+    task = progress.add_task("run", total=None, detail="")
+
+    def update(stats: Stats) -> None:
+        elapsed = max(time.monotonic() - stats.started, 1e-9)
+        tokens = stats.token_totals()["total_tokens"]
+        detail = (f"ok {stats.succeeded} · failed {stats.failed + stats.bad_input} · "
+                  f"cache hits {stats.cache_hits} · {stats.rows / elapsed:,.0f} rows/s"
+                  + (f" · {tokens:,} tokens" if tokens else ""))
+        progress.update(task, completed=stats.rows, detail=detail)
+
+    with progress:
+        yield update
+
+
+def metrics_table(metrics: dict[str, Any], info: dict[str, Any] | None = None) -> Table:
+    table = Table("metric", "value", box=None, title="metrics", title_justify="left")
+    for name, value in metrics.items():
+        table.add_row(name, _fmt(value))
+    for node, detail in ((info or {}).get("aggregates") or {}).items():
+        if detail.get("rows_left_out"):
+            table.add_row(f"[dim]{node}: rows left out[/]", str(detail["rows_left_out"]))
+        if detail.get("error"):
+            table.add_row(f"[red]{node} failed[/]", detail["error"])
+    return table
+
+
+def _status(info: dict[str, Any]) -> str:
+    status = info.get("status", "?")
+    if status == RUNNING and info.get("pid") and not _alive(int(info["pid"])):
+        return "interrupted (process gone)"
+    return status
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def show_run(console: Console, run_ref: str, root: Path) -> None:
+    run_dir = resolve_run_dir(run_ref, root)
+    info = read_run_info(run_dir)
+    metrics = read_metrics(run_dir)
+    counts = info.get("counts") or {}
+    head = Table(box=None, show_header=False)
+    head.add_row("run", info.get("run_id", run_dir.name))
+    head.add_row("flow", f"{info['flow']['name']} ({info['flow']['path']})")
+    head.add_row("data", str(info.get("data", {}).get("path")))
+    head.add_row("status", _status(info))
+    head.add_row("started", str(info.get("started")))
+    head.add_row("ended", str(info.get("ended", "—")))
+    if counts:
+        head.add_row("rows", ", ".join(f"{k} {v}" for k, v in counts.items()))
+    tokens = info.get("tokens") or {}
+    if tokens.get("calls"):
+        head.add_row("tokens", f"{tokens['total_tokens']:,} ({tokens['prompt_tokens']:,} prompt, "
+                     f"{tokens['completion_tokens']:,} completion) in {tokens['calls']:,} calls")
+    parts: list[Any] = [head]
+    if metrics:
+        parts.append(metrics_table(metrics, info))
+    by_node = info.get("tokens_by_node") or {}
+    if by_node:
+        t = Table("node", "calls", "prompt", "completion", "total", box=None, title="tokens by node",
+                  title_justify="left")
+        for node, u in by_node.items():
+            t.add_row(node, *(f"{u[k]:,}" for k in ("calls", "prompt_tokens", "completion_tokens",
+                                                     "total_tokens")))
+        parts.append(t)
+    console.print(Group(*parts))
+
+
+def runs_table(root: Path) -> Table:
+    table = Table("run", "flow", "started", "status", "rows", "failed", "key metrics", box=None)
+    dirs = sorted((p for p in root.glob("*") if (p / "run.json").is_file()),
+                  key=lambda p: p.stat().st_mtime, reverse=True)
+    for run_dir in dirs:
+        try:
+            info = read_run_info(run_dir)
+        except (OSError, ValueError):
+            continue
+        metrics = read_metrics(run_dir)
+        key = [f"{k}={_fmt(v)}" for k, v in metrics.items()
+               if k.endswith((".mean", ".pass_rate", ".defect_rate", ".rate"))][:3]
+        counts = info.get("counts") or {}
+        table.add_row(run_dir.name, info.get("flow", {}).get("name", "?"),
+                      str(info.get("started", ""))[:19], _status(info),
+                      str(counts.get("rows", "")),
+                      str(counts.get("failed", 0) + counts.get("bad_input", 0)) if counts else "",
+                      " ".join(key))
+    return table

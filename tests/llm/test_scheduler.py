@@ -1,0 +1,376 @@
+"""Scheduler behaviour with asyncio-level fakes: AIMD, admission, retries, budgets."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import openai
+import pytest
+
+from flowkit.llm.budget import TokenBucket
+from flowkit.llm.config import Limits
+from flowkit.llm.scheduler import Scheduler
+from tests.llm.fakes import FakeClock, Script, connection_error, run, status_error
+
+FAST = {"backoff_base": 0.001, "backoff_max": 0.002}
+
+
+def make(concurrency: int = 8, **kw: object) -> Scheduler:
+    return Scheduler(Limits(concurrency=concurrency, **{**FAST, **kw}))  # type: ignore[arg-type]
+
+
+def test_429_halves_the_limit_down_to_one() -> None:
+    sched = make(8, max_retries=5)
+    limits: list[int] = []
+
+    async def call() -> str:
+        limits.append(sched.limit)
+        if len(limits) <= 4:
+            raise status_error(429)
+        return "ok"
+
+    async def body() -> None:
+        done = await sched.run(call)
+        assert done.value == "ok"
+        assert done.attempts == 5
+
+    run(body)
+    assert limits == [8, 4, 2, 1, 1]  # halved per 429, never below 1
+    assert sched.stats.rate_limited == 4
+    assert sched.stats.retries == 4
+    assert sched.stats.requests == 5
+
+
+def test_successes_grow_the_limit_back_slowly() -> None:
+    sched = make(4, max_retries=5)
+    seen: list[int] = []
+
+    async def body() -> None:
+        await sched.run(Script([status_error(429)] * 3))  # 4 -> 2 -> 1 -> 1, success: 2
+        seen.append(sched.limit)
+        for _ in range(9):
+            await sched.run(Script([]))
+            seen.append(sched.limit)
+
+    run(body)
+    # +1 per `limit` successes: 2 successes take 2 to 3, 3 more take 3 to 4, then capped.
+    assert seen == [2, 2, 3, 3, 3, 4, 4, 4, 4, 4]
+
+
+def test_a_burst_of_429s_from_one_generation_halves_once() -> None:
+    sched = make(8, max_retries=2)
+    gate = asyncio.Event
+    started = 0
+
+    async def body() -> None:
+        release = gate()
+
+        async def call() -> str:
+            nonlocal started
+            started += 1
+            if started <= 8:
+                if started == 8:
+                    release.set()
+                await release.wait()
+                raise status_error(429)
+            return "ok"
+
+        results = await asyncio.gather(*(sched.run(call) for _ in range(8)))
+        assert all(r.value == "ok" for r in results)
+
+    run(body)
+    assert sched.stats.rate_limited == 8
+    assert sched.limit >= 4  # one halving (8 -> 4), then possibly regrowth; never 1
+
+
+def test_in_flight_never_exceeds_the_current_limit() -> None:
+    sched = make(16, max_retries=20)
+    rng = random.Random(7)
+    running = 0
+    violations: list[tuple[int, int]] = []
+    peak = 0
+
+    async def call() -> str:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        if running > sched.limit:
+            violations.append((running, sched.limit))
+        try:
+            await asyncio.sleep(rng.random() * 0.003)
+            if rng.random() < 0.2:
+                raise status_error(429)
+            return "ok"
+        finally:
+            running -= 1
+
+    async def body() -> None:
+        results = await asyncio.gather(*(sched.run(call) for _ in range(300)))
+        assert len(results) == 300
+
+    run(body)
+    assert violations == []
+    assert peak <= 16
+    assert sched.stats.peak_in_flight <= 16
+    assert sched.stats.rate_limited > 0
+    assert 1 <= sched.limit <= 16
+    assert sched.in_flight == 0
+
+
+def test_retry_after_seconds_is_honoured() -> None:
+    sched = make(4, backoff_base=0.0, backoff_max=0.0)
+    script = Script([status_error(429, {"Retry-After": "0.3"})])
+
+    async def body() -> float:
+        t0 = time.perf_counter()
+        await sched.run(script)
+        return time.perf_counter() - t0
+
+    elapsed = run(body)
+    assert 0.29 <= elapsed < 1.5
+
+
+def test_retry_after_zero_means_retry_now() -> None:
+    # A large backoff makes any fallback to backoff obvious: 0 must not read as "no header".
+    sched = Scheduler(Limits(concurrency=4, backoff_base=5.0, backoff_max=5.0))
+    script = Script(
+        [status_error(429, {"Retry-After": "0"}), status_error(503, {"retry-after": "0"})]
+    )
+
+    async def body() -> float:
+        t0 = time.perf_counter()
+        done = await sched.run(script)
+        assert done.attempts == 3
+        return time.perf_counter() - t0
+
+    assert run(body) < 0.2
+
+
+def test_retry_after_ms_wins_over_retry_after() -> None:
+    sched = Scheduler(Limits(concurrency=4, backoff_base=5.0, backoff_max=5.0))
+    script = Script([status_error(429, {"retry-after-ms": "150", "Retry-After": "5"})])
+
+    async def body() -> float:
+        t0 = time.perf_counter()
+        await sched.run(script)
+        return time.perf_counter() - t0
+
+    elapsed = run(body)
+    assert 0.14 <= elapsed < 1.0
+
+
+def test_a_429_retry_after_pauses_the_whole_endpoint() -> None:
+    sched = make(4)
+    first = Script([status_error(429, {"Retry-After": "0.25"})])
+    second = Script([])
+
+    async def body() -> float:
+        t0 = asyncio.get_running_loop().time()
+        task = asyncio.create_task(sched.run(first))
+        await asyncio.sleep(0.02)  # the first call has had its 429 by now
+        await sched.run(second)
+        await task
+        return second.times[0] - t0
+
+    assert run(body) >= 0.24
+
+
+def test_retries_are_bounded_and_the_last_error_is_raised() -> None:
+    errors = [status_error(500), connection_error(), status_error(502), status_error(503)]
+    sched = make(4, max_retries=3)
+    script = Script(list(errors))
+
+    async def body() -> None:
+        await sched.run(script)
+
+    with pytest.raises(openai.InternalServerError) as caught:
+        run(body)
+    assert caught.value is errors[-1]
+    assert script.calls == 4
+    assert sched.stats.retries == 3
+    assert sched.stats.errors == 1
+    assert sched.stats.server_errors == 3
+    assert sched.stats.connection_errors == 1
+
+
+@pytest.mark.parametrize("error", [status_error(400), status_error(401), status_error(404)])
+def test_non_retryable_errors_raise_at_once(error: openai.APIStatusError) -> None:
+    sched = make(4, max_retries=6)
+    script = Script([error])
+
+    async def body() -> None:
+        await sched.run(script)
+
+    with pytest.raises(type(error)):
+        run(body)
+    assert script.calls == 1
+    assert sched.stats.retries == 0
+    assert sched.limit == 4
+
+
+def test_unknown_exceptions_are_not_retried() -> None:
+    sched = make(4)
+    script = Script([ValueError("bug in a node")])
+
+    async def body() -> None:
+        await sched.run(script)
+
+    with pytest.raises(ValueError, match="bug in a node"):
+        run(body)
+    assert script.calls == 1
+
+
+def test_x_should_retry_false_and_huge_retry_after_are_final() -> None:
+    sched = make(4)
+
+    async def body(error: Exception) -> None:
+        await sched.run(Script([error]))
+
+    with pytest.raises(openai.InternalServerError):
+        run(lambda: body(status_error(500, {"x-should-retry": "false"})))
+    with pytest.raises(openai.RateLimitError):
+        run(lambda: body(status_error(429, {"Retry-After": "86400"})))
+    assert sched.stats.retries == 0
+
+
+def test_each_attempt_is_bounded_by_the_timeout() -> None:
+    sched = make(4, max_retries=1, timeout=0.05)
+    calls = 0
+
+    async def slow() -> str:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(5)
+        return "late"
+
+    async def body() -> None:
+        await sched.run(slow)
+
+    t0 = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        run(body)
+    assert time.perf_counter() - t0 < 1.0
+    assert calls == 2
+    assert sched.stats.timeouts == 2
+
+
+def test_timeout_then_success() -> None:
+    sched = make(4, max_retries=2)
+    calls = 0
+
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.sleep(5)
+        return "ok"
+
+    async def body() -> int:
+        done = await sched.run(flaky, timeout=0.05)
+        return done.attempts
+
+    assert run(body) == 2
+
+
+def test_backoff_uses_full_jitter_under_the_exponential_ceiling() -> None:
+    clock = FakeClock()
+    sched = Scheduler(
+        Limits(concurrency=2, max_retries=5, backoff_base=0.5, backoff_max=3.0),
+        clock=clock,
+        sleep=clock.sleep,
+        rng=lambda: 1.0,  # the top of each jitter range, so the ceilings are visible
+    )
+
+    async def body() -> None:
+        await sched.run(Script([status_error(500)] * 5))
+
+    run(body)
+    assert clock.sleeps == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+def test_rpm_budget_spaces_requests_evenly() -> None:
+    clock = FakeClock()
+    sched = Scheduler(Limits(concurrency=4, rpm=60), clock=clock, sleep=clock.sleep)
+    starts: list[float] = []
+
+    async def call() -> str:
+        starts.append(clock.now)
+        return "ok"
+
+    async def body() -> None:
+        for _ in range(5):
+            await sched.run(call)
+
+    run(body)
+    assert starts == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0])
+
+
+def test_rpm_budget_with_concurrent_callers_in_real_time() -> None:
+    # 60 requests per 0.5 s window = one every ~8.3 ms, burst of one.
+    sched = Scheduler(Limits(concurrency=32, rpm=60), window=0.5)
+    script = Script([])
+
+    async def body() -> None:
+        await asyncio.gather(*(sched.run(script) for _ in range(13)))
+
+    run(body)
+    gaps = [b - a for a, b in zip(script.times, script.times[1:], strict=False)]
+    assert script.times[-1] - script.times[0] >= 12 / 120 - 0.005
+    assert min(gaps) >= 1 / 120 - 0.003
+
+
+def test_tpm_budget_charges_the_estimate_and_corrects_from_usage() -> None:
+    clock = FakeClock()
+    sched = Scheduler(Limits(concurrency=4, tpm=6000), clock=clock, sleep=clock.sleep)
+
+    async def body() -> None:
+        # capacity 100 tokens, 100 tokens/s; estimates of 100 but only 10 really used.
+        for _ in range(5):
+            await sched.run(Script([]), tokens=100, used_tokens=lambda _: 10)
+
+    run(body)
+    # The first call spends the burst; the refunds mean later calls wait ~0.9 s, not 1 s.
+    assert sum(clock.sleeps) < 4 * 0.95
+    assert sched.stats.tokens == 50
+
+
+def test_token_bucket_debt_keeps_the_long_run_rate() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(600, window=60, clock=clock, sleep=clock.sleep)  # 10/s, burst 10
+    assert bucket.reserve(30) == 0.0  # a full bucket admits an oversized request...
+    assert bucket.reserve(10) == pytest.approx(3.0)  # ...and the next one pays its debt
+    bucket.adjust(-20)  # refund: the first used only 10
+    assert bucket.level == pytest.approx(-10.0)
+
+
+def test_cancelled_callers_release_their_slot() -> None:
+    sched = make(1)
+
+    async def body() -> None:
+        blocker = asyncio.create_task(sched.run(lambda: asyncio.sleep(10)))
+        waiter = asyncio.create_task(sched.run(Script([])))
+        await asyncio.sleep(0.01)
+        assert sched.in_flight == 1
+        waiter.cancel()
+        blocker.cancel()
+        await asyncio.gather(blocker, waiter, return_exceptions=True)
+        assert sched.in_flight == 0
+        assert (await sched.run(Script([]))).value == "ok"
+
+    run(body)
+
+
+def test_one_scheduler_survives_several_event_loops() -> None:
+    sched = make(2, max_retries=1)
+
+    async def body() -> None:
+        await asyncio.gather(*(sched.run(Script([status_error(429)])) for _ in range(4)))
+
+    run(body)
+    limit = sched.limit
+    run(body)
+    assert sched.in_flight == 0
+    assert sched.limit <= limit
+    assert sched.stats.calls == 8
