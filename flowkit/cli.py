@@ -19,8 +19,9 @@ from flowkit.errors import FlowkitError, UsageError
 from flowkit.gates import check_gates, parse_gate
 from flowkit.views import metrics_table, progress_display, show_run
 
-err_console = Console(stderr=True)
-console = Console()
+# Off a terminal (CI logs, pipes) rich would wrap at 80 columns and cut names; use a wide page.
+err_console = Console(stderr=True, soft_wrap=True)
+console = Console(width=None if Console().is_terminal else 160)
 
 
 class FlowkitGroup(click.Group):

@@ -48,6 +48,8 @@ class LoadContext:
         self._loaded: dict[Path, Flow | None] = {}
         self._raw: dict[int, YDict] = {}
         self._file: dict[int, str] = {}
+        self._broken: set[str] = set()
+        """Nodes already reported as invalid: references to them raise no second error."""
 
     # -- reporting ------------------------------------------------------------------------
     def report(self, file: str, line: int, node: str | None, message: str) -> None:
@@ -87,7 +89,7 @@ class LoadContext:
             self.report(file, 0, None, "flow file does not exist")
             return None
         try:
-            raw = read_yaml(path)
+            raw = read_yaml(path, file)
         except YamlSyntaxError as err:
             self.diagnostics.append(err.diagnostic)
             return None
@@ -132,24 +134,48 @@ class LoadContext:
         if not isinstance(raw_nodes, list):
             self.report(file, raw.line_of("nodes"), None, "'nodes' must be a list of nodes")
             raw_nodes = []
-        header = {k: v for k, v in raw.items() if k != "nodes"}
+        header = {k: v for k, v in raw.items() if k not in ("nodes", "inputs")}
+        inputs: dict[str, InputSpec] = {}
+        raw_inputs = raw.get("inputs") or {}
+        if not isinstance(raw_inputs, dict):
+            self.report(file, raw.line_of("inputs"), None, "'inputs' must map names to {type: …}")
+            raw_inputs = {}
+        for name, value in raw_inputs.items():
+            try:
+                inputs[name] = InputSpec.model_validate(value if value is not None else {})
+            except PydanticError as err:
+                # Keep the name with type 'any', so references to it raise no second error.
+                inputs[name] = InputSpec()
+                self._pydantic(err, raw, file, None, list(InputSpec.model_fields), ("inputs", name))
         try:
-            return FlowSpec.model_validate(header), raw_nodes
+            spec = FlowSpec.model_validate({**header, "inputs": inputs})
         except PydanticError as err:
-            for e in err.errors():
-                f, line = locate(raw, e["loc"])
-                self.report(f or file, line, None, _message(e, _allowed_for(e["loc"])))
+            self._pydantic(err, raw, file, None, [*FlowSpec.model_fields], ())
             return None, raw_nodes
+        return spec, raw_nodes
+
+    def _pydantic(self, err: PydanticError, raw: Any, file: str, node: str | None,
+                  allowed: list[str], prefix: tuple[Any, ...]) -> None:
+        for e in err.errors():
+            loc = (*prefix, *e["loc"])
+            _, line = locate(raw, loc)
+            self.report(file, line, node, _message({**e, "loc": loc}, allowed))
 
     def _nodes(self, raw_nodes: list[Any], path: Path, file: str) -> dict[str, Node]:
         nodes: dict[str, Node] = {}
+        seen: dict[str, int] = {}
         lines = getattr(raw_nodes, "item_lines", [])
         for i, raw in enumerate(raw_nodes):
             line = lines[i] if i < len(lines) else 0
-            if not isinstance(raw, YDict):
+            if not isinstance(raw, dict):
                 self.report(file, line, None, "a node must be a mapping with a name and a type")
                 continue
             name = raw.get("name") if isinstance(raw.get("name"), str) else None
+            if name is not None and name in seen:
+                self.report(file, line, name, f"duplicate node name (first defined at line {seen[name]})")
+                continue
+            if name is not None:
+                seen[name] = line
             if "use" in raw:
                 merged = self._merge_use(raw, path, file, name)
                 if merged is None:
@@ -158,13 +184,9 @@ class LoadContext:
             try:
                 spec = _NODE.validate_python(raw)
             except PydanticError as err:
-                for e in err.errors():
-                    _, at = locate(raw, e["loc"])
-                    self.report(file, at or line, name, _message(e, _node_keys(raw)))
-                continue
-            if spec.name in nodes:
-                first = nodes[spec.name].line
-                self.report(file, line, spec.name, f"duplicate node name (first defined at line {first})")
+                self._pydantic(err, raw, file, name, _node_keys(raw), ())
+                if name:
+                    self._broken.add(name)
                 continue
             node = Node(spec.name, spec.type, spec, file, line, inputs=[])
             self._raw[id(node)], self._file[id(node)] = raw, file
@@ -172,15 +194,15 @@ class LoadContext:
             self._compile(node, path.parent)
         return nodes
 
-    def _merge_use(self, raw: YDict, path: Path, file: str, name: str | None) -> YDict | None:
+    def _merge_use(self, raw: dict[str, Any], path: Path, file: str, name: str | None) -> YDict | None:
         target = raw["use"]
-        line = raw.line_of("use")
+        line = line_of(raw, "use")
         if not isinstance(target, str):
             self.report(file, line, name, "'use' takes the path of a node file")
             return None
         used = (path.parent / target).resolve()
         try:
-            base = read_yaml(used) if used.is_file() else None
+            base = read_yaml(used, display(used)) if used.is_file() else None
         except YamlSyntaxError as err:
             self.diagnostics.append(err.diagnostic)
             return None
@@ -189,7 +211,7 @@ class LoadContext:
             self.report(file, line, name, f"node file {target!r} {problem}")
             return None
         merged = YDict()
-        merged.file, merged.line, merged.key_lines = file, raw.line, {}
+        merged.file, merged.line, merged.key_lines = file, getattr(raw, "line", 0), {}
         for key, value in base.items():
             if key in _PATH_FIELDS and isinstance(value, str):
                 value = str((used.parent / value).resolve())
@@ -199,10 +221,10 @@ class LoadContext:
                 continue
             if key == "inputs" and isinstance(value, dict) and isinstance(merged.get(key), dict):
                 joined = YDict({**merged[key], **value})
-                joined.file, joined.line = file, raw.line_of(key)
+                joined.file, joined.line = file, line_of(raw, key)
                 joined.key_lines = {k: getattr(value, "key_lines", {}).get(k, line) for k in joined}
                 value = joined
-            merged[key], merged.key_lines[key] = value, raw.line_of(key)
+            merged[key], merged.key_lines[key] = value, line_of(raw, key)
         return merged
 
     def _compile(self, node: Node, base_dir: Path) -> None:
@@ -239,7 +261,7 @@ class LoadContext:
                             "${node.output} or ${inputs.name}")
                 continue
             problem = self._target_problem(ref, spec, nodes)
-            if problem is None and ref.source == "node" and nodes[ref.name].is_aggregate:
+            if problem is None and ref.name in nodes and nodes[ref.name].is_aggregate:
                 problem = (f"reads aggregate node {ref.name!r}; outputs are per row, and "
                            "aggregate results go to metrics.json")
             if problem:
@@ -259,7 +281,7 @@ class LoadContext:
     def _check_one(self, node: Node, ref: Ref, spec: FlowSpec, nodes: dict[str, Node],
                    key: str, sub: Any) -> None:
         problem = self._target_problem(ref, spec, nodes)
-        if problem is None and ref.source == "node":
+        if problem is None and ref.source == "node" and ref.name in nodes:
             if ref.name == node.name:
                 problem = "reads its own output"
             elif nodes[ref.name].is_aggregate and not node.is_aggregate:
@@ -275,11 +297,13 @@ class LoadContext:
                         f"; the flow's inputs are: {one_of(spec.inputs)}")
             return None
         if ref.name not in nodes:
+            if ref.name in self._broken:
+                return None
             if ref.name in ("data", "run"):
                 return ("reads data directly; declare a flow input and map the column to it "
                         "(the default mapping is input x ← ${data.x})")
             return (f"refers to unknown node {ref.name!r}"
-                    f"{did_you_mean(ref.name, [*nodes, 'inputs'])}")
+                    f"{did_you_mean(ref.name, [*nodes, *self._broken, 'inputs'])}")
         target = nodes[ref.name]
         if target.kind == "flow" and ref.path and target.impl is not None:
             outs = target.impl.spec.outputs
@@ -294,12 +318,6 @@ def _must_ref(text: str) -> Ref:
     if ref is None:
         raise ValueError(f"{text!r} is not a reference; write ${{node.output}} or ${{inputs.x}}")
     return ref
-
-
-def _allowed_for(loc: tuple[Any, ...]) -> list[str]:
-    if len(loc) >= 3 and loc[0] == "inputs":
-        return list(InputSpec.model_fields)
-    return [*FlowSpec.model_fields]
 
 
 def _node_keys(raw: dict[str, Any]) -> list[str]:
@@ -317,6 +335,12 @@ def _message(e: dict[str, Any], allowed: list[str]) -> str:
         return f"unknown node type {tag!r}{did_you_mean(tag, NODE_TYPES)}; expected one of {', '.join(NODE_TYPES)}"
     if kind == "union_tag_not_found":
         return f"node has no 'type' (one of {', '.join(NODE_TYPES)}) and no 'use'"
+    if kind == "literal_error" and field == "type" and len(loc) == 3 and loc[0] == "inputs":
+        from flowkit.spec import InputType
+
+        types = InputType.__args__
+        return (f"input {loc[1]!r}: unknown type {e.get('input')!r}{did_you_mean(str(e.get('input')), types)}"
+                f"; one of {', '.join(types)}")
     if kind == "missing":
         return f"missing required key {field!r}"
     if kind == "string_pattern_mismatch" and field == "name":

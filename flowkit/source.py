@@ -109,8 +109,9 @@ def _yaml_diagnostic(err: yaml.YAMLError, file: str) -> Diagnostic:
     return Diagnostic(file, line, None, f"YAML syntax error{column}: {detail}")
 
 
-def read_yaml(path: Path) -> Any:
-    return parse_yaml(path.read_text(encoding="utf-8"), str(path))
+def read_yaml(path: Path, name: str | None = None) -> Any:
+    """Parse a YAML file; ``name`` is how messages should show the file."""
+    return parse_yaml(path.read_text(encoding="utf-8"), name or str(path))
 
 
 def locate(root: Any, loc: tuple[Any, ...]) -> tuple[str, int]:

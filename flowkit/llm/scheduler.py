@@ -156,7 +156,7 @@ class Scheduler:
                     continue
                 self.stats.requests += 1
                 try:
-                    value = await asyncio.wait_for(call(), per_attempt)
+                    value = await _within(per_attempt, call)
                 except Exception as exc:
                     if self._tpm is not None:
                         self._tpm.adjust(-tokens)  # providers do not bill failed calls
@@ -275,6 +275,19 @@ class Scheduler:
             self.stats.timeouts += 1
         elif kind is Failure.CONNECTION:
             self.stats.connection_errors += 1
+
+
+async def _within(seconds: float, call: Callable[[], Awaitable[T]]) -> T:
+    """Await ``call()`` with a deadline, in the current task.
+
+    ``asyncio.timeout`` runs the call inline, so it starts in the same loop step as the
+    admission check before it; ``wait_for`` (the fallback before 3.11) wraps it in a task
+    that starts a step later.
+    """
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(seconds):
+            return await call()
+    return await asyncio.wait_for(call(), seconds)
 
 
 _schedulers: dict[tuple[str, ...], Scheduler] = {}

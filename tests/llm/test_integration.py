@@ -1,0 +1,231 @@
+"""The real openai client over real HTTP against the local test server (never a mock)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from flowkit.llm import (
+    Endpoint,
+    Limits,
+    UsageTracker,
+    chat,
+    clients_created,
+    embed,
+    get_client,
+    load_settings,
+    reset_schedulers,
+    scheduler_for,
+)
+from flowkit.testing.server import LocalServer, ServerConfig, serve
+
+FAST = Limits(concurrency=16, timeout=5, max_retries=6, backoff_base=0.01, backoff_max=0.05)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LocalServer]:
+    with serve(ServerConfig(retry_after=0.2)) as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def fresh(server: LocalServer) -> Iterator[None]:
+    server.configure(rate_429=0.0, rate_500=0.0, rate_timeout=0.0, retry_after=0.2, api_key=None)
+    server.reset()
+    reset_schedulers()
+    yield
+    reset_schedulers()
+
+
+def endpoint(server: LocalServer, limits: Limits = FAST, **kw: Any) -> Endpoint:
+    fields: dict[str, Any] = {"connection": "local", "kind": "openai", "model": "flowkit-test"}
+    fields.update(base_url=server.base_url, limits=limits, **kw)
+    return Endpoint(**fields)
+
+
+def user(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]
+
+
+def test_plain_chat_through_flowkit_yaml(server: LocalServer, tmp_path: Path) -> None:
+    (tmp_path / "flowkit.yaml").write_text(
+        "default_model: flowkit-test\n"
+        "connections:\n"
+        f"  local: {{base_url: '{server.base_url}', api_key_env: LOCAL_KEY, backoff_base: 0.01}}\n"
+    )
+    ep = load_settings(tmp_path, env={"LOCAL_KEY": "sk-local"}).check("f", "n", None, None)
+    tracker = UsageTracker()
+
+    async def body() -> None:
+        result = await chat(ep, ep.model, user("Say it. [[reply: hello there]]"), {"seed": 1})
+        assert result.text == "hello there"
+        assert result.texts == ["hello there"]
+        assert result.finish_reason == "stop"
+        assert result.model == "flowkit-test"
+        assert result.attempts == 1
+        assert result.refusal is None
+        assert result.top_logprobs is None
+        assert (
+            result.usage["total_tokens"]
+            == (result.usage["prompt_tokens"] + result.usage["completion_tokens"])
+            > 0
+        )
+        tracker.record("n", result.model, result.usage)
+
+    asyncio.run(body())
+    assert tracker.total().calls == 1
+    assert tracker.total_cost() is None  # flowkit-test has no price: unknown, not zero
+
+
+def test_n_choices_max_tokens_and_logprobs(server: LocalServer) -> None:
+    ep = endpoint(server)
+    params = {"n": 3, "logprobs": True, "top_logprobs": 4, "temperature": 0, "top_k": 5}
+
+    async def body() -> None:
+        result = await chat(ep, "flowkit-test", user("Rate this answer."), params)
+        assert len(result.texts) == 3
+        assert result.text == result.texts[0]
+        assert all(t.startswith("Score: ") for t in result.texts)
+        assert result.top_logprobs is not None and len(result.top_logprobs) == 4
+        assert set(result.top_logprobs[0]) == {"token", "logprob"}
+        cut = await chat(
+            ep, "flowkit-test", user("[[reply: one two three four]]"), {"max_tokens": 2}
+        )
+        assert (cut.text, cut.finish_reason) == ("one two", "length")
+
+    asyncio.run(body())
+
+
+def test_embeddings_are_batched_and_ordered(server: LocalServer) -> None:
+    ep = endpoint(server)
+    texts = [f"text number {i} about topic {i % 3}" for i in range(10)]
+
+    async def body() -> None:
+        batched = await embed(ep, "text-embedding-3-small", texts, batch_size=3)
+        assert server.stats()["by_endpoint"]["embeddings"] == 4
+        single = await embed(ep, "text-embedding-3-small", texts[::-1], batch_size=256)
+        assert len(batched.vectors) == 10
+        assert batched.vectors == single.vectors[::-1]
+        assert batched.usage["total_tokens"] == single.usage["total_tokens"] > 0
+
+    asyncio.run(body())
+
+
+def test_429_with_retry_after_then_success(server: LocalServer) -> None:
+    ep = endpoint(server)
+
+    async def body() -> float:
+        t0 = time.perf_counter()
+        result = await chat(ep, "flowkit-test", user("[[fault-once: 429]] again"), {})
+        assert result.attempts == 2
+        assert result.text.startswith("Score: ")
+        return time.perf_counter() - t0
+
+    elapsed = asyncio.run(body())
+    assert 0.19 <= elapsed < 2.0  # the server said Retry-After: 0.2
+    stats = scheduler_for(ep).snapshot()
+    assert (stats["rate_limited"], stats["retries"], stats["requests"]) == (1, 1, 2)
+    assert server.stats()["by_status"] == {"429": 1, "200": 1}
+
+
+def test_timeout_then_retry(server: LocalServer) -> None:
+    ep = endpoint(server)
+
+    async def body() -> float:
+        t0 = time.perf_counter()
+        result = await chat(
+            ep, "flowkit-test", user("[[fault-once: timeout]] slow"), {}, timeout=0.3
+        )
+        assert result.attempts == 2
+        return time.perf_counter() - t0
+
+    assert asyncio.run(body()) < 3.0
+    assert scheduler_for(ep).stats.timeouts == 1
+
+
+def test_non_retryable_error_is_raised_at_once(server: LocalServer) -> None:
+    server.configure(api_key="right-key")
+    ep = endpoint(server, api_key="wrong-key")
+
+    async def body() -> None:
+        await chat(ep, "flowkit-test", user("hi"), {})
+
+    with pytest.raises(openai.AuthenticationError) as caught:
+        asyncio.run(body())
+    assert "wrong-key" not in str(caught.value)
+    assert server.stats()["requests"] == 1
+
+
+def test_faulty_server_gives_the_same_scores_as_a_clean_one(server: LocalServer) -> None:
+    ep = endpoint(server, limits=FAST.model_copy(update={"concurrency": 32}))
+    prompts = [user(f"Question {i}: how good is answer {i * 7}?") for i in range(100)]
+
+    async def run_all() -> list[Any]:
+        calls = (chat(ep, "flowkit-test", p, {"temperature": 0}) for p in prompts)
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    clean = asyncio.run(run_all())
+    assert all(not isinstance(r, BaseException) for r in clean)
+    server.reset()
+    server.configure(rate_429=0.15, rate_500=0.05, retry_after=0.01)
+    faulty = asyncio.run(run_all())
+
+    failures = [r for r in faulty if isinstance(r, BaseException)]
+    # Seven straight faults at 20 % is ~1e-5 per call: a failure would be the last error.
+    assert all(isinstance(f, openai.APIStatusError) for f in failures)
+    assert all(f.status_code in (429, 500) for f in failures)  # type: ignore[attr-defined]
+    assert len(failures) <= 1
+    for before, after in zip(clean, faulty, strict=True):
+        if not isinstance(after, BaseException):
+            assert after.text == before.text
+    server_stats = server.stats()
+    sched = scheduler_for(ep).snapshot()
+    assert server_stats["by_status"].get("429", 0) == sched["rate_limited"] > 0
+    assert server_stats["by_status"].get("500", 0) == sched["server_errors"] > 0
+    assert sum(r.attempts for r in faulty if not isinstance(r, BaseException)) > 100
+    assert server_stats["max_in_flight"] <= 32
+
+
+def test_one_client_per_endpoint_and_loop(server: LocalServer) -> None:
+    ep = endpoint(server)
+    seen: list[openai.AsyncOpenAI] = []
+
+    async def body() -> None:
+        before = clients_created()
+        first = await get_client(ep)
+        await asyncio.gather(*(chat(ep, "flowkit-test", user(f"q{i}"), {}) for i in range(5)))
+        await embed(ep, "text-embedding-3-small", ["a", "b"])
+        assert await get_client(ep) is first
+        assert clients_created() == before + 1
+        seen.append(first)
+
+    asyncio.run(body())
+    asyncio.run(body())  # a new event loop gets its own client...
+    assert seen[0] is not seen[1]
+    assert seen[0].is_closed()  # ...and the old loop's client was closed when its loop ended
+    assert seen[1].is_closed()
+
+
+def test_azure_routes_to_the_pinned_deployment(server: LocalServer) -> None:
+    ep = Endpoint(
+        connection="az",
+        kind="azure",
+        model="gpt-4o",
+        azure_endpoint=server.url,
+        api_version="2024-06-01",
+        deployment="gpt4o-prod",
+        api_key="az-key",  # type: ignore[arg-type]
+        limits=FAST,
+    )
+
+    async def body() -> None:
+        result = await chat(ep, "gpt-4o", user("[[reply: from azure]]"), {"max_tokens": 10})
+        assert (result.text, result.model) == ("from azure", "gpt4o-prod")
+
+    asyncio.run(body())
