@@ -124,10 +124,13 @@ class Executor:
         self.on_progress = on_progress
         self._plans: dict[int, _Plan] = {}
         self._nodes: list[Node] = []
+        self._tree_nodes: dict[int, list[Node]] = {}
         self.aggregates: list[AggTask] = []
         self._prepare(flow, ())
 
-    def _prepare(self, flow: Flow, path: tuple[str, ...]) -> None:
+    def _prepare(self, flow: Flow, path: tuple[str, ...]) -> list[Node]:
+        """Plan ``flow`` and its sub-flows; return the non-flow nodes of its whole tree."""
+        tree: list[Node] = []
         if id(flow) not in self._plans:
             counts = {n: len(flow.nodes[n].deps) for n in flow.row_order}
             dependents: dict[str, list[str]] = {n: [] for n in flow.row_order}
@@ -137,15 +140,19 @@ class Executor:
             self._plans[id(flow)] = _Plan([n for n, c in counts.items() if c == 0], counts, dependents)
         for name in flow.row_order:
             node = flow.nodes[name]
-            self._nodes.append(node)
             if node.kind == "flow":
-                self._prepare(node.impl, (*path, name))
+                tree += self._prepare(node.impl, (*path, name))
+            else:
+                tree.append(node)
+                self._nodes.append(node)
         for name in flow.aggregate_order:
             node = flow.nodes[name]
             refs = [r for _, r, _ in node.inputs if r is not None and r.source == "node"
                     and not flow.nodes[r.name].is_aggregate]
             refs += [r for _, r, _ in node.inputs if r is not None and r.source == "inputs"]
             self.aggregates.append(AggTask(path, flow, node, refs))
+        self._tree_nodes[id(flow)] = tree
+        return tree
 
     # -- rows ---------------------------------------------------------------------------
     async def run(self, rows: Iterable[tuple[int, dict[str, Any] | None, str | None]]) -> None:
@@ -248,7 +255,11 @@ class Executor:
             self._fail(node, scope, line, qual, None, err, start)
             return None
         if node.kind == "flow":
-            return self._subflow(node, scope, inputs, line, qual, start)
+            coro = self._subflow(node, scope, inputs, line, qual, start)
+            if self._waits(node.impl):
+                return coro
+            _drive_now(coro)
+            return None
         key = None
         if self.cache is not None and node.spec.cache and not self._refreshed(node, qual):
             key = node_key(node.static_key, inputs)
@@ -293,6 +304,10 @@ class Executor:
         else:
             self._done(node, scope, line, qual, OK, inputs, output, start=start)
 
+    def _waits(self, flow: Flow) -> bool:
+        """Whether any node in ``flow``'s tree awaits I/O (flow nodes inherit from their tree)."""
+        return any(n.is_async for n in self._tree_nodes[id(flow)])
+
     def _refreshed(self, node: Node, qual: str) -> bool:
         return bool(self.options.refresh) and (qual in self.options.refresh
                                                or node.name in self.options.refresh)
@@ -332,6 +347,16 @@ class Executor:
             start=begin, end=end, duration=end - begin, cache_hit=cache_hit, inputs=inputs,
             output=output, error=error, llm=LlmCall(**llm) if llm else None,
         ))
+
+
+def _drive_now(coro: Coroutine[Any, Any, None]) -> None:
+    """Run a coroutine that never suspends to its end, without the event loop's task machinery."""
+    try:
+        coro.send(None)
+    except StopIteration:
+        return
+    coro.close()
+    raise RuntimeError("a sub-flow expected to run without waiting tried to suspend")
 
 
 def _when_holds(when: tuple[Ref, bool, Any], scope: Scope) -> bool:

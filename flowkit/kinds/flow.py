@@ -42,5 +42,6 @@ class FlowKind(Kind):
             ctx.error(node, f"sub-flow {sub.name!r} needs input(s) {', '.join(missing)}; map them "
                             "under this node's inputs", key="inputs")
         node.impl = sub
-        node.is_async = True
+        # Whether it waits is decided per call from the sub-flow's own nodes (executor._waits).
+        node.is_async = False
         node.key_parts = {"flow": sub.content_hash}
