@@ -104,10 +104,17 @@ def run(
     timeout: float | None = None,
     settings: Any = None,
     on_progress: Callable[[Stats], None] | None = None,
+    backend: str = "local",
+    workers: int = 2,
+    scheduler: str | None = None,
+    chunk_size: int = 512,
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder."""
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    if backend != "local" and settings is not None:
+        raise UsageError("a settings object cannot be sent to worker processes; configure "
+                         "endpoints through the environment or flowkit.yaml")
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
     data_path = Path(data)
     prior = Path(prior_run) if prior_run is not None else None
@@ -130,14 +137,24 @@ def run(
         "data": {"path": display(data_path)},
         "mapping": maps.as_dict(),
         "options": {"concurrency": concurrency, "limit": limit, "cache": use_cache,
-                    "refresh": sorted(options.refresh)},
+                    "refresh": sorted(options.refresh), "backend": backend,
+                    "workers": workers if backend != "local" else 1},
         "flowkit_version": __version__,
     })
     executor = Executor(flow, options, cache, writer, ctx, on_progress)
     status, metrics, agg_info = FAILED, None, {}
     t0 = time.monotonic()
     try:
-        asyncio.run(_drive(executor, _mapped_rows(data_path, maps, limit)))
+        rows = _mapped_rows(data_path, maps, limit)
+        if backend == "local":
+            asyncio.run(_drive(executor, rows))
+        else:
+            from flowkit.backends import WorkerJob, run_distributed
+
+            job = WorkerJob(flow.sources, flow.composed, options, model, connection,
+                            str(cache_dir) if cache_dir else None, writer.run_id, workers)
+            run_distributed(executor, rows, job, backend=backend, scheduler=scheduler,
+                            chunk_size=chunk_size)
         status = COMPLETED
     except KeyboardInterrupt:
         status = INTERRUPTED

@@ -75,6 +75,17 @@ class Cache:
         if len(self._pending) >= self._flush_every:
             self.flush()
 
+    def take_pending(self) -> dict[str, bytes]:
+        """Hand unwritten entries over (a worker sends them to the driver, which writes them)."""
+        pending, self._pending = self._pending, {}
+        return pending
+
+    def put_encoded(self, entries: dict[str, bytes]) -> None:
+        self._pending.update(entries)
+        self.writes += len(entries)
+        if len(self._pending) >= self._flush_every:
+            self.flush()
+
     def maybe_flush(self) -> None:
         if self._pending and time.monotonic() - self._last_flush >= self._flush_seconds:
             self.flush()

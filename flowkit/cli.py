@@ -73,12 +73,18 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
               help="Exit 1 when more than this fraction of rows failed.")
 @click.option("--gate", "gates", multiple=True, metavar="METRIC<OP>VALUE",
               help="A CI gate such as 'groundedness.mean>=4'; exit 1 when it does not hold.")
+@click.option("--backend", default="local", show_default=True,
+              type=click.Choice(["local", "loky", "threading", "multiprocessing", "dask", "ray"]),
+              help="Where rows run: this process, or joblib workers (see README, Running at scale).")
+@click.option("--workers", default=2, show_default=True, help="joblib workers (non-local backends).")
+@click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def run(flows: tuple[str, ...], data: str, maps: tuple[str, ...], prior_run: str | None,
         concurrency: int, limit: int | None, no_cache: bool, refresh: tuple[str, ...],
         cache_dir: str | None, output: str | None, name: str | None, model: str | None,
         connection: str | None, timeout: float | None, fail_on_error: float | None,
-        gates: tuple[str, ...], quiet: bool) -> None:
+        gates: tuple[str, ...], backend: str, workers: int, scheduler: str | None,
+        quiet: bool) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data."""
     from flowkit.api import run as run_flow
     from flowkit.loader import compose, load_flow
@@ -90,7 +96,8 @@ def run(flows: tuple[str, ...], data: str, maps: tuple[str, ...], prior_run: str
                           concurrency=concurrency, limit=limit, use_cache=not no_cache,
                           refresh=list(refresh), cache_dir=cache_dir, output=output, name=name,
                           model=model, connection=connection, timeout=timeout,
-                          on_progress=on_progress)
+                          on_progress=on_progress, backend=backend, workers=workers,
+                          scheduler=scheduler)
     console.print(metrics_table(result.metrics, result.info))
     c = result.counts
     console.print(f"rows {c['rows']}: {c['succeeded']} ok, {c['failed']} failed, "

@@ -57,6 +57,16 @@ class Stats:
             acc[k] += int(usage.get(k) or 0)
         acc["calls"] += 1
 
+    def merge(self, other: Stats) -> None:
+        """Add a worker's counts (see backends) to these."""
+        for name in ("rows", "succeeded", "failed", "bad_input", "node_runs", "cache_hits",
+                     "node_failures"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for node, usage in other.tokens.items():
+            acc = self.tokens.setdefault(node, dict.fromkeys(usage, 0))
+            for k, v in usage.items():
+                acc[k] = acc.get(k, 0) + v
+
     def token_totals(self) -> dict[str, int]:
         keys = ("prompt_tokens", "completion_tokens", "total_tokens", "calls")
         return {k: sum(t[k] for t in self.tokens.values()) for k in keys}

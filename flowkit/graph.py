@@ -62,6 +62,10 @@ class Flow:
     aggregate_order: list[str]
     content_hash: str
     graph: nx.DiGraph
+    sources: tuple[str, ...] = ()
+    """The flow files this was loaded from, so a worker process can load it again."""
+    composed: bool = False
+    """Whether ``sources`` were composed into one flow (`flowkit run A B`)."""
 
     @property
     def name(self) -> str:

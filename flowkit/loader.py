@@ -379,6 +379,7 @@ def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     flow = ctx.build(raw, Path.cwd() / f"{name}.yaml", name)
     _raise(ctx, name)
     assert flow is not None
+    flow.sources, flow.composed = tuple(str(p) for p in paths), True
     return flow
 
 
@@ -390,7 +391,9 @@ def _raise(ctx: LoadContext, name: str) -> None:
 def load_flow(flow: str | os.PathLike[str]) -> Flow:
     """Load and validate a flow (a path, or a built-in flow's name); raise every problem at once."""
     ctx = LoadContext()
-    loaded = ctx.load(resolve_flow_path(flow))
+    path = resolve_flow_path(flow)
+    loaded = ctx.load(path)
     if ctx.diagnostics or loaded is None:
         raise ValidationError(ctx.diagnostics or [Diagnostic(str(flow), 0, None, "flow failed to load")])
+    loaded.sources = (str(path.resolve()),)
     return loaded

@@ -71,6 +71,10 @@ class RunWriter:
     def trace(self, record: NodeRecord) -> None:
         self._traces.write(encode(record) + b"\n")
 
+    def trace_bytes(self, line: bytes) -> None:
+        """A trace line already encoded (by a worker process)."""
+        self._traces.write(line + b"\n")
+
     def row(self, index: int, record: dict[str, Any]) -> None:
         """Queue a finished row; rows reach outputs.jsonl in input order."""
         self._buffer[index] = dumps(record) + b"\n"
