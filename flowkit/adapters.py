@@ -51,9 +51,10 @@ def message_text(content: Any) -> str:
 
 def _messages(value: Any) -> list[Mapping[str, Any]] | None:
     """``value`` as a list of role/content messages, or None when it is not one."""
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        if all(isinstance(m, Mapping) and "role" in m for m in value):
-            return list(value)
+    if isinstance(value, Sequence) and not isinstance(value, str) and all(
+        isinstance(m, Mapping) and "role" in m for m in value
+    ):
+        return list(value)
     return None
 
 
@@ -108,12 +109,12 @@ def history_text(history: Any) -> str:
     if isinstance(history, str):
         return history.strip()
     if (messages := _messages(history)) is not None:
-        lines = [
-            f"{'User' if m.get('role') == 'user' else 'Assistant'}: {message_text(m.get('content'))}"
+        speaker = {"user": "User", "assistant": "Assistant"}
+        return "\n".join(
+            f"{speaker[m['role']]}: {message_text(m.get('content'))}"
             for m in messages
-            if m.get("role") in ("user", "assistant")
-        ]
-        return "\n".join(lines)
+            if m.get("role") in speaker
+        )
     if isinstance(history, Sequence):
         lines = []
         for turn in history:

@@ -54,7 +54,8 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
             inputs = _inputs(agg, done)
             key = node_key(agg.node.static_key, inputs) if cache is not None else None
-            cached = cache.get(key) if cache is not None and key is not None else MISS
+            fresh = cache is None or key is None or executor._refreshed(agg.node, qual)
+            cached = MISS if fresh else cache.get(key)  # type: ignore[union-attr]
             if cached is not MISS:
                 output, hit = cached[0], True  # type: ignore[index]
             else:

@@ -85,6 +85,8 @@ class Scope:
         self.children: dict[str, Scope] = {}
 
     def get(self, ref: Ref) -> Any:
+        if ref.source == "node" and self.status.get(ref.name) == SKIPPED:
+            return None  # a skipped node's output is null, and so is every path into it
         base = self.inputs[ref.name] if ref.source == "inputs" else self.values[ref.name]
         return walk(base, ref.path, ref.text) if ref.path else base
 
@@ -271,9 +273,10 @@ class Executor:
             _drive_now(coro)
             return None
         key = None
-        if self.cache is not None and node.spec.cache and not self._refreshed(node, qual):
+        if self.cache is not None and node.spec.cache:
             key = node_key(node.static_key, inputs)
-            hit = self.cache.get(key)
+            # A refreshed node skips the lookup but still stores: the new result replaces the old.
+            hit = MISS if self._refreshed(node, qual) else self.cache.get(key)
             if hit is not MISS:
                 output, meta = hit  # type: ignore[misc]
                 self.stats.cache_hits += 1

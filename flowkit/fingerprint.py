@@ -18,6 +18,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+_SOURCE_DIGEST = "__flowkit_source_digest__"
+"""Set on modules loaded from a flow's `source:` file: the sha256 of the text that was run."""
+
 
 class ImportProblem(Exception):
     """Why a node's function could not be loaded, in words a user can act on."""
@@ -45,21 +48,33 @@ def load_function(function: str, source: str | None, base_dir: Path) -> Callable
 
 
 def _from_file(path: Path, name: str) -> Callable[..., Any]:
+    shown = _display(path)
     if not path.is_file():
-        raise ImportProblem(f"source file {str(path)!r} does not exist")
+        raise ImportProblem(f"source file {shown!r} does not exist")
     module_name = "flowkit_user_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise ImportProblem(f"cannot load {str(path)!r} as Python")
+        raise ImportProblem(f"cannot load {shown!r} as Python")
     module = importlib.util.module_from_spec(spec)
     # Registered so that worker processes (joblib backends) can unpickle its functions by name.
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        # Compiled from the text read here, never from __pycache__: a .pyc counts as fresh when
+        # the file's mtime (whole seconds) and size match, so an edit within the same second
+        # would run the old code. The fingerprint is of these very bytes (see code_fingerprint).
+        text = path.read_bytes()
+        module.__dict__[_SOURCE_DIGEST] = hashlib.sha256(text).hexdigest()
+        exec(compile(text, str(path), "exec"), module.__dict__)
     except Exception as err:
         del sys.modules[module_name]
-        raise ImportProblem(f"importing {str(path)!r} failed: {_last_line(err)}") from None
-    return _attr(module, name, str(path))
+        raise ImportProblem(f"importing {shown!r} failed: {_last_line(err)}") from None
+    return _attr(module, name, shown)
+
+
+def _display(path: Path) -> str:
+    from flowkit.loader import display
+
+    return display(path)
 
 
 def _attr(module: Any, attr: str, where: str) -> Callable[..., Any]:
@@ -93,6 +108,10 @@ def code_fingerprint(fn: Callable[..., Any]) -> str:
         file = inspect.getsourcefile(target)
     except TypeError:
         file = None
+    module = sys.modules.get(getattr(target, "__module__", None) or "")
+    pinned = getattr(module, _SOURCE_DIGEST, None)
+    if pinned and file and file == getattr(module, "__file__", None):
+        return pinned
     if file and Path(file).is_file():
         return _file_digest(file, Path(file).stat().st_mtime_ns)
     try:

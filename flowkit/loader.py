@@ -363,14 +363,22 @@ def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     subs = [ctx.load(p) for p in paths]
     _raise(ctx, name)
     inputs: dict[str, Any] = {}
-    nodes, outputs = [], {}
-    for path, sub in zip(paths, subs, strict=True):
+    for sub in subs:
         assert sub is not None
         for key, spec in sub.inputs.items():
             if key not in inputs or (spec.required and not inputs[key].required):
                 inputs[key] = spec
+    # An optional input that the flows default differently (f1_score's threshold 0.5,
+    # groundedness's 3) is not shared: one default would overrule the others, so each keeps its own.
+    for key, spec in list(inputs.items()):
+        specs = [s.inputs[key] for s in subs if s and key in s.inputs]
+        if not spec.required and len({(o.type, repr(o.default)) for o in specs}) > 1:
+            del inputs[key]
+    nodes, outputs = [], {}
+    for path, sub in zip(paths, subs, strict=True):
+        assert sub is not None
         nodes.append({"name": sub.name, "type": "flow", "flow": str(path),
-                      "inputs": {k: f"${{inputs.{k}}}" for k in sub.inputs}})
+                      "inputs": {k: f"${{inputs.{k}}}" for k in sub.inputs if k in inputs}})
         outputs[sub.name] = f"${{{sub.name}.output}}"
     raw = YDict(name=name, description="flows run together: " + ", ".join(s.name for s in subs if s),
                 inputs={k: v.model_dump(exclude_unset=True) for k, v in inputs.items()},

@@ -86,8 +86,11 @@ def parse_yaml(text: str, file: str) -> Any:
         if patched != text:
             try:
                 return yaml.load(patched, Loader=loader)  # noqa: S506
-            except yaml.YAMLError:
-                pass
+            except yaml.YAMLError as second:
+                # Quoted, the parser got further: the first error was only about bare
+                # references, and this one is the file's real problem.
+                if _mark(second)[0] > _mark(first)[0]:
+                    raise YamlSyntaxError(_yaml_diagnostic(second, file, text)) from None
         raise YamlSyntaxError(_yaml_diagnostic(first, file)) from None
 
 
@@ -99,10 +102,22 @@ class YamlSyntaxError(Exception):
         self.diagnostic = diagnostic
 
 
-def _yaml_diagnostic(err: yaml.YAMLError, file: str) -> Diagnostic:
+def _mark(err: yaml.YAMLError) -> tuple[int, int]:
+    """(0-based line, column) of a YAML error, or (-1, -1) when it has no position."""
     mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    line = mark.line + 1 if mark else 0
-    column = f", column {mark.column + 1}" if mark else ""
+    return (mark.line, mark.column) if mark else (-1, -1)
+
+
+def _yaml_diagnostic(err: yaml.YAMLError, file: str, original: str | None = None) -> Diagnostic:
+    """``original``: the text before bare references were quoted, to map the column back."""
+    line0, col0 = _mark(err)
+    if original is not None and line0 >= 0:
+        lines, at = original.splitlines(), col0
+        for k, m in enumerate(_BARE_REF.finditer(lines[line0] if line0 < len(lines) else "")):
+            # the quotes added around this reference stand at these columns of the patched line
+            col0 -= (m.start("ref") + 2 * k < at) + (m.end("ref") + 2 * k + 1 < at)
+    line = line0 + 1 if line0 >= 0 else 0
+    column = f", column {col0 + 1}" if line0 >= 0 else ""
     problem = getattr(err, "problem", None) or str(err)
     context = getattr(err, "context", None)
     detail = f"{context}: {problem}" if context else problem

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ from flowkit.llm.scheduler import Scheduler, scheduler_for
 
 Client = openai.AsyncOpenAI
 
+# Worker threads (the threading backend) each run their own loop, hence the lock; it is
+# only ever held for dictionary bookkeeping, never across an await.
+_lock = threading.Lock()
 _clients: dict[tuple[tuple[str, ...], int], Client] = {}
 # Loop id -> (weak ref to the loop, its guard). The guard only knows the id, so holding it
 # here does not keep the loop alive.
@@ -36,6 +40,7 @@ _loops: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncIterator[No
 _created = 0
 
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+_UNSUPPORTED = frozenset({"stream", "stream_options"})
 
 
 @dataclass
@@ -69,13 +74,16 @@ async def _loop_guard(loop_id: int) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        with _lock:
+            _loops.pop(loop_id, None)
         await _close_loop_clients(loop_id)
 
 
 async def _close_loop_clients(loop_id: int) -> None:
-    _loops.pop(loop_id, None)
-    for key in [k for k in _clients if k[1] == loop_id]:
-        await _clients.pop(key).close()
+    with _lock:
+        doomed = [_clients.pop(k) for k in list(_clients) if k[1] == loop_id]
+    for client in doomed:
+        await client.close()
 
 
 def _forget_dead_loops(current: asyncio.AbstractEventLoop) -> None:
@@ -83,6 +91,7 @@ def _forget_dead_loops(current: asyncio.AbstractEventLoop) -> None:
 
     Their sockets cannot be closed from another loop; dropping the reference is all that
     is safe.  A dead loop's id may also be reused by ``current``, hence the identity check.
+    Called with ``_lock`` held.
     """
     for loop_id, (ref, _guard) in list(_loops.items()):
         loop = ref()
@@ -117,29 +126,42 @@ async def get_client(endpoint: Endpoint) -> Client:
     global _created
     loop = asyncio.get_running_loop()
     key = (endpoint.identity(), id(loop))
-    client = _clients.get(key)
-    if client is not None:
-        return client
-    known = _loops.get(id(loop))
-    if known is None or known[0]() is not loop:
-        _forget_dead_loops(loop)
-        guard = _loop_guard(id(loop))
+    guard: AsyncIterator[None] | None = None
+    with _lock:
+        client = _clients.get(key)
+        if client is not None:
+            return client
+        known = _loops.get(id(loop))
+        if known is None or known[0]() is not loop:
+            _forget_dead_loops(loop)
+            guard = _loop_guard(id(loop))
+            _loops[id(loop)] = (weakref.ref(loop), guard)
+    if guard is not None:
+        # Starting it registers it with the loop, which finalises it before closing.
         await guard.__anext__()
-        _loops[id(loop)] = (weakref.ref(loop), guard)
-    client = _clients[key] = _build(endpoint)
-    _created += 1
-    return client
+    client = _build(endpoint)  # slow (certificate store): outside the lock
+    with _lock:
+        kept = _clients.setdefault(key, client)
+        if kept is client:
+            _created += 1
+    if kept is not client:
+        await client.close()
+    return kept
 
 
 async def aclose_clients() -> None:
-    """Close every client of the running loop (``asyncio.run`` also does this on exit)."""
+    """Close every client of the running loop (``asyncio.run`` also does this on exit).
+
+    Later calls in the same loop simply build new clients.
+    """
     await _close_loop_clients(id(asyncio.get_running_loop()))
 
 
 @cache
 def _known_chat_params() -> frozenset[str]:
     create = openai.resources.chat.AsyncCompletions.create
-    return frozenset(inspect.signature(create).parameters) - {"self", "messages", "model"}
+    own = {"self", "messages", "model", "timeout"}
+    return frozenset(inspect.signature(create).parameters) - own
 
 
 def api_params(endpoint: Endpoint, model: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -151,10 +173,10 @@ def api_params(endpoint: Endpoint, model: str, params: dict[str, Any]) -> dict[s
     (e.g. a local server's ``top_k``) go through ``extra_body`` instead of failing.
     """
     out = {k: v for k, v in params.items() if v is not None}
+    for name in _UNSUPPORTED & set(out):
+        raise ValueError(f"param '{name}' is not supported: flowkit reads whole responses")
     if "max_tokens" in out and "max_completion_tokens" not in out:
-        public = endpoint.kind == "openai" and (endpoint.base_url or OPENAI_PUBLIC_URL) == (
-            OPENAI_PUBLIC_URL
-        )
+        public = endpoint.kind == "openai" and endpoint.url == OPENAI_PUBLIC_URL
         reasoning = model.startswith(_REASONING_PREFIXES)
         if public or (endpoint.kind == "azure" and reasoning):
             out["max_completion_tokens"] = out.pop("max_tokens")
@@ -208,12 +230,18 @@ async def chat(
     """One chat completion under the endpoint's scheduler (limits, budgets, retries).
 
     For Azure connections that pin a ``deployment``, the request goes to that deployment
-    and ``model`` is only a label; otherwise ``model`` is sent as is.
+    and ``model`` is only a label; otherwise ``model`` is sent as is.  The attempt timeout
+    is ``timeout``, else a ``timeout`` in ``params``, else the endpoint's.  Streaming is
+    rejected with ValueError before anything is sent.
     """
+    params = dict(params)
+    node_timeout = params.pop("timeout", None)
+    kwargs = api_params(endpoint, model, params)
     sched = scheduler or scheduler_for(endpoint)
     client = await get_client(endpoint)
-    kwargs = api_params(endpoint, model, params)
-    attempt_timeout = timeout if timeout is not None else endpoint.limits.timeout
+    attempt_timeout = next(
+        float(t) for t in (timeout, node_timeout, endpoint.limits.timeout) if t is not None
+    )
     target = endpoint.deployment or model
 
     async def call() -> Any:

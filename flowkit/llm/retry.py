@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import math
 import random
 import time
@@ -29,6 +30,7 @@ class Failure(Enum):
     SERVER = "server"
     TIMEOUT = "timeout"
     CONNECTION = "connection"
+    MALFORMED = "malformed"
     FATAL = "fatal"
 
 
@@ -91,6 +93,9 @@ def classify(exc: BaseException) -> Verdict:
         return Verdict(Failure.TIMEOUT)
     if isinstance(exc, openai.APIConnectionError):
         return Verdict(Failure.CONNECTION)
+    if isinstance(exc, json.JSONDecodeError):
+        # A 200 whose body was cut off (a proxy dropping the connection): transient.
+        return Verdict(Failure.MALFORMED)
     status = getattr(exc, "status_code", None)
     if not isinstance(status, int):
         return Verdict(Failure.FATAL)

@@ -1,4 +1,4 @@
-"""One scheduler per endpoint, shared by every node, row and flow in the process.
+"""One scheduler per endpoint, shared by every node, row and flow of the process.
 
 It keeps a run from storming an endpoint: requests in flight are bounded by an adaptive
 limit, optional RPM/TPM budgets space requests out, and failed attempts are retried with
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,8 @@ class SchedulerStats:
     """Attempts abandoned after the per-request timeout."""
     connection_errors: int = 0
     """Attempts that never got a response."""
+    malformed: int = 0
+    """Successful-looking responses whose body could not be parsed."""
     errors: int = 0
     """Calls that failed for good (non-retryable, or retries exhausted)."""
     tokens: int = 0
@@ -122,6 +125,14 @@ class Scheduler:
             "limit": self._limit,
             "max_limit": self.limits.concurrency,
         }
+
+    def reset_stats(self) -> SchedulerStats:
+        """Start counting afresh (e.g. per run) and return the old counters.
+
+        The learned in-flight limit is kept: it describes the endpoint, not the run.
+        """
+        old, self.stats = self.stats, SchedulerStats()
+        return old
 
     # -- the one public operation --------------------------------------------------------
 
@@ -275,6 +286,8 @@ class Scheduler:
             self.stats.timeouts += 1
         elif kind is Failure.CONNECTION:
             self.stats.connection_errors += 1
+        elif kind is Failure.MALFORMED:
+            self.stats.malformed += 1
 
 
 async def _within(seconds: float, call: Callable[[], Awaitable[T]]) -> T:
@@ -290,23 +303,32 @@ async def _within(seconds: float, call: Callable[[], Awaitable[T]]) -> T:
     return await asyncio.wait_for(call(), seconds)
 
 
-_schedulers: dict[tuple[str, ...], Scheduler] = {}
+_lock = threading.Lock()
+_schedulers: dict[tuple[tuple[str, ...], int], Scheduler] = {}
 
 
 def scheduler_for(endpoint: Endpoint) -> Scheduler:
-    """The process-wide scheduler of ``endpoint`` (created on first use)."""
-    key = endpoint.identity()
-    found = _schedulers.get(key)
-    if found is None:
-        found = _schedulers[key] = Scheduler(endpoint.limits, name=endpoint.connection)
+    """The scheduler of ``endpoint`` for this thread (created on first use).
+
+    Normally that is one per endpoint for the whole process.  The threading backend runs
+    an event loop per worker thread, and each worker is given its share of the budgets
+    (``flowkit.backends``), so each thread gets its own scheduler, as each process would.
+    """
+    key = (endpoint.identity(), threading.get_ident())
+    with _lock:
+        found = _schedulers.get(key)
+        if found is None:
+            found = _schedulers[key] = Scheduler(endpoint.limits, name=endpoint.connection)
     return found
 
 
 def all_schedulers() -> list[Scheduler]:
     """Every scheduler created so far, for run summaries."""
-    return list(_schedulers.values())
+    with _lock:
+        return list(_schedulers.values())
 
 
 def reset_schedulers() -> None:
     """Forget every scheduler and its learned limit (between independent runs, in tests)."""
-    _schedulers.clear()
+    with _lock:
+        _schedulers.clear()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from flowkit.llm.client import api_params, estimate_tokens
 from flowkit.llm.config import OPENAI_PUBLIC_URL, Endpoint
 
@@ -48,3 +50,8 @@ def test_estimate_tokens() -> None:
     assert estimate_tokens(messages, {"max_tokens": 50, "n": 2}) == 108 + 100
     parts = [{"role": "user", "content": [{"type": "text", "text": "y" * 40}]}]
     assert estimate_tokens(parts, {}) == 10 + 4
+
+
+def test_streaming_is_rejected() -> None:
+    with pytest.raises(ValueError, match="'stream' is not supported"):
+        api_params(LOCAL, "m", {"stream": True})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,6 +150,17 @@ def test_timeout_then_retry(server: LocalServer) -> None:
     assert scheduler_for(ep).stats.timeouts == 1
 
 
+def test_truncated_response_is_retried(server: LocalServer) -> None:
+    ep = endpoint(server)
+
+    async def body() -> None:
+        result = await chat(ep, "flowkit-test", user("[[fault-once: malformed]] [[reply: ok]]"), {})
+        assert (result.text, result.attempts) == ("ok", 2)
+
+    asyncio.run(body())
+    assert scheduler_for(ep).stats.malformed == 1
+
+
 def test_non_retryable_error_is_raised_at_once(server: LocalServer) -> None:
     server.configure(api_key="right-key")
     ep = endpoint(server, api_key="wrong-key")
@@ -210,6 +222,27 @@ def test_one_client_per_endpoint_and_loop(server: LocalServer) -> None:
     assert seen[0] is not seen[1]
     assert seen[0].is_closed()  # ...and the old loop's client was closed when its loop ended
     assert seen[1].is_closed()
+
+
+def test_worker_threads_with_their_own_loops(server: LocalServer) -> None:
+    ep = endpoint(server)
+    results: dict[int, list[str]] = {}
+
+    def worker(index: int) -> None:
+        async def body() -> list[str]:
+            calls = (chat(ep, "flowkit-test", user(f"t{index} q{i}"), {}) for i in range(20))
+            return [r.text for r in await asyncio.gather(*calls)]
+
+        results[index] = asyncio.run(body())
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert sorted(results) == [0, 1, 2]
+    assert all(len(texts) == 20 and all(texts) for texts in results.values())
+    assert server.stats()["chat_completions"] == 60
 
 
 def test_azure_routes_to_the_pinned_deployment(server: LocalServer) -> None:

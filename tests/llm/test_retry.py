@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 
 import pytest
 
@@ -42,6 +43,7 @@ def test_classify() -> None:
     assert classify(status_error(408)).kind is Failure.SERVER
     assert classify(connection_error()).kind is Failure.CONNECTION
     assert classify(asyncio.TimeoutError()).kind is Failure.TIMEOUT
+    assert classify(json.JSONDecodeError("cut", "{", 1)).kind is Failure.MALFORMED
     for status in (400, 401, 403, 404, 422):
         assert not classify(status_error(status)).retryable
     assert not classify(ValueError("x")).retryable

@@ -316,9 +316,11 @@ def test_rpm_budget_with_concurrent_callers_in_real_time() -> None:
         await asyncio.gather(*(sched.run(script) for _ in range(13)))
 
     run(body)
-    gaps = [b - a for a, b in zip(script.times, script.times[1:], strict=False)]
-    assert script.times[-1] - script.times[0] >= 12 / 120 - 0.005
-    assert min(gaps) >= 1 / 120 - 0.003
+    # Starts follow an absolute schedule (one late wake-up does not delay the rest), so the
+    # k-th start is never earlier than k intervals after the first.
+    offsets = [t - script.times[0] for t in script.times]
+    assert all(offset >= k / 120 - 0.002 for k, offset in enumerate(offsets))
+    assert offsets[-1] >= 12 / 120 - 0.002
 
 
 def test_tpm_budget_charges_the_estimate_and_corrects_from_usage() -> None:
@@ -374,3 +376,6 @@ def test_one_scheduler_survives_several_event_loops() -> None:
     assert sched.in_flight == 0
     assert sched.limit <= limit
     assert sched.stats.calls == 8
+    assert sched.reset_stats().calls == 8
+    assert sched.stats.calls == 0
+    assert sched.limit <= limit  # the learned limit survives a stats reset

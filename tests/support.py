@@ -1,0 +1,56 @@
+"""Small helpers shared by the engine tests: writing flows and data, reading run folders."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "flows"
+EXAMPLES = REPO / "examples"
+
+
+def write(path: Path, text: str) -> Path:
+    """Write dedented ``text`` (creating folders); return the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text("utf-8"))
+
+
+def traces_by(records: Iterable[dict[str, Any]]) -> dict[tuple[int, str], dict[str, Any]]:
+    """Trace records keyed by (line, node)."""
+    return {(r["line"], r["node"]): r for r in records}
+
+
+def span(records: Iterable[dict[str, Any]]) -> float:
+    """Seconds from the first record's start to the last one's end."""
+    items = list(records)
+    return max(r["end"] for r in items) - min(r["start"] for r in items)
+
+
+def max_overlap(records: Iterable[dict[str, Any]]) -> int:
+    """The most records whose [start, end) intervals overlap at one moment."""
+    items = list(records)
+    events = sorted([(r["start"], 1) for r in items] + [(r["end"], -1) for r in items])
+    best = now = 0
+    for _, step in events:
+        now += step
+        best = max(best, now)
+    return best
