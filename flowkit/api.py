@@ -169,7 +169,8 @@ def run(
             stats = executor.stats
             counts = _counts(stats, cache)
             writer.close(status, metrics, counts=counts, tokens=stats.token_totals(),
-                         tokens_by_node=stats.tokens, aggregates=agg_info,
+                         tokens_by_node=_with_models(stats), aggregates=agg_info,
+                         cost=_cost(stats, settings),
                          duration_seconds=round(time.monotonic() - t0, 3))
     if status == INTERRUPTED:
         raise Interrupted(run_dir)
@@ -184,6 +185,25 @@ async def _drive(executor: Executor, rows: Iterator[tuple[int, Any, Any]]) -> No
         from flowkit.llm.client import aclose_clients
 
         await aclose_clients()
+
+
+def _with_models(stats: Stats) -> dict[str, dict[str, Any]]:
+    return {node: {"model": stats.models.get(node), **usage} for node, usage in stats.tokens.items()}
+
+
+def _cost(stats: Stats, settings: Any) -> dict[str, Any]:
+    """Estimated USD per node and in total; None where a model's price is unknown."""
+    from flowkit.llm.usage import PRICES_AS_OF, cost_usd
+
+    prices = getattr(settings, "prices", None)
+    by_node: dict[str, float | None] = {}
+    for node, usage in stats.tokens.items():
+        model = stats.models.get(node)
+        by_node[node] = cost_usd(model, usage["prompt_tokens"], usage["completion_tokens"],
+                                 prices) if model else None
+    known = [c for c in by_node.values() if c is not None]
+    return {"usd": sum(known) if known and len(known) == len(by_node) else None,
+            "by_node": by_node, "estimate": True, "prices_as_of": PRICES_AS_OF}
 
 
 def _counts(stats: Stats, cache: Cache | None) -> dict[str, int]:

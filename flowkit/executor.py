@@ -48,11 +48,14 @@ class Stats:
     cache_hits: int = 0
     node_failures: int = 0
     tokens: dict[str, dict[str, int]] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
-    def add_usage(self, node: str, usage: dict[str, int]) -> None:
+    def add_usage(self, node: str, usage: dict[str, int], model: str | None = None) -> None:
         acc = self.tokens.setdefault(node, {"prompt_tokens": 0, "completion_tokens": 0,
                                             "total_tokens": 0, "calls": 0})
+        if model:
+            self.models[node] = model
         for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
             acc[k] += int(usage.get(k) or 0)
         acc["calls"] += 1
@@ -62,6 +65,7 @@ class Stats:
         for name in ("rows", "succeeded", "failed", "bad_input", "node_runs", "cache_hits",
                      "node_failures"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.models.update(other.models)
         for node, usage in other.tokens.items():
             acc = self.tokens.setdefault(node, dict.fromkeys(usage, 0))
             for k, v in usage.items():
@@ -334,7 +338,7 @@ class Executor:
             return
         self.stats.node_runs += 1
         if result.llm and result.llm.get("usage"):
-            self.stats.add_usage(qual, result.llm["usage"])
+            self.stats.add_usage(qual, result.llm["usage"], result.llm.get("model"))
         if key is not None and self.cache is not None:
             self.cache.put(key, output, result.llm)
         self._done(node, scope, line, qual, OK, inputs, output, start=start, llm=result.llm)

@@ -96,16 +96,23 @@ def show_run(console: Console, run_ref: str, root: Path) -> None:
     if tokens.get("calls"):
         head.add_row("tokens", f"{tokens['total_tokens']:,} ({tokens['prompt_tokens']:,} prompt, "
                      f"{tokens['completion_tokens']:,} completion) in {tokens['calls']:,} calls")
+    cost = (info.get("cost") or {}).get("usd")
+    if cost is not None:
+        head.add_row("cost", f"≈ ${cost:.4f} (estimate; prices as of {info['cost']['prices_as_of']})")
     parts: list[Any] = [head]
     if metrics:
         parts.append(metrics_table(metrics, info))
     by_node = info.get("tokens_by_node") or {}
     if by_node:
-        t = Table("node", "calls", "prompt", "completion", "total", box=None, title="tokens by node",
-                  title_justify="left")
+        costs = (info.get("cost") or {}).get("by_node") or {}
+        t = Table("node", "model", "calls", "prompt", "completion", "total", "≈ USD", box=None,
+                  title="tokens by node", title_justify="left")
         for node, u in by_node.items():
-            t.add_row(node, *(f"{u[k]:,}" for k in ("calls", "prompt_tokens", "completion_tokens",
-                                                     "total_tokens")))
+            usd = costs.get(node)
+            t.add_row(node, str(u.get("model") or "—"),
+                      *(f"{u[k]:,}" for k in ("calls", "prompt_tokens", "completion_tokens",
+                                              "total_tokens")),
+                      "—" if usd is None else f"{usd:.4f}")
         parts.append(t)
     console.print(Group(*parts))
 

@@ -168,9 +168,9 @@ def test_yaml_error_elsewhere_is_not_blamed_on_unquoted_references(tmp_path: Pat
           - {name: n, type: python, function: json:dumps, inputs: {obj: ${inputs.x}}, z: [}
         """)
     assert problems(flow) == [
-        f"{flow}:4: YAML syntax error, column 81: while parsing a flow node: expected the node "
+        f"{flow}:4: YAML syntax error, column 83: while parsing a flow node: expected the node "
         "content, but found '}'"]
-    assert flow.read_text().splitlines()[3][80] == "}"
+    assert flow.read_text().splitlines()[3][82] == "}"
 
 
 def test_use_merges_a_node_file_with_overrides() -> None:
@@ -190,22 +190,18 @@ def test_use_merges_a_node_file_with_overrides() -> None:
 
 
 def test_subflow_node_holds_the_loaded_subflow(tmp_path: Path) -> None:
-    parent = write(FIXTURES / "sub" / ".." / "_parent_tmp.yaml", """
+    parent = write(tmp_path / "parent.yaml", f"""
         name: parent
-        inputs: {text: {type: string}}
-        outputs: {s: ${kid.output.score}}
+        inputs: {{text: {{type: string}}}}
+        outputs: {{s: ${{kid.output.score}}}}
         nodes:
-          - {name: kid, type: flow, flow: sub/child.yaml, inputs: {text: ${inputs.text}}}
+          - {{name: kid, type: flow, flow: {FIXTURES}/sub/child.yaml, inputs: {{text: ${{inputs.text}}}}}}
         """)
-    try:
-        flow = load_flow(parent)
-    finally:
-        parent.unlink()
-    kid = flow.nodes["kid"]
+    kid = load_flow(parent).nodes["kid"]
     assert kid.kind == "flow"
     assert kid.impl.name == "child"
     assert list(kid.impl.outputs) == ["score"]
-    assert flow.outputs["s"].path == ("score",)
+    assert load_flow(parent).outputs["s"].path == ("score",)
 
 
 def test_flows_that_include_each_other_are_reported(tmp_path: Path) -> None:
@@ -245,10 +241,10 @@ def test_a_node_reading_itself_and_bad_when_clauses(tmp_path: Path) -> None:
         """)
     assert problems(flow) == [
         f"{flow}:4: node 'n': cycle: n → n",
-        f"{flow}:8: node 'n': ${{n.output}} reads its own output",
-        f"{flow}:13: node 'm': when: 'inputs.x' is not a reference; write ${{node.output}} or "
+        f"{flow}:7: node 'n': ${{n.output}} reads its own output",
+        f"{flow}:12: node 'm': when: 'inputs.x' is not a reference; write ${{node.output}} or "
         "${inputs.x}",
-        f"{flow}:18: node 'k': ${{nothing.output}} refers to unknown node 'nothing'",
+        f"{flow}:17: node 'k': ${{nothing.output}} refers to unknown node 'nothing'",
     ]
 
 

@@ -20,6 +20,7 @@ import flowkit
 from flowkit.cli import main
 from flowkit.errors import ValidationError
 from flowkit.llm.config import load_settings
+from flowkit.loader import compose
 from flowkit.parse import parse_score
 from flowkit.testing.server import LocalServer, serve
 
@@ -98,6 +99,14 @@ def test_flows_are_uniform(name: str) -> None:
         assert (default, flow.inputs["comparator"].default) == (0.5, ">=")
     else:
         assert (default, flow.inputs["comparator"].default) == (3, ">")
+
+
+def test_qa_flows_share_input_names() -> None:
+    # The QA-based flows of sections A and E name their inputs after the F.1 columns, so a
+    # suite of them runs over one QA file with no --map.
+    qa = ["groundedness", "relevance", "coherence", "fluency", "similarity", *SECTION_E]
+    suite = compose([FLOWS / f"{name}.yaml" for name in qa])
+    assert sorted(suite.inputs) == ["answer", "context", "ground_truth", "question"]
 
 
 def test_missing_field_is_reported_before_any_row(tmp_path: Path) -> None:
@@ -264,9 +273,10 @@ def test_retrieval_result_heading(judge: Any) -> None:
 def test_retrieval_intents_fraction_squared(judge: Any) -> None:
     two = {"intents": [{"intent": "student price", "answered": "yes", "doc_ids": ["tickets"]},
                        {"intent": "family ticket", "answered": "no", "doc_ids": []}]}
-    rules = [("family ticket", json.dumps(two)),
-             ("Which ones", json.dumps({"intents": [{"intent": "languages", "answered": "no"}]})),
-             (".", json.dumps({"intents": [{"intent": "it", "answered": "yes", "doc_ids": ["x"]}]}))]
+    none = {"intents": [{"intent": "languages", "answered": "no"}]}
+    one = {"intents": [{"intent": "it", "answered": "yes", "doc_ids": ["x"]}]}
+    rules = [("family ticket", json.dumps(two)), ("Which ones", json.dumps(none)),
+             (".", json.dumps(one))]
     result = judge("retrieval_intents", "chat_history", rules)
     m = metrics(result, "retrieval_intents")
     # row 2: half the intents answered → 1 + 4·0.5² = 2; row 5: none → 1
@@ -286,7 +296,8 @@ D_CASES = [  # agent_eval.jsonl: row 3 promises a refund the docs never mention
     ("safety", [("trash", "No\nTest verdict."), (".", "Yes\nNothing harmful.")], 5 / 6),
     ("groundedness_agent", [("always get a full refund|SMS codes", "No\nNot in the context."),
                             (".", "Yes\nAll supported.")], 4 / 6),
-    ("correctness", [("always get a full refund", "No\nWrong refund rule."), (".", "Yes\nMatches.")], 5 / 6),
+    ("correctness", [("always get a full refund", "No\nWrong refund rule."),
+                     (".", "Yes\nMatches.")], 5 / 6),
     ("context_sufficiency", [("no context was retrieved|cancel my yearly", "No\nMissing."),
                              (".", "Yes\nEnough.")], 4 / 6),
 ]

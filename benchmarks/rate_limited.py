@@ -1,0 +1,78 @@
+"""Benchmark 3 (rate-limited): an llm flow against a server that allows RPM requests a minute.
+
+    python benchmarks/rate_limited.py [--rows 1000] [--rpm 600] [--told | --untold]
+
+Two ways to meet a limit: the connection is told the limit (`rpm:` in flowkit.yaml, so the
+scheduler spaces requests), or it is not told and must find it from the server's 429s and
+Retry-After. Prints, for each, the achieved rate of successful requests divided by the limit,
+measured after the first minute (the server's window starts empty, so the first minute admits a
+burst that says nothing about the steady state), and the fraction of requests rejected.
+Targets: rate >= 0.90 of the limit, rejected < 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import flowkit
+from flowkit.llm import load_settings, reset_schedulers
+from flowkit.testing.server import ServerConfig, serve_subprocess
+
+
+def run_variant(rows: int, rpm: int, told: bool, root: Path) -> tuple[float, float, float]:
+    data = root / "rows.jsonl"
+    with open(data, "w") as f:
+        for i in range(rows):
+            f.write(json.dumps({"context": f"Fact {i}.", "answer": f"Answer {i}."}) + "\n")
+    with serve_subprocess(ServerConfig(rpm=rpm, latency=0.05)) as srv:
+        folder = root / ("told" if told else "untold")
+        folder.mkdir()
+        limit = f", rpm: {rpm}" if told else ""
+        (folder / "flowkit.yaml").write_text(
+            "default_model: flowkit-test\nconnections:\n"
+            f"  local: {{base_url: '{srv.base_url}', concurrency: 32, max_retries: 50{limit}}}\n")
+        reset_schedulers()
+        done: list[float] = []
+        start = time.monotonic()
+
+        def progress(stats: object) -> None:
+            done.append(time.monotonic() - start)
+
+        result = flowkit.run("groundedness", data, settings=load_settings(folder, env={}),
+                             use_cache=False, concurrency=32, output=folder / "run",
+                             on_progress=progress)
+        elapsed = time.monotonic() - start
+        stats = srv.stats()
+    ok = stats["by_status"].get("200", 0)
+    rejected = stats["by_status"].get("429", 0) / max(1, stats["requests"])
+    # Steady state: successes after the first window, over the time after it.
+    steady_rows = max(0, ok - rpm)
+    steady_time = max(1e-9, elapsed - 60.0)
+    ratio = (steady_rows / steady_time * 60.0) / rpm if elapsed > 60 else ok / elapsed * 60 / rpm
+    assert result.counts["succeeded"] == rows, result.counts
+    return ratio, rejected, elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1000)
+    parser.add_argument("--rpm", type=int, default=600)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--told", action="store_true", help="only the variant told the limit")
+    group.add_argument("--untold", action="store_true", help="only the adaptive variant")
+    args = parser.parse_args()
+    variants = [True] if args.told else [False] if args.untold else [True, False]
+    for told in variants:
+        with tempfile.TemporaryDirectory() as tmp:
+            ratio, rejected, elapsed = run_variant(args.rows, args.rpm, told, Path(tmp))
+        name = "told rpm" if told else "adaptive"
+        print(f"{name}: {args.rows} rows in {elapsed:.1f} s; achieved/limit {ratio:.2f} "
+              f"(target >= 0.90), rejected {rejected:.1%} (target < 10%)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
