@@ -51,6 +51,11 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
         start = time.time()
         detail: dict[str, Any] = {"rows_used": len(agg.columns), "rows_left_out": agg.left_out}
         status, output, error, hit, inputs = OK, None, None, False, None
+        if not agg.columns and agg.left_out and agg.left_out == agg.skipped:
+            # Every row skipped or failed what it reads (a suite metric whose field the data
+            # lacks): report that, rather than a row of empty metrics.
+            info[qual] = {**detail, "status": "skipped", "reason": "no row produced its inputs"}
+            continue
         try:
             inputs = _inputs(agg, done)
             key = node_key(agg.node.static_key, inputs) if cache is not None else None
@@ -62,7 +67,7 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
                 output = to_json_value(kinds.get("aggregate").run_sync(agg.node, inputs, executor.ctx).output)
                 if cache is not None and key is not None:
                     cache.put(key, output)
-        except Exception as err:  # noqa: BLE001 - a failed aggregate is reported, not fatal
+        except Exception as err:
             status, error = FAILED, ErrorInfo.from_exception(err)
             detail["error"] = f"{error.type}: {error.message}"
         if output is not None:

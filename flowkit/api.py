@@ -140,6 +140,7 @@ def run(
                     "refresh": sorted(options.refresh), "backend": backend,
                     "workers": workers if backend != "local" else 1},
         "flowkit_version": __version__,
+        "notices": maps.notices,
     })
     executor = Executor(flow, options, cache, writer, ctx, on_progress)
     status, metrics, agg_info = FAILED, None, {}

@@ -44,7 +44,7 @@ class ChunkResult:
     rows: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     traces: list[bytes] = field(default_factory=list)
     cache: dict[str, bytes] = field(default_factory=dict)
-    aggregates: list[tuple[list[tuple[Any, ...]], int]] = field(default_factory=list)
+    aggregates: list[tuple[list[tuple[Any, ...]], int, int]] = field(default_factory=list)
     stats: Any = None
 
 
@@ -123,7 +123,8 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     finally:
         ctx.threads.shutdown(wait=False)
     result = ChunkResult(writer.rows, writer.traces, cache.take_pending() if cache else {},
-                         [(a.columns, a.left_out) for a in executor.aggregates], executor.stats)
+                         [(a.columns, a.left_out, a.skipped) for a in executor.aggregates],
+                         executor.stats)
     if cache is not None:
         cache.close()
     return result
@@ -195,7 +196,9 @@ def _fold(result: ChunkResult, writer: Any, cache: Any, executor: Any, stats: An
         writer.row(index, record)
     if cache is not None and result.cache:
         cache.put_encoded(result.cache)
-    for agg, (columns, left_out) in zip(executor.aggregates, result.aggregates, strict=True):
+    for agg, (columns, left_out, skipped) in zip(executor.aggregates, result.aggregates,
+                                                 strict=True):
         agg.columns.extend(columns)
         agg.left_out += left_out
+        agg.skipped += skipped
     stats.merge(result.stats)

@@ -98,6 +98,8 @@ def run(flows: tuple[str, ...], data: str, maps: tuple[str, ...], prior_run: str
                           model=model, connection=connection, timeout=timeout,
                           on_progress=on_progress, backend=backend, workers=workers,
                           scheduler=scheduler)
+    for notice in result.info.get("notices") or ():
+        err_console.print(f"note: {escape(notice)}", highlight=False)
     console.print(metrics_table(result.metrics, result.info))
     c = result.counts
     console.print(f"rows {c['rows']}: {c['succeeded']} ok, {c['failed']} failed, "
@@ -157,7 +159,7 @@ def list_flows() -> None:
         try:
             raw = read_yaml(path)
             desc = str(raw.get("description", "")) if isinstance(raw, dict) else ""
-        except Exception:  # noqa: BLE001 - listing should not stop at one broken file
+        except Exception:
             desc = "(cannot read)"
         table.add_row(name, desc)
     console.print(table)

@@ -112,6 +112,8 @@ class AggTask:
     row_refs: list[Ref]
     columns: list[tuple[Any, ...]] = field(default_factory=list)
     left_out: int = 0
+    skipped: int = 0
+    """Of the rows left out, those where a `when` skipped what the aggregate reads."""
 
     @property
     def prefix(self) -> str:
@@ -290,7 +292,7 @@ class Executor:
         if not node.is_async:
             try:
                 result = kinds.get(node.kind).run_sync(node, inputs, self.ctx)
-            except Exception as err:  # noqa: BLE001 - a failing node is data, not a crash
+            except Exception as err:
                 self._fail(node, scope, line, qual, inputs, err, start)
                 return None
             self._succeed(node, scope, line, qual, inputs, result, key, start)
@@ -301,7 +303,7 @@ class Executor:
                          qual: str, key: str | None, start: float) -> None:
         try:
             result = await kinds.get(node.kind).run(node, inputs, self.ctx)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             self._fail(node, scope, line, qual, inputs, err, start)
             return
         self._succeed(node, scope, line, qual, inputs, result, key, start)
@@ -376,14 +378,17 @@ def _drive_now(coro: Coroutine[Any, Any, None]) -> None:
     raise RuntimeError("a sub-flow expected to run without waiting tried to suspend")
 
 
-def _when_holds(when: tuple[Ref, bool, Any], scope: Scope) -> bool:
-    ref, has_equals, expected = when
-    if ref.source == "node" and scope.status.get(ref.name) != OK:
-        return False
-    value = scope.get(ref)
-    if not has_equals:
-        return bool(value)
-    return value in expected if isinstance(expected, list) else value == expected
+def _when_holds(when: list[tuple[Ref, bool, Any]], scope: Scope) -> bool:
+    for ref, has_equals, expected in when:
+        if ref.source == "node" and scope.status.get(ref.name) != OK:
+            return False
+        value = scope.get(ref)
+        if not has_equals:
+            if not value:
+                return False
+        elif not (value in expected if isinstance(expected, list) else value == expected):
+            return False
+    return True
 
 
 def _value_or_none(scope: Scope, ref: Ref) -> Any:
@@ -410,12 +415,14 @@ def _collect(agg: AggTask, scope: Scope) -> None:
         child = scope.children.get(step)
         if child is None:
             agg.left_out += 1
+            agg.skipped += scope.status.get(step) == SKIPPED
             return
         scope = child
     values: list[Any] = []
     for ref in agg.row_refs:
         if ref.source == "node" and scope.status.get(ref.name) != OK:
             agg.left_out += 1
+            agg.skipped += scope.status.get(ref.name) == SKIPPED
             return
         try:
             values.append(scope.get(ref))

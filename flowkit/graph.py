@@ -13,7 +13,7 @@ from typing import Any
 import networkx as nx
 
 from flowkit.refs import Ref
-from flowkit.spec import FlowSpec, InputSpec, WhenSpec
+from flowkit.spec import FlowSpec, InputSpec
 
 
 @dataclass(slots=True)
@@ -27,8 +27,8 @@ class Node:
     line: int
     inputs: list[tuple[str, Ref | None, Any]]
     """(parameter, reference or None, literal value when not a reference)."""
-    when: tuple[Ref, bool, Any] | None = None
-    """(reference, whether `equals` was given, the value or values to compare with)."""
+    when: list[tuple[Ref, bool, Any]] | None = None
+    """Conditions that must all hold: (reference, whether `equals` was given, the value(s))."""
     impl: Any = None
     """What the node kind compiled: a callable, a prompt template, a sub-flow."""
     key_parts: dict[str, Any] = field(default_factory=dict)
@@ -44,8 +44,7 @@ class Node:
 
     def refs(self) -> list[Ref]:
         found = [ref for _, ref, _ in self.inputs if ref is not None]
-        if self.when is not None:
-            found.append(self.when[0])
+        found.extend(cond[0] for cond in self.when or ())
         return found
 
 
@@ -79,12 +78,16 @@ class Flow:
         return {n: sorted(self.graph.successors(n)) for n in self.row_order}
 
 
-def when_clause(when: str | WhenSpec | None, ref_of: Any) -> tuple[Ref, bool, Any] | None:
+def when_clause(when: Any, ref_of: Any) -> list[tuple[Ref, bool, Any]] | None:
     if when is None:
         return None
-    if isinstance(when, str):
-        return (ref_of(when), False, None)
-    return (ref_of(when.ref), "equals" in when.model_fields_set, when.equals)
+    out = []
+    for cond in when if isinstance(when, list) else [when]:
+        if isinstance(cond, str):
+            out.append((ref_of(cond), False, None))
+        else:
+            out.append((ref_of(cond.ref), "equals" in cond.model_fields_set, cond.equals))
+    return out
 
 
 def build_graph(nodes: dict[str, Node]) -> nx.DiGraph:

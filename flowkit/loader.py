@@ -275,8 +275,8 @@ class LoadContext:
             for param, ref, _ in node.inputs:
                 if ref is not None:
                     self._check_one(node, ref, spec, nodes, "inputs", param)
-            if node.when is not None:
-                self._check_one(node, node.when[0], spec, nodes, "when", None)
+            for cond in node.when or ():
+                self._check_one(node, cond[0], spec, nodes, "when", None)
 
     def _check_one(self, node: Node, ref: Ref, spec: FlowSpec, nodes: dict[str, Node],
                    key: str, sub: Any) -> None:

@@ -49,6 +49,7 @@ class Mapping:
                 self.literals[name] = text
             self.sources[name] = ref
         self.explicit = set(overrides)
+        self.notices: list[str] = []
         self.prior: dict[int, dict[str, Any]] | None = None
         if any(r is not None and r.source == "run" for r in self.sources.values()):
             if prior_run is None:
@@ -80,6 +81,21 @@ class Mapping:
             ))
         if problems:
             raise ValidationError(problems)
+        self.notices = self._skipped_for_columns(columns)
+
+    def _skipped_for_columns(self, columns: list[str]) -> list[str]:
+        """Nodes whose `when` reads an input whose column the data lacks: they will skip on
+        every row. Suites rely on this to compute only the metrics the data's fields allow."""
+        notices = []
+        for node in self.flow.nodes.values():
+            for ref, _, _ in node.when or ():
+                src = self.sources.get(ref.name) if ref.source == "inputs" else None
+                if src is not None and src.source == "data" and src.name not in columns:
+                    what = f"metric {node.name!r}" if node.kind == "flow" else f"node {node.name!r}"
+                    notices.append(f"{what} skipped: the data has no column {src.name!r} "
+                                   f"(columns: {one_of(columns)})")
+                    break
+        return notices
 
     def apply(self, values: dict[str, Any], line: int) -> dict[str, Any]:
         """The flow inputs for one data row, converted to the declared types."""
@@ -123,7 +139,7 @@ def _raw_inputs(flow: Flow) -> Any:
     try:
         raw = read_yaml(flow.path)
         return raw.get("inputs", {}) if isinstance(raw, dict) else {}
-    except Exception:  # noqa: BLE001 - only for line numbers; the flow already loaded once
+    except Exception:
         return {}
 
 

@@ -150,7 +150,7 @@ def iter_jsonl(path: Path) -> Any:
                 continue
             try:
                 yield loads(raw)
-            except Exception:  # noqa: BLE001 - only a torn final line can be cut like this
+            except Exception:
                 continue
 
 

@@ -78,14 +78,14 @@ def parse_yaml(text: str, file: str) -> Any:
     """Parse YAML text; raise ``Diagnostic``-carrying ``YamlSyntaxError`` on bad syntax."""
     loader = _make_loader(file)
     try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 - the loader is a SafeLoader subclass
+        return yaml.load(text, Loader=loader)
     except yaml.YAMLError as first:
         # Only when plain YAML fails do we quote bare `${...}` tokens and try once more, so
         # valid YAML is never rewritten. Quoting adds columns, never lines, so lines stay true.
         patched = _BARE_REF.sub(r'\g<pre>"\g<ref>"', text)
         if patched != text:
             try:
-                return yaml.load(patched, Loader=loader)  # noqa: S506
+                return yaml.load(patched, Loader=loader)
             except yaml.YAMLError as second:
                 # Quoted, the parser got further: the first error was only about bare
                 # references, and this one is the file's real problem.
@@ -133,9 +133,7 @@ def locate(root: Any, loc: tuple[Any, ...]) -> tuple[str, int]:
     """The file and line nearest to a pydantic error location inside ``root``."""
     node, file, line = root, getattr(root, "file", ""), getattr(root, "line", 0)
     for part in loc:
-        if isinstance(node, YDict) and part in node:
-            file, line, node = node.file or file, node.line_of(part), node[part]
-        elif isinstance(node, YList) and isinstance(part, int) and part < len(node):
+        if (isinstance(node, YDict) and part in node) or (isinstance(node, YList) and isinstance(part, int) and part < len(node)):
             file, line, node = node.file or file, node.line_of(part), node[part]
         # A part that is not in the data (a union tag such as 'llm') is skipped, not fatal.
     return file, line

@@ -43,8 +43,8 @@ class _NodeBase(_Spec):
     """Unique within the flow; other nodes read this node's output as `${name.output}`."""
     inputs: dict[str, Any] = {}
     """Parameter name → a literal, or a value that is exactly one `${reference}`."""
-    when: str | WhenSpec | None = None
-    """Run the node only if this reference is truthy (or equals `equals`); else it is skipped."""
+    when: str | WhenSpec | list[str | WhenSpec] | None = None
+    """Run the node only if this reference is truthy (or equals `equals`); a list: all must hold."""
     cache: bool = True
     """False always recomputes this node (for nodes whose result should not be reused)."""
     description: str | None = None

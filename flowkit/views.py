@@ -27,7 +27,7 @@ def _fmt(value: Any) -> str:
 def progress_display(console: Console, *, enabled: bool = True
                      ) -> Iterator[Callable[[Stats], None] | None]:
     """A rich progress line: rows done, failed, cached, the rate and the tokens so far."""
-    if not enabled or not console.is_terminal and os.environ.get("FLOWKIT_PROGRESS") != "1":
+    if not enabled or (not console.is_terminal and os.environ.get("FLOWKIT_PROGRESS") != "1"):
         yield None
         return
     progress = Progress(
@@ -54,7 +54,9 @@ def metrics_table(metrics: dict[str, Any], info: dict[str, Any] | None = None) -
     for name, value in metrics.items():
         table.add_row(name, _fmt(value))
     for node, detail in ((info or {}).get("aggregates") or {}).items():
-        if detail.get("rows_left_out"):
+        if detail.get("status") == "skipped":
+            table.add_row(f"[dim]{node}: skipped[/]", "no row had its inputs")
+        elif detail.get("rows_left_out"):
             table.add_row(f"[dim]{node}: rows left out[/]", str(detail["rows_left_out"]))
         if detail.get("error"):
             table.add_row(f"[red]{node} failed[/]", detail["error"])

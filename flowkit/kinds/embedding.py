@@ -52,7 +52,7 @@ class _Batcher:
         try:
             result = await embed(endpoint, endpoint.model, [t for t, _ in batch],
                                  batch_size=self.node.spec.batch_size, timeout=self.ctx.timeout)
-        except Exception as err:  # noqa: BLE001 - every row of the batch fails with it
+        except Exception as err:
             for _, fut in batch:
                 if not fut.done():
                     fut.set_exception(err)
