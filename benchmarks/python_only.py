@@ -19,7 +19,23 @@ from pathlib import Path
 
 import flowkit
 
-WORDS = "the a an of river city paris capital france water boils degrees spider legs eight".split()
+WORDS = [
+    "the",
+    "a",
+    "an",
+    "of",
+    "river",
+    "city",
+    "paris",
+    "capital",
+    "france",
+    "water",
+    "boils",
+    "degrees",
+    "spider",
+    "legs",
+    "eight",
+]
 
 
 def make_data(path: Path, rows: int, seed: int = 7) -> None:

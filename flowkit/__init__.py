@@ -15,5 +15,12 @@ def run(*args, **kwargs):  # type: ignore[no-untyped-def]
     return _run(*args, **kwargs)
 
 
-__all__ = ["DataError", "FlowkitError", "UsageError", "ValidationError", "__version__",
-           "load_flow", "run"]
+__all__ = [
+    "DataError",
+    "FlowkitError",
+    "UsageError",
+    "ValidationError",
+    "__version__",
+    "load_flow",
+    "run",
+]

@@ -51,8 +51,10 @@ def message_text(content: Any) -> str:
 
 def _messages(value: Any) -> list[Mapping[str, Any]] | None:
     """``value`` as a list of role/content messages, or None when it is not one."""
-    if isinstance(value, Sequence) and not isinstance(value, str) and all(
-        isinstance(m, Mapping) and "role" in m for m in value
+    if (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and all(isinstance(m, Mapping) and "role" in m for m in value)
     ):
         return list(value)
     return None
@@ -211,12 +213,14 @@ def conversation_turns(messages: Any) -> list[dict[str, Any]]:
             question = message_text(message.get("content"))
         elif role == "assistant":
             context = _maybe_json(message.get("context"))
-            turns.append({
-                "turn": len(turns) + 1,
-                "question": question,
-                "answer": message_text(message.get("content")),
-                "documents": context if context is not None else [],
-            })
+            turns.append(
+                {
+                    "turn": len(turns) + 1,
+                    "question": question,
+                    "answer": message_text(message.get("content")),
+                    "documents": context if context is not None else [],
+                }
+            )
     return turns
 
 
@@ -239,8 +243,14 @@ def rag_turns(
         if not turns:
             raise ValueError("messages holds no assistant reply to judge")
     elif answer:
-        turns = [{"turn": 1, "question": question or "", "answer": answer,
-                  "documents": documents if documents is not None else []}]
+        turns = [
+            {
+                "turn": 1,
+                "question": question or "",
+                "answer": answer,
+                "documents": documents if documents is not None else [],
+            }
+        ]
         background = history_text(chat_history)
     else:
         raise ValueError(

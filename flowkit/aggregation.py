@@ -64,7 +64,9 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
             if cached is not MISS:
                 output, hit = cached[0], True  # type: ignore[index]
             else:
-                output = to_json_value(kinds.get("aggregate").run_sync(agg.node, inputs, executor.ctx).output)
+                output = to_json_value(
+                    kinds.get("aggregate").run_sync(agg.node, inputs, executor.ctx).output
+                )
                 if cache is not None and key is not None:
                     cache.put(key, output)
         except Exception as err:
@@ -77,11 +79,22 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
         detail["status"] = status
         info[qual] = detail
         end = time.time()
-        writer.trace(NodeRecord(
-            run_id=writer.run_id, line=AGGREGATE_LINE, node=qual, kind="aggregate", status=status,
-            start=start, end=end, duration=end - start, cache_hit=hit,
-            inputs=_summarise(inputs), output=output, error=error,
-        ))
+        writer.trace(
+            NodeRecord(
+                run_id=writer.run_id,
+                line=AGGREGATE_LINE,
+                node=qual,
+                kind="aggregate",
+                status=status,
+                start=start,
+                end=end,
+                duration=end - start,
+                cache_hit=hit,
+                inputs=_summarise(inputs),
+                output=output,
+                error=error,
+            )
+        )
     return metrics, info
 
 
@@ -89,5 +102,7 @@ def _summarise(inputs: dict[str, Any] | None) -> dict[str, Any] | None:
     """Per-row lists can hold a million values; the trace keeps their length and a sample."""
     if inputs is None:
         return None
-    return {k: ({"rows": len(v), "first": v[:5]} if isinstance(v, list) else v)
-            for k, v in inputs.items()}
+    return {
+        k: ({"rows": len(v), "first": v[:5]} if isinstance(v, list) else v)
+        for k, v in inputs.items()
+    }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,7 +52,9 @@ class RunResult:
     @property
     def failed_ratio(self) -> float:
         rows = self.counts.get("rows", 0)
-        return (self.counts.get("failed", 0) + self.counts.get("bad_input", 0)) / rows if rows else 0.0
+        return (
+            (self.counts.get("failed", 0) + self.counts.get("bad_input", 0)) / rows if rows else 0.0
+        )
 
 
 def _walk_nodes(flow: Flow, seen: set[int] | None = None) -> Iterator[tuple[Flow, Any]]:
@@ -79,6 +82,25 @@ def _prepare_nodes(flow: Flow, ctx: RunContext) -> None:
         raise UsageError("\n".join(unique))
     for _, node in _walk_nodes(flow):
         node.static_key = static_key(node)
+
+
+def _check_refresh(flow: Flow, refresh: frozenset[str]) -> None:
+    """A misspelt --refresh would silently refresh nothing; name it instead."""
+    names: set[str] = set()
+
+    def collect(f: Flow, prefix: str) -> None:
+        for node in f.nodes.values():
+            names.update({node.name, prefix + node.name})
+            if node.kind == "flow":
+                collect(node.impl, f"{prefix}{node.name}.")
+
+    collect(flow, "")
+    for name in sorted(refresh - names):
+        from flowkit.suggest import did_you_mean
+
+        raise UsageError(
+            f"--refresh {name!r}: no such node in flow {flow.name!r}{did_you_mean(name, names)}"
+        )
 
 
 def _needs_settings(flow: Flow) -> bool:
@@ -113,35 +135,50 @@ def run(
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     if backend != "local" and settings is not None:
-        raise UsageError("a settings object cannot be sent to worker processes; configure "
-                         "endpoints through the environment or flowkit.yaml")
+        raise UsageError(
+            "a settings object cannot be sent to worker processes; configure "
+            "endpoints through the environment or flowkit.yaml"
+        )
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
     data_path = Path(data)
     prior = Path(prior_run) if prior_run is not None else None
     maps = Mapping(flow, mapping, prior)
     maps.check(peek_columns(data_path))
-    options = RunOptions(concurrency=concurrency, use_cache=use_cache,
-                         refresh=frozenset(refresh or ()), timeout=timeout)
+    options = RunOptions(
+        concurrency=concurrency,
+        use_cache=use_cache,
+        refresh=frozenset(refresh or ()),
+        timeout=timeout,
+    )
     if settings is None and _needs_settings(flow):
         from flowkit.llm.config import load_settings
 
         settings = load_settings(model=model, connection=connection)
     ctx = RunContext(options, settings)
     _prepare_nodes(flow, ctx)
+    _check_refresh(flow, options.refresh)
 
     run_dir = Path(output) if output else new_run_dir(Path(runs_root), flow.name, name)
     cache = Cache(Path(cache_dir) if cache_dir else default_cache_dir()) if use_cache else None
-    writer = RunWriter(run_dir, {
-        "name": name or run_dir.name,
-        "flow": {"name": flow.name, "path": display(flow.path), "hash": flow.content_hash},
-        "data": {"path": display(data_path)},
-        "mapping": maps.as_dict(),
-        "options": {"concurrency": concurrency, "limit": limit, "cache": use_cache,
-                    "refresh": sorted(options.refresh), "backend": backend,
-                    "workers": workers if backend != "local" else 1},
-        "flowkit_version": __version__,
-        "notices": maps.notices,
-    })
+    writer = RunWriter(
+        run_dir,
+        {
+            "name": name or run_dir.name,
+            "flow": {"name": flow.name, "path": display(flow.path), "hash": flow.content_hash},
+            "data": {"path": display(data_path)},
+            "mapping": maps.as_dict(),
+            "options": {
+                "concurrency": concurrency,
+                "limit": limit,
+                "cache": use_cache,
+                "refresh": sorted(options.refresh),
+                "backend": backend,
+                "workers": workers if backend != "local" else 1,
+            },
+            "flowkit_version": __version__,
+            "notices": maps.notices,
+        },
+    )
     executor = Executor(flow, options, cache, writer, ctx, on_progress)
     status, metrics, agg_info = FAILED, None, {}
     t0 = time.monotonic()
@@ -152,10 +189,19 @@ def run(
         else:
             from flowkit.backends import WorkerJob, run_distributed
 
-            job = WorkerJob(flow.sources, flow.composed, options, model, connection,
-                            str(cache_dir) if cache_dir else None, writer.run_id, workers)
-            run_distributed(executor, rows, job, backend=backend, scheduler=scheduler,
-                            chunk_size=chunk_size)
+            job = WorkerJob(
+                flow.sources,
+                flow.composed,
+                options,
+                model,
+                connection,
+                str(cache_dir) if cache_dir else None,
+                writer.run_id,
+                workers,
+            )
+            run_distributed(
+                executor, rows, job, backend=backend, scheduler=scheduler, chunk_size=chunk_size
+            )
         status = COMPLETED
     except KeyboardInterrupt:
         status = INTERRUPTED
@@ -169,27 +215,39 @@ def run(
             ctx.threads.shutdown(wait=False, cancel_futures=True)
             stats = executor.stats
             counts = _counts(stats, cache)
-            writer.close(status, metrics, counts=counts, tokens=stats.token_totals(),
-                         tokens_by_node=_with_models(stats), aggregates=agg_info,
-                         cost=_cost(stats, settings),
-                         duration_seconds=round(time.monotonic() - t0, 3))
+            writer.close(
+                status,
+                metrics,
+                counts=counts,
+                tokens=stats.token_totals(),
+                tokens_by_node=_with_models(stats),
+                aggregates=agg_info,
+                cost=_cost(stats, settings),
+                duration_seconds=round(time.monotonic() - t0, 3),
+            )
     if status == INTERRUPTED:
         raise Interrupted(run_dir)
-    return RunResult(run_dir, status, metrics or {}, counts, executor.stats.token_totals(),
-                     writer.info)
+    return RunResult(
+        run_dir, status, metrics or {}, counts, executor.stats.token_totals(), writer.info
+    )
 
 
 async def _drive(executor: Executor, rows: Iterator[tuple[int, Any, Any]]) -> None:
     try:
         await executor.run(rows)
     finally:
-        from flowkit.llm.client import aclose_clients
+        # Only a run that used the model layer has clients to close; importing it otherwise
+        # would load the openai SDK for nothing.
+        if "flowkit.llm.client" in sys.modules:
+            from flowkit.llm.client import aclose_clients
 
-        await aclose_clients()
+            await aclose_clients()
 
 
 def _with_models(stats: Stats) -> dict[str, dict[str, Any]]:
-    return {node: {"model": stats.models.get(node), **usage} for node, usage in stats.tokens.items()}
+    return {
+        node: {"model": stats.models.get(node), **usage} for node, usage in stats.tokens.items()
+    }
 
 
 def _cost(stats: Stats, settings: Any) -> dict[str, Any]:
@@ -200,18 +258,31 @@ def _cost(stats: Stats, settings: Any) -> dict[str, Any]:
     by_node: dict[str, float | None] = {}
     for node, usage in stats.tokens.items():
         model = stats.models.get(node)
-        by_node[node] = cost_usd(model, usage["prompt_tokens"], usage["completion_tokens"],
-                                 prices) if model else None
+        by_node[node] = (
+            cost_usd(model, usage["prompt_tokens"], usage["completion_tokens"], prices)
+            if model
+            else None
+        )
     known = [c for c in by_node.values() if c is not None]
-    return {"usd": sum(known) if known and len(known) == len(by_node) else None,
-            "by_node": by_node, "estimate": True, "prices_as_of": PRICES_AS_OF}
+    return {
+        "usd": sum(known) if known and len(known) == len(by_node) else None,
+        "by_node": by_node,
+        "estimate": True,
+        "prices_as_of": PRICES_AS_OF,
+    }
 
 
 def _counts(stats: Stats, cache: Cache | None) -> dict[str, int]:
-    return {"rows": stats.rows, "succeeded": stats.succeeded, "failed": stats.failed,
-            "bad_input": stats.bad_input, "node_runs": stats.node_runs,
-            "node_failures": stats.node_failures, "cache_hits": stats.cache_hits,
-            "cache_misses": cache.misses if cache is not None else 0}
+    return {
+        "rows": stats.rows,
+        "succeeded": stats.succeeded,
+        "failed": stats.failed,
+        "bad_input": stats.bad_input,
+        "node_runs": stats.node_runs,
+        "node_failures": stats.node_failures,
+        "cache_hits": stats.cache_hits,
+        "cache_misses": cache.misses if cache is not None else 0,
+    }
 
 
 def _mapped_rows(path: Path, maps: Mapping, limit: int | None) -> Iterator[tuple[int, Any, Any]]:

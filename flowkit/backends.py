@@ -122,9 +122,13 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         asyncio.run(_run(executor, rows))
     finally:
         ctx.threads.shutdown(wait=False)
-    result = ChunkResult(writer.rows, writer.traces, cache.take_pending() if cache else {},
-                         [(a.columns, a.left_out, a.skipped) for a in executor.aggregates],
-                         executor.stats)
+    result = ChunkResult(
+        writer.rows,
+        writer.traces,
+        cache.take_pending() if cache else {},
+        [(a.columns, a.left_out, a.skipped) for a in executor.aggregates],
+        executor.stats,
+    )
     if cache is not None:
         cache.close()
     return result
@@ -152,8 +156,9 @@ def _parallel_config(backend: str, scheduler: str | None) -> Any:
         try:
             from dask.distributed import Client
         except ImportError:
-            raise UsageError("--backend dask needs dask[distributed]",
-                             hint="pip install 'dask[distributed]'") from None
+            raise UsageError(
+                "--backend dask needs dask[distributed]", hint="pip install 'dask[distributed]'"
+            ) from None
         client = Client(scheduler) if scheduler else Client(processes=True)
         return joblib.parallel_config(backend="dask", wait_for_workers_timeout=60), client
     if backend == "ray":
@@ -166,8 +171,15 @@ def _parallel_config(backend: str, scheduler: str | None) -> Any:
     return joblib.parallel_config(backend=backend), None
 
 
-def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob, *, backend: str,
-                    scheduler: str | None, chunk_size: int) -> None:
+def run_distributed(
+    executor: Any,
+    rows: Iterable[Any],
+    job: WorkerJob,
+    *,
+    backend: str,
+    scheduler: str | None,
+    chunk_size: int,
+) -> None:
     """Send ``rows`` to joblib workers in chunks and fold their results into ``executor``."""
     import joblib
 
@@ -177,10 +189,12 @@ def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob, *, backe
     writer, cache, stats = executor.writer, executor.cache, executor.stats
     try:
         with config:
-            parallel = joblib.Parallel(n_jobs=job.workers, return_as="generator",
-                                       pre_dispatch="2*n_jobs")
-            results = parallel(joblib.delayed(run_chunk)(job, chunk)
-                               for chunk in _chunks(rows, chunk_size))
+            parallel = joblib.Parallel(
+                n_jobs=job.workers, return_as="generator", pre_dispatch="2*n_jobs"
+            )
+            results = parallel(
+                joblib.delayed(run_chunk)(job, chunk) for chunk in _chunks(rows, chunk_size)
+            )
             for result in results:
                 _fold(result, writer, cache, executor, stats)
                 executor._tick()
@@ -196,8 +210,9 @@ def _fold(result: ChunkResult, writer: Any, cache: Any, executor: Any, stats: An
         writer.row(index, record)
     if cache is not None and result.cache:
         cache.put_encoded(result.cache)
-    for agg, (columns, left_out, skipped) in zip(executor.aggregates, result.aggregates,
-                                                 strict=True):
+    for agg, (columns, left_out, skipped) in zip(
+        executor.aggregates, result.aggregates, strict=True
+    ):
         agg.columns.extend(columns)
         agg.left_out += left_out
         agg.skipped += skipped

@@ -40,8 +40,9 @@ class Cache:
     def __init__(self, directory: Path, *, flush_every: int = 2000, flush_seconds: float = 1.0):
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / "cache.sqlite"
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                   check_same_thread=False)
+        self._db = sqlite3.connect(
+            self.path, timeout=30, isolation_level=None, check_same_thread=False
+        )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=30000")

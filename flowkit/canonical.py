@@ -21,8 +21,10 @@ def _enc_hook(obj: Any) -> Any:
         return obj.item()
     if isinstance(obj, (set, frozenset)):
         return sorted(obj, key=repr)
-    raise TypeError(f"a value of type {type(obj).__name__} is not JSON: return numbers, "
-                    "strings, booleans, null, lists or dicts")
+    raise TypeError(
+        f"a value of type {type(obj).__name__} is not JSON: return numbers, "
+        "strings, booleans, null, lists or dicts"
+    )
 
 
 _canonical = msgspec.json.Encoder(enc_hook=_enc_hook, order="sorted")

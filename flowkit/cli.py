@@ -46,19 +46,35 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
     for item in values:
         name, sep, ref = item.partition("=")
         if not sep or not name.strip():
-            raise UsageError(f"--map {item!r} must be NAME=VALUE, e.g. --map answer=${{data.response}}")
+            raise UsageError(
+                f"--map {item!r} must be NAME=VALUE, e.g. --map answer=${{data.response}}"
+            )
         out[name.strip()] = ref.strip()
     return out
 
 
 @main.command()
 @click.argument("flows", nargs=-1, required=True)
-@click.option("--data", "data", required=True, type=click.Path(dir_okay=False),
-              help="The rows: .jsonl, .json (a list) or .csv.")
-@click.option("--map", "maps", multiple=True, metavar="NAME=REF",
-              help="Fill flow input NAME from ${data.col}, ${run.outputs.x} or a literal.")
-@click.option("--run", "prior_run", type=click.Path(file_okay=False),
-              help="An earlier run whose outputs ${run.outputs.x} reads, joined on line.")
+@click.option(
+    "--data",
+    "data",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The rows: .jsonl, .json (a list) or .csv.",
+)
+@click.option(
+    "--map",
+    "maps",
+    multiple=True,
+    metavar="NAME=REF",
+    help="Fill flow input NAME from ${data.col}, ${run.outputs.x} or a literal.",
+)
+@click.option(
+    "--run",
+    "prior_run",
+    type=click.Path(file_okay=False),
+    help="An earlier run whose outputs ${run.outputs.x} reads, joined on line.",
+)
 @click.option("--concurrency", default=16, show_default=True, help="Rows in flight at once.")
 @click.option("--limit", type=int, help="Run only the first N rows.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the node cache.")
@@ -69,22 +85,53 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--model", help="Chat model for llm nodes that pin none.")
 @click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
 @click.option("--timeout", type=float, help="Seconds per model request.")
-@click.option("--fail-on-error", type=float, metavar="RATIO",
-              help="Exit 1 when more than this fraction of rows failed.")
-@click.option("--gate", "gates", multiple=True, metavar="METRIC<OP>VALUE",
-              help="A CI gate such as 'groundedness.mean>=4'; exit 1 when it does not hold.")
-@click.option("--backend", default="local", show_default=True,
-              type=click.Choice(["local", "loky", "threading", "multiprocessing", "dask", "ray"]),
-              help="Where rows run: this process, or joblib workers (see README, Running at scale).")
-@click.option("--workers", default=2, show_default=True, help="joblib workers (non-local backends).")
+@click.option(
+    "--fail-on-error",
+    type=float,
+    metavar="RATIO",
+    help="Exit 1 when more than this fraction of rows failed.",
+)
+@click.option(
+    "--gate",
+    "gates",
+    multiple=True,
+    metavar="METRIC<OP>VALUE",
+    help="A CI gate such as 'groundedness.mean>=4'; exit 1 when it does not hold.",
+)
+@click.option(
+    "--backend",
+    default="local",
+    show_default=True,
+    type=click.Choice(["local", "loky", "threading", "multiprocessing", "dask", "ray"]),
+    help="Where rows run: this process, or joblib workers (see README, Running at scale).",
+)
+@click.option(
+    "--workers", default=2, show_default=True, help="joblib workers (non-local backends)."
+)
 @click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def run(flows: tuple[str, ...], data: str, maps: tuple[str, ...], prior_run: str | None,
-        concurrency: int, limit: int | None, no_cache: bool, refresh: tuple[str, ...],
-        cache_dir: str | None, output: str | None, name: str | None, model: str | None,
-        connection: str | None, timeout: float | None, fail_on_error: float | None,
-        gates: tuple[str, ...], backend: str, workers: int, scheduler: str | None,
-        quiet: bool) -> None:
+def run(
+    flows: tuple[str, ...],
+    data: str,
+    maps: tuple[str, ...],
+    prior_run: str | None,
+    concurrency: int,
+    limit: int | None,
+    no_cache: bool,
+    refresh: tuple[str, ...],
+    cache_dir: str | None,
+    output: str | None,
+    name: str | None,
+    model: str | None,
+    connection: str | None,
+    timeout: float | None,
+    fail_on_error: float | None,
+    gates: tuple[str, ...],
+    backend: str,
+    workers: int,
+    scheduler: str | None,
+    quiet: bool,
+) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data."""
     from flowkit.api import run as run_flow
     from flowkit.loader import compose, load_flow
@@ -92,22 +139,40 @@ def run(flows: tuple[str, ...], data: str, maps: tuple[str, ...], prior_run: str
     parsed_gates = [parse_gate(g) for g in gates]
     flow = load_flow(flows[0]) if len(flows) == 1 else compose(list(flows))
     with progress_display(err_console, enabled=not quiet) as on_progress:
-        result = run_flow(flow, data, mapping=_parse_maps(maps), prior_run=prior_run,
-                          concurrency=concurrency, limit=limit, use_cache=not no_cache,
-                          refresh=list(refresh), cache_dir=cache_dir, output=output, name=name,
-                          model=model, connection=connection, timeout=timeout,
-                          on_progress=on_progress, backend=backend, workers=workers,
-                          scheduler=scheduler)
+        result = run_flow(
+            flow,
+            data,
+            mapping=_parse_maps(maps),
+            prior_run=prior_run,
+            concurrency=concurrency,
+            limit=limit,
+            use_cache=not no_cache,
+            refresh=list(refresh),
+            cache_dir=cache_dir,
+            output=output,
+            name=name,
+            model=model,
+            connection=connection,
+            timeout=timeout,
+            on_progress=on_progress,
+            backend=backend,
+            workers=workers,
+            scheduler=scheduler,
+        )
     for notice in result.info.get("notices") or ():
         err_console.print(f"note: {escape(notice)}", highlight=False)
     console.print(metrics_table(result.metrics, result.info))
     c = result.counts
-    console.print(f"rows {c['rows']}: {c['succeeded']} ok, {c['failed']} failed, "
-                  f"{c['bad_input']} bad input; cache hits {c['cache_hits']}")
+    console.print(
+        f"rows {c['rows']}: {c['succeeded']} ok, {c['failed']} failed, "
+        f"{c['bad_input']} bad input; cache hits {c['cache_hits']}"
+    )
     console.print(f"run folder: {result.run_dir}")
     if fail_on_error is not None and result.failed_ratio > fail_on_error:
-        err_console.print(f"[bold red]error:[/] {result.failed_ratio:.1%} of rows failed, "
-                          f"more than --fail-on-error {fail_on_error}")
+        err_console.print(
+            f"[bold red]error:[/] {result.failed_ratio:.1%} of rows failed, "
+            f"more than --fail-on-error {fail_on_error}"
+        )
         sys.exit(1)
     check_gates(parsed_gates, result.metrics, err_console)
 

@@ -52,8 +52,9 @@ class Stats:
     started: float = field(default_factory=time.monotonic)
 
     def add_usage(self, node: str, usage: dict[str, int], model: str | None = None) -> None:
-        acc = self.tokens.setdefault(node, {"prompt_tokens": 0, "completion_tokens": 0,
-                                            "total_tokens": 0, "calls": 0})
+        acc = self.tokens.setdefault(
+            node, {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "calls": 0}
+        )
         if model:
             self.models[node] = model
         for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
@@ -62,8 +63,15 @@ class Stats:
 
     def merge(self, other: Stats) -> None:
         """Add a worker's counts (see backends) to these."""
-        for name in ("rows", "succeeded", "failed", "bad_input", "node_runs", "cache_hits",
-                     "node_failures"):
+        for name in (
+            "rows",
+            "succeeded",
+            "failed",
+            "bad_input",
+            "node_runs",
+            "cache_hits",
+            "node_failures",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.models.update(other.models)
         for node, usage in other.tokens.items():
@@ -135,9 +143,22 @@ class RunContext:
 
 
 class Executor:
-    def __init__(self, flow: Flow, options: RunOptions, cache: Cache | None, writer: RunWriter,
-                 ctx: RunContext, on_progress: Callable[[Stats], None] | None = None) -> None:
-        self.flow, self.options, self.cache, self.writer, self.ctx = flow, options, cache, writer, ctx
+    def __init__(
+        self,
+        flow: Flow,
+        options: RunOptions,
+        cache: Cache | None,
+        writer: RunWriter,
+        ctx: RunContext,
+        on_progress: Callable[[Stats], None] | None = None,
+    ) -> None:
+        self.flow, self.options, self.cache, self.writer, self.ctx = (
+            flow,
+            options,
+            cache,
+            writer,
+            ctx,
+        )
         self.stats = Stats()
         self.on_progress = on_progress
         self._plans: dict[int, _Plan] = {}
@@ -155,7 +176,9 @@ class Executor:
             for name in flow.row_order:
                 for dep in flow.nodes[name].deps:
                     dependents[dep].append(name)
-            self._plans[id(flow)] = _Plan([n for n, c in counts.items() if c == 0], counts, dependents)
+            self._plans[id(flow)] = _Plan(
+                [n for n, c in counts.items() if c == 0], counts, dependents
+            )
         for name in flow.row_order:
             node = flow.nodes[name]
             if node.kind == "flow":
@@ -165,8 +188,11 @@ class Executor:
                 self._nodes.append(node)
         for name in flow.aggregate_order:
             node = flow.nodes[name]
-            refs = [r for _, r, _ in node.inputs if r is not None and r.source == "node"
-                    and not flow.nodes[r.name].is_aggregate]
+            refs = [
+                r
+                for _, r, _ in node.inputs
+                if r is not None and r.source == "node" and not flow.nodes[r.name].is_aggregate
+            ]
             refs += [r for _, r, _ in node.inputs if r is not None and r.source == "inputs"]
             self.aggregates.append(AggTask(path, flow, node, refs))
         self._tree_nodes[id(flow)] = tree
@@ -201,14 +227,26 @@ class Executor:
         self.stats.rows += 1
         if inputs is None:
             self.stats.bad_input += 1
-            self.writer.row(line, {"line": line, "status": "bad_input", "inputs": None,
-                                   "outputs": None, "error": {"type": "DataError", "message": error}})
+            self.writer.row(
+                line,
+                {
+                    "line": line,
+                    "status": "bad_input",
+                    "inputs": None,
+                    "outputs": None,
+                    "error": {"type": "DataError", "message": error},
+                },
+            )
             return
         scope = await self.run_scope(self.flow, inputs, line, "")
         outputs = {name: _value_or_none(scope, ref) for name, ref in self.flow.outputs.items()}
         failed = _first_error(scope, "")
-        record: dict[str, Any] = {"line": line, "status": "failed" if failed else "ok",
-                                  "inputs": inputs, "outputs": outputs}
+        record: dict[str, Any] = {
+            "line": line,
+            "status": "failed" if failed else "ok",
+            "inputs": inputs,
+            "outputs": outputs,
+        }
         if failed:
             self.stats.failed += 1
             node, info = failed
@@ -255,7 +293,9 @@ class Executor:
                     release(tasks.pop(task))
         return scope
 
-    def _start(self, node: Node, scope: Scope, line: int, prefix: str) -> Coroutine[Any, Any, None] | None:
+    def _start(
+        self, node: Node, scope: Scope, line: int, prefix: str
+    ) -> Coroutine[Any, Any, None] | None:
         """Run ``node`` now if it needs no waiting; otherwise return the coroutine that will."""
         qual = prefix + node.name
         for dep in node.deps:
@@ -286,8 +326,18 @@ class Executor:
             if hit is not MISS:
                 output, meta = hit  # type: ignore[misc]
                 self.stats.cache_hits += 1
-                self._done(node, scope, line, qual, OK, inputs, output, start=start,
-                           cache_hit=True, llm=meta)
+                self._done(
+                    node,
+                    scope,
+                    line,
+                    qual,
+                    OK,
+                    inputs,
+                    output,
+                    start=start,
+                    cache_hit=True,
+                    llm=meta,
+                )
                 return None
         if not node.is_async:
             try:
@@ -299,8 +349,16 @@ class Executor:
             return None
         return self._run_async(node, scope, inputs, line, qual, key, start)
 
-    async def _run_async(self, node: Node, scope: Scope, inputs: dict[str, Any], line: int,
-                         qual: str, key: str | None, start: float) -> None:
+    async def _run_async(
+        self,
+        node: Node,
+        scope: Scope,
+        inputs: dict[str, Any],
+        line: int,
+        qual: str,
+        key: str | None,
+        start: float,
+    ) -> None:
         try:
             result = await kinds.get(node.kind).run(node, inputs, self.ctx)
         except Exception as err:
@@ -308,8 +366,9 @@ class Executor:
             return
         self._succeed(node, scope, line, qual, inputs, result, key, start)
 
-    async def _subflow(self, node: Node, scope: Scope, inputs: dict[str, Any], line: int,
-                       qual: str, start: float) -> None:
+    async def _subflow(
+        self, node: Node, scope: Scope, inputs: dict[str, Any], line: int, qual: str, start: float
+    ) -> None:
         sub: Flow = node.impl
         sub_inputs = {n: s.default for n, s in sub.inputs.items() if not s.required}
         sub_inputs.update(inputs)
@@ -328,11 +387,21 @@ class Executor:
         return any(n.is_async for n in self._tree_nodes[id(flow)])
 
     def _refreshed(self, node: Node, qual: str) -> bool:
-        return bool(self.options.refresh) and (qual in self.options.refresh
-                                               or node.name in self.options.refresh)
+        return bool(self.options.refresh) and (
+            qual in self.options.refresh or node.name in self.options.refresh
+        )
 
-    def _succeed(self, node: Node, scope: Scope, line: int, qual: str, inputs: dict[str, Any],
-                 result: NodeResult, key: str | None, start: float) -> None:
+    def _succeed(
+        self,
+        node: Node,
+        scope: Scope,
+        line: int,
+        qual: str,
+        inputs: dict[str, Any],
+        result: NodeResult,
+        key: str | None,
+        start: float,
+    ) -> None:
         try:
             output = to_json_value(result.output)
         except TypeError as err:
@@ -345,27 +414,58 @@ class Executor:
             self.cache.put(key, output, result.llm)
         self._done(node, scope, line, qual, OK, inputs, output, start=start, llm=result.llm)
 
-    def _fail(self, node: Node, scope: Scope, line: int, qual: str, inputs: dict[str, Any] | None,
-              err: BaseException, start: float) -> None:
+    def _fail(
+        self,
+        node: Node,
+        scope: Scope,
+        line: int,
+        qual: str,
+        inputs: dict[str, Any] | None,
+        err: BaseException,
+        start: float,
+    ) -> None:
         self.stats.node_failures += 1
         info = ErrorInfo.from_exception(err)
         self._done(node, scope, line, qual, FAILED, inputs, None, start=start, error=info)
 
-    def _done(self, node: Node, scope: Scope, line: int, qual: str, status: str,
-              inputs: dict[str, Any] | None, output: Any, *, start: float | None = None,
-              cache_hit: bool = False, error: ErrorInfo | None = None,
-              llm: dict[str, Any] | None = None) -> None:
+    def _done(
+        self,
+        node: Node,
+        scope: Scope,
+        line: int,
+        qual: str,
+        status: str,
+        inputs: dict[str, Any] | None,
+        output: Any,
+        *,
+        start: float | None = None,
+        cache_hit: bool = False,
+        error: ErrorInfo | None = None,
+        llm: dict[str, Any] | None = None,
+    ) -> None:
         scope.status[node.name] = status
         scope.values[node.name] = output
         if error is not None and status == FAILED:
             scope.errors.append((node.name, error))
         end = time.time()
         begin = start if start is not None else end
-        self.writer.trace(NodeRecord(
-            run_id=self.writer.run_id, line=line, node=qual, kind=node.kind, status=status,
-            start=begin, end=end, duration=end - begin, cache_hit=cache_hit, inputs=inputs,
-            output=output, error=error, llm=LlmCall(**llm) if llm else None,
-        ))
+        self.writer.trace(
+            NodeRecord(
+                run_id=self.writer.run_id,
+                line=line,
+                node=qual,
+                kind=node.kind,
+                status=status,
+                start=begin,
+                end=end,
+                duration=end - begin,
+                cache_hit=cache_hit,
+                inputs=inputs,
+                output=output,
+                error=error,
+                llm=LlmCall(**llm) if llm else None,
+            )
+        )
 
 
 def _drive_now(coro: Coroutine[Any, Any, None]) -> None:

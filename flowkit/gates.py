@@ -14,10 +14,16 @@ from flowkit.errors import GateError, UsageError
 from flowkit.suggest import did_you_mean
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
-    ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
-    ">": operator.gt, "<": operator.lt,
+    ">=": operator.ge,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    "<": operator.lt,
 }
-_GATE = re.compile(r"^\s*(?P<metric>[^<>=!\s]+)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<value>-?[\d.]+)\s*$")
+_GATE = re.compile(
+    r"^\s*(?P<metric>[^<>=!\s]+)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<value>-?[\d.]+)\s*$"
+)
 
 
 @dataclass(frozen=True)
@@ -33,8 +39,10 @@ class Gate:
 def parse_gate(text: str) -> Gate:
     m = _GATE.match(text)
     if not m:
-        raise UsageError(f"--gate {text!r} must read METRIC<OP>NUMBER, e.g. 'groundedness.mean>=4'",
-                         hint=f"operators: {', '.join(_OPS)}")
+        raise UsageError(
+            f"--gate {text!r} must read METRIC<OP>NUMBER, e.g. 'groundedness.mean>=4'",
+            hint=f"operators: {', '.join(_OPS)}",
+        )
     return Gate(m["metric"], m["op"], float(m["value"]))
 
 
@@ -43,8 +51,9 @@ def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
     failures: list[str] = []
     for gate in gates:
         if gate.metric not in metrics:
-            failures.append(f"gate {gate}: no metric {gate.metric!r}"
-                            f"{did_you_mean(gate.metric, metrics)}")
+            failures.append(
+                f"gate {gate}: no metric {gate.metric!r}{did_you_mean(gate.metric, metrics)}"
+            )
             continue
         value = metrics[gate.metric]
         if not isinstance(value, (int, float)) or isinstance(value, bool):

@@ -43,9 +43,23 @@ ALIASES: dict[str, str] = {
 }
 """Databricks judge name → its run-level metric name (a fraction in 0–1, as Databricks reports)."""
 
-_YES = {"yes": 1, "y": 1, "true": 1, "1": 1, "relevant": 1, "supported": 1, "answered": 1,
-        "no": 0, "n": 0, "false": 0, "0": 0, "irrelevant": 0, "not relevant": 0,
-        "unsupported": 0, "not answered": 0}
+_YES = {
+    "yes": 1,
+    "y": 1,
+    "true": 1,
+    "1": 1,
+    "relevant": 1,
+    "supported": 1,
+    "answered": 1,
+    "no": 0,
+    "n": 0,
+    "false": 0,
+    "0": 0,
+    "irrelevant": 0,
+    "not relevant": 0,
+    "unsupported": 0,
+    "not answered": 0,
+}
 _REASON_KEYS = ("reason", "reasoning", "rationale", "analysis", "explanation", "feedback")
 
 
@@ -149,7 +163,11 @@ def _text(text: Any) -> str:
 
 
 def parse_turn_scores(
-    text: Any, count: int, min: float = 1, max: float = 5, threshold: float = 3,
+    text: Any,
+    count: int,
+    min: float = 1,
+    max: float = 5,
+    threshold: float = 3,
     comparator: str = ">",
 ) -> dict[str, Any]:
     """Read ``{"turns": [{"turn", ..., "score"}]}``; the row score is the lowest turn score.
@@ -170,16 +188,25 @@ def parse_turn_scores(
         value = _number(next((entry[k] for k in ("score", "rating") if k in entry), None))
         if value is None or not min <= value <= max:
             shown = entry.get("score", entry.get("rating"))
-            return _record(raw, f"turn {i}: score {shown!r} is not a number in {min:g}–{max:g}",
-                           turn_scores=None)
+            return _record(
+                raw,
+                f"turn {i}: score {shown!r} is not a number in {min:g}–{max:g}",
+                turn_scores=None,
+            )
         scores.append(int(value) if value.is_integer() else value)
     min_score = builtins.min(scores)  # ``min`` is the scale's lower bound in here
     worst = scores.index(min_score)
     why = _reason(ordered[worst])
     reason = f"lowest: turn {worst + 1}" + (f": {why}" if why else "") if len(scores) > 1 else why
     result = "pass" if passes(min_score, float(threshold), comparator) else "fail"
-    return {"score": min_score, "result": result, "reason": reason, "raw": raw,
-            "turn_scores": scores, "error": None}
+    return {
+        "score": min_score,
+        "result": result,
+        "reason": reason,
+        "raw": raw,
+        "turn_scores": scores,
+        "error": None,
+    }
 
 
 # --------------------------------------------------------------------------- per-chunk verdicts
@@ -205,8 +232,9 @@ def parse_chunk_verdicts(
     verdicts: list[int] = []
     notes: list[str] = []
     for i, entry in enumerate(ordered, start=1):
-        value = next((entry[k] for k in ("relevant", "verdict", "answer", "rating") if k in entry),
-                     None)
+        value = next(
+            (entry[k] for k in ("relevant", "verdict", "answer", "rating") if k in entry), None
+        )
         verdict = _yes_no(value)
         if verdict is None:
             return _record(raw, f"chunk {i}: verdict {value!r} is not yes or no", verdicts=None)
@@ -216,8 +244,14 @@ def parse_chunk_verdicts(
     precision = sum(verdicts) / count
     result = "pass" if passes(precision, float(threshold), comparator) else "fail"
     reason = f"{sum(verdicts)} of {count} chunks relevant; " + "; ".join(notes)
-    return {"score": precision, "result": result, "reason": reason, "raw": raw,
-            "verdicts": verdicts, "error": None}
+    return {
+        "score": precision,
+        "result": result,
+        "reason": reason,
+        "raw": raw,
+        "verdicts": verdicts,
+        "error": None,
+    }
 
 
 # --------------------------------------------------------------------------- intents
@@ -241,11 +275,17 @@ def parse_intents(text: Any, threshold: float = 3, comparator: str = ">") -> dic
         value = next((entry[k] for k in ("answered", "verdict", "answer") if k in entry), None)
         verdict = _yes_no(value)
         if verdict is None:
-            return _record(raw, f"intent {i}: verdict {value!r} is not yes or no",
-                           fraction=None, intents=None)
+            return _record(
+                raw, f"intent {i}: verdict {value!r} is not yes or no", fraction=None, intents=None
+            )
         ids = entry.get("doc_ids", entry.get("documents", []))
-        intents.append({"intent": str(entry.get("intent", "")), "answered": bool(verdict),
-                        "doc_ids": [str(x) for x in ids] if isinstance(ids, list) else [str(ids)]})
+        intents.append(
+            {
+                "intent": str(entry.get("intent", "")),
+                "answered": bool(verdict),
+                "doc_ids": [str(x) for x in ids] if isinstance(ids, list) else [str(ids)],
+            }
+        )
     answered = sum(i["answered"] for i in intents)
     fraction = answered / len(intents)
     score = 1 + 4 * fraction**2
@@ -256,6 +296,12 @@ def parse_intents(text: Any, threshold: float = 3, comparator: str = ">") -> dic
     if missing:
         summary += "; not answered: " + "; ".join(missing)
     result = "pass" if passes(score, float(threshold), comparator) else "fail"
-    return {"score": score, "result": result, "raw": raw, "fraction": fraction,
-            "reason": f"{summary}. {reason}" if reason else summary,
-            "intents": intents, "error": None}
+    return {
+        "score": score,
+        "result": result,
+        "raw": raw,
+        "fraction": fraction,
+        "reason": f"{summary}. {reason}" if reason else summary,
+        "intents": intents,
+        "error": None,
+    }

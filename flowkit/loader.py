@@ -70,7 +70,7 @@ class LoadContext:
     def load(self, path: Path) -> Flow | None:
         path = path.resolve()
         if path in self._stack:
-            chain = " → ".join(display(p) for p in [*self._stack[self._stack.index(path):], path])
+            chain = " → ".join(display(p) for p in [*self._stack[self._stack.index(path) :], path])
             self.report(display(self._stack[-1]), 0, None, f"flows include each other: {chain}")
             return None
         if path in self._loaded:
@@ -97,7 +97,9 @@ class LoadContext:
             self.report(file, 0, None, f"flow file is not UTF-8 text ({err.reason})")
             return None
         if not isinstance(raw, YDict):
-            self.report(file, 1, None, "a flow file must be a mapping with name, inputs, outputs, nodes")
+            self.report(
+                file, 1, None, "a flow file must be a mapping with name, inputs, outputs, nodes"
+            )
             return None
         return self.build(raw, path, file)
 
@@ -123,11 +125,23 @@ class LoadContext:
         for node in nodes.values():
             node.static_key = static_key(node)
         digest = hashlib.sha256(
-            canonical_bytes({"spec": spec.model_dump(mode="json"),
-                             "nodes": {n: v.static_key for n, v in nodes.items()}})
+            canonical_bytes(
+                {
+                    "spec": spec.model_dump(mode="json"),
+                    "nodes": {n: v.static_key for n, v in nodes.items()},
+                }
+            )
         ).hexdigest()
-        return Flow(spec, path, nodes, outputs, ordered(graph, row, position),
-                    ordered(graph, agg, position), digest, graph)
+        return Flow(
+            spec,
+            path,
+            nodes,
+            outputs,
+            ordered(graph, row, position),
+            ordered(graph, agg, position),
+            digest,
+            graph,
+        )
 
     def _header(self, raw: YDict, file: str) -> tuple[FlowSpec | None, list[Any]]:
         raw_nodes = raw.get("nodes", [])
@@ -135,6 +149,20 @@ class LoadContext:
             self.report(file, raw.line_of("nodes"), None, "'nodes' must be a list of nodes")
             raw_nodes = []
         header = {k: v for k, v in raw.items() if k not in ("nodes", "inputs")}
+        raw_outputs = raw.get("outputs")
+        if isinstance(raw_outputs, dict):
+            # Said in words here, and left out, so the rest of the flow is still checked.
+            for name, value in raw_outputs.items():
+                if not isinstance(value, str):
+                    what = "refers to nothing: it" if value is None else "is not text: it"
+                    self.report(
+                        file,
+                        line_of(raw_outputs, name),
+                        None,
+                        f"output {name!r} {what} must be a reference such as "
+                        "${node.output} or ${inputs.name}",
+                    )
+            header["outputs"] = {k: v for k, v in raw_outputs.items() if isinstance(v, str)}
         inputs: dict[str, InputSpec] = {}
         raw_inputs = raw.get("inputs") or {}
         if not isinstance(raw_inputs, dict):
@@ -154,8 +182,15 @@ class LoadContext:
             return None, raw_nodes
         return spec, raw_nodes
 
-    def _pydantic(self, err: PydanticError, raw: Any, file: str, node: str | None,
-                  allowed: list[str], prefix: tuple[Any, ...]) -> None:
+    def _pydantic(
+        self,
+        err: PydanticError,
+        raw: Any,
+        file: str,
+        node: str | None,
+        allowed: list[str],
+        prefix: tuple[Any, ...],
+    ) -> None:
         for e in err.errors():
             loc = (*prefix, *e["loc"])
             _, line = locate(raw, loc)
@@ -172,7 +207,9 @@ class LoadContext:
                 continue
             name = raw.get("name") if isinstance(raw.get("name"), str) else None
             if name is not None and name in seen:
-                self.report(file, line, name, f"duplicate node name (first defined at line {seen[name]})")
+                self.report(
+                    file, line, name, f"duplicate node name (first defined at line {seen[name]})"
+                )
                 continue
             if name is not None:
                 seen[name] = line
@@ -194,7 +231,9 @@ class LoadContext:
             self._compile(node, path.parent)
         return nodes
 
-    def _merge_use(self, raw: dict[str, Any], path: Path, file: str, name: str | None) -> YDict | None:
+    def _merge_use(
+        self, raw: dict[str, Any], path: Path, file: str, name: str | None
+    ) -> YDict | None:
         target = raw["use"]
         line = line_of(raw, "use")
         if not isinstance(target, str):
@@ -246,7 +285,9 @@ class LoadContext:
             self.error(node, str(err), key=key, sub=sub)
             return None, value
 
-    def _outputs(self, spec: FlowSpec, raw: YDict, nodes: dict[str, Node], file: str) -> dict[str, Ref]:
+    def _outputs(
+        self, spec: FlowSpec, raw: YDict, nodes: dict[str, Node], file: str
+    ) -> dict[str, Ref]:
         outputs: dict[str, Ref] = {}
         raw_out = raw.get("outputs") or {}
         for name, value in spec.outputs.items():
@@ -257,13 +298,20 @@ class LoadContext:
                 self.report(file, line, None, f"output {name!r}: {err}")
                 continue
             if ref is None:
-                self.report(file, line, None, f"output {name!r} must be a reference such as "
-                            "${node.output} or ${inputs.name}")
+                self.report(
+                    file,
+                    line,
+                    None,
+                    f"output {name!r} must be a reference such as "
+                    "${node.output} or ${inputs.name}",
+                )
                 continue
             problem = self._target_problem(ref, spec, nodes)
             if problem is None and ref.name in nodes and nodes[ref.name].is_aggregate:
-                problem = (f"reads aggregate node {ref.name!r}; outputs are per row, and "
-                           "aggregate results go to metrics.json")
+                problem = (
+                    f"reads aggregate node {ref.name!r}; outputs are per row, and "
+                    "aggregate results go to metrics.json"
+                )
             if problem:
                 self.report(file, line, None, f"output {name!r} {problem}")
             else:
@@ -278,38 +326,49 @@ class LoadContext:
             for cond in node.when or ():
                 self._check_one(node, cond[0], spec, nodes, "when", None)
 
-    def _check_one(self, node: Node, ref: Ref, spec: FlowSpec, nodes: dict[str, Node],
-                   key: str, sub: Any) -> None:
+    def _check_one(
+        self, node: Node, ref: Ref, spec: FlowSpec, nodes: dict[str, Node], key: str, sub: Any
+    ) -> None:
         problem = self._target_problem(ref, spec, nodes)
         if problem is None and ref.source == "node" and ref.name in nodes:
             if ref.name == node.name:
                 problem = "reads its own output"
             elif nodes[ref.name].is_aggregate and not node.is_aggregate:
-                problem = (f"reads aggregate node {ref.name!r}, which runs once after all rows; "
-                           "only aggregate nodes may read it")
+                problem = (
+                    f"reads aggregate node {ref.name!r}, which runs once after all rows; "
+                    "only aggregate nodes may read it"
+                )
         if problem:
             self.error(node, f"{ref.text} {problem}", key=key, sub=sub)
 
     def _target_problem(self, ref: Ref, spec: FlowSpec, nodes: dict[str, Node]) -> str | None:
         if ref.source == "inputs":
             if ref.name not in spec.inputs:
-                return (f"refers to unknown input {ref.name!r}{did_you_mean(ref.name, spec.inputs)}"
-                        f"; the flow's inputs are: {one_of(spec.inputs)}")
+                return (
+                    f"refers to unknown input {ref.name!r}{did_you_mean(ref.name, spec.inputs)}"
+                    f"; the flow's inputs are: {one_of(spec.inputs)}"
+                )
             return None
         if ref.name not in nodes:
             if ref.name in self._broken:
                 return None
             if ref.name in ("data", "run"):
-                return ("reads data directly; declare a flow input and map the column to it "
-                        "(the default mapping is input x ← ${data.x})")
-            return (f"refers to unknown node {ref.name!r}"
-                    f"{did_you_mean(ref.name, [*nodes, *self._broken, 'inputs'])}")
+                return (
+                    "reads data directly; declare a flow input and map the column to it "
+                    "(the default mapping is input x ← ${data.x})"
+                )
+            return (
+                f"refers to unknown node {ref.name!r}"
+                f"{did_you_mean(ref.name, [*nodes, *self._broken, 'inputs'])}"
+            )
         target = nodes[ref.name]
         if target.kind == "flow" and ref.path and target.impl is not None:
             outs = target.impl.spec.outputs
             if isinstance(ref.path[0], str) and ref.path[0] not in outs:
-                return (f"refers to unknown output {ref.path[0]!r} of sub-flow "
-                        f"{target.impl.name!r}{did_you_mean(ref.path[0], outs)}; it has: {one_of(outs)}")
+                return (
+                    f"refers to unknown output {ref.path[0]!r} of sub-flow "
+                    f"{target.impl.name!r}{did_you_mean(ref.path[0], outs)}; it has: {one_of(outs)}"
+                )
         return None
 
 
@@ -332,19 +391,24 @@ def _message(e: dict[str, Any], allowed: list[str]) -> str:
         return f"unknown key {field!r}{did_you_mean(field, allowed)}"
     if kind == "union_tag_invalid":
         tag = e.get("ctx", {}).get("tag", "")
-        return f"unknown node type {tag!r}{did_you_mean(tag, NODE_TYPES)}; expected one of {', '.join(NODE_TYPES)}"
+        hint = did_you_mean(tag, NODE_TYPES)
+        return f"unknown node type {tag!r}{hint}; expected one of {', '.join(NODE_TYPES)}"
     if kind == "union_tag_not_found":
         return f"node has no 'type' (one of {', '.join(NODE_TYPES)}) and no 'use'"
     if kind == "literal_error" and field == "type" and len(loc) == 3 and loc[0] == "inputs":
         from flowkit.spec import InputType
 
         types = InputType.__args__
-        return (f"input {loc[1]!r}: unknown type {e.get('input')!r}{did_you_mean(str(e.get('input')), types)}"
-                f"; one of {', '.join(types)}")
+        given = str(e.get("input"))
+        hint = did_you_mean(given, types)
+        return f"input {loc[1]!r}: unknown type {given!r}{hint}; one of {', '.join(types)}"
     if kind == "missing":
         return f"missing required key {field!r}"
     if kind == "string_pattern_mismatch" and field == "name":
-        return f"name {e.get('input')!r} must start with a letter or '_' and hold only letters, digits and '_'"
+        return (
+            f"name {e.get('input')!r} must start with a letter or '_' and hold only "
+            "letters, digits and '_'"
+        )
     where = ".".join(str(p) for p in loc if p not in NODE_TYPES)
     msg = e["msg"].removeprefix("Value error, ")
     return f"{where}: {msg}" if where else msg
@@ -377,12 +441,22 @@ def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     nodes, outputs = [], {}
     for path, sub in zip(paths, subs, strict=True):
         assert sub is not None
-        nodes.append({"name": sub.name, "type": "flow", "flow": str(path),
-                      "inputs": {k: f"${{inputs.{k}}}" for k in sub.inputs if k in inputs}})
+        nodes.append(
+            {
+                "name": sub.name,
+                "type": "flow",
+                "flow": str(path),
+                "inputs": {k: f"${{inputs.{k}}}" for k in sub.inputs if k in inputs},
+            }
+        )
         outputs[sub.name] = f"${{{sub.name}.output}}"
-    raw = YDict(name=name, description="flows run together: " + ", ".join(s.name for s in subs if s),
-                inputs={k: v.model_dump(exclude_unset=True) for k, v in inputs.items()},
-                outputs=outputs, nodes=nodes)
+    raw = YDict(
+        name=name,
+        description="flows run together: " + ", ".join(s.name for s in subs if s),
+        inputs={k: v.model_dump(exclude_unset=True) for k, v in inputs.items()},
+        outputs=outputs,
+        nodes=nodes,
+    )
     raw.file, raw.line, raw.key_lines = name, 0, {}
     flow = ctx.build(raw, Path.cwd() / f"{name}.yaml", name)
     _raise(ctx, name)
@@ -402,6 +476,8 @@ def load_flow(flow: str | os.PathLike[str]) -> Flow:
     path = resolve_flow_path(flow)
     loaded = ctx.load(path)
     if ctx.diagnostics or loaded is None:
-        raise ValidationError(ctx.diagnostics or [Diagnostic(str(flow), 0, None, "flow failed to load")])
+        raise ValidationError(
+            ctx.diagnostics or [Diagnostic(str(flow), 0, None, "flow failed to load")]
+        )
     loaded.sources = (str(path.resolve()),)
     return loaded

@@ -26,8 +26,9 @@ class RowError(ValueError):
 class Mapping:
     """Resolved input → source for one run."""
 
-    def __init__(self, flow: Flow, overrides: dict[str, str] | None = None,
-                 prior_run: Path | None = None) -> None:
+    def __init__(
+        self, flow: Flow, overrides: dict[str, str] | None = None, prior_run: Path | None = None
+    ) -> None:
         self.flow = flow
         overrides = dict(overrides or {})
         unknown = [k for k in overrides if k not in flow.inputs]
@@ -53,8 +54,10 @@ class Mapping:
         self.prior: dict[int, dict[str, Any]] | None = None
         if any(r is not None and r.source == "run" for r in self.sources.values()):
             if prior_run is None:
-                raise UsageError("the mapping reads ${run.…} but no earlier run was given",
-                                 hint="pass --run RUN_DIR")
+                raise UsageError(
+                    "the mapping reads ${run.…} but no earlier run was given",
+                    hint="pass --run RUN_DIR",
+                )
             self.prior = read_outputs(prior_run)
         self._types = {name: spec.type for name, spec in flow.inputs.items()}
         self._defaults = {n: s.default for n, s in flow.inputs.items() if not s.required}
@@ -72,13 +75,17 @@ class Mapping:
             spec = self.flow.inputs[name]
             if not spec.required and name not in self.explicit:
                 continue
-            what = "is required but" if spec.required else "is mapped to a column that"
-            problems.append(Diagnostic(
-                _display(self.flow), line_of(raw, name), None,
-                f"input {name!r} {what} maps to no data column ({ref.text}); the data has: "
-                f"{one_of(columns)}{did_you_mean(ref.name, columns)}; map one with "
-                f"--map {name}=${{data.COLUMN}}",
-            ))
+            what = "is required but maps" if spec.required else "is mapped"
+            problems.append(
+                Diagnostic(
+                    _display(self.flow),
+                    line_of(raw, name),
+                    None,
+                    f"input {name!r} {what} to no data column ({ref.text}); the data has: "
+                    f"{one_of(columns)}{did_you_mean(ref.name, columns)}; map one with "
+                    f"--map {name}=${{data.COLUMN}}",
+                )
+            )
         if problems:
             raise ValidationError(problems)
         self.notices = self._skipped_for_columns(columns)
@@ -92,8 +99,10 @@ class Mapping:
                 src = self.sources.get(ref.name) if ref.source == "inputs" else None
                 if src is not None and src.source == "data" and src.name not in columns:
                     what = f"metric {node.name!r}" if node.kind == "flow" else f"node {node.name!r}"
-                    notices.append(f"{what} skipped: the data has no column {src.name!r} "
-                                   f"(columns: {one_of(columns)})")
+                    notices.append(
+                        f"{what} skipped: the data has no column {src.name!r} "
+                        f"(columns: {one_of(columns)})"
+                    )
                     break
         return notices
 
@@ -114,7 +123,9 @@ class Mapping:
             try:
                 inputs[name] = coerce(value, self._types[name])
             except TypeError as err:
-                raise RowError(f"input {name!r} ({ref.text if ref else 'literal'}): {err}") from None
+                raise RowError(
+                    f"input {name!r} ({ref.text if ref else 'literal'}): {err}"
+                ) from None
         return inputs
 
     def _lookup(self, ref: Ref, values: dict[str, Any], line: int) -> Any:

@@ -113,7 +113,11 @@ def walk(value: Any, path: Path, text: str = "") -> Any:
             kind = type(value).__name__ if value is not None else "null"
             raise MissingValue(
                 f"{text or 'value'}: no {step!r} in {kind}"
-                + (f" (keys: {', '.join(map(str, list(value)[:10]))})" if isinstance(value, dict) else "")
+                + (
+                    f" (keys: {', '.join(map(str, list(value)[:10]))})"
+                    if isinstance(value, dict)
+                    else ""
+                )
             ) from None
     return value
 

@@ -29,8 +29,10 @@ def _doc_uris(items: Any, name: str) -> list[str]:
     if items is None:
         return []
     if isinstance(items, str | Mapping):
-        raise ValueError(f"{name} must be a list of {{content, doc_uri}} objects, "
-                         f"got a single {type(items).__name__}")
+        raise ValueError(
+            f"{name} must be a list of {{content, doc_uri}} objects, "
+            f"got a single {type(items).__name__}"
+        )
     uris: list[str] = []
     for i, item in enumerate(items):
         if isinstance(item, str):
@@ -41,15 +43,18 @@ def _doc_uris(items: Any, name: str) -> list[str]:
                 keys = ", ".join(map(str, item)) or "none"
                 raise ValueError(f"{name}[{i}] has no 'doc_uri' (its keys: {keys})")
         else:
-            raise ValueError(f"{name}[{i}] must be a {{content, doc_uri}} object, "
-                             f"got {type(item).__name__}")
+            raise ValueError(
+                f"{name}[{i}] must be a {{content, doc_uri}} object, got {type(item).__name__}"
+            )
         uris.append(str(uri).strip())
     return uris
 
 
-def document_recall(retrieved_context: Sequence[Any] | None,
-                    expected_retrieved_context: Sequence[Any] | None,
-                    threshold: float = 1.0) -> dict[str, Any]:
+def document_recall(
+    retrieved_context: Sequence[Any] | None,
+    expected_retrieved_context: Sequence[Any] | None,
+    threshold: float = 1.0,
+) -> dict[str, Any]:
     """Recall and precision of the retrieved documents for one row.
 
     Recall is undefined (None, result "invalid") when no document is expected: there is
@@ -57,8 +62,9 @@ def document_recall(retrieved_context: Sequence[Any] | None,
     nothing was retrieved, for the same reason; such a row still has a recall of 0.
     """
     retrieved = _doc_uris(retrieved_context, "retrieved_context")
-    expected = list(dict.fromkeys(_doc_uris(expected_retrieved_context,
-                                            "expected_retrieved_context")))
+    expected = list(
+        dict.fromkeys(_doc_uris(expected_retrieved_context, "expected_retrieved_context"))
+    )
     wanted, got = set(expected), set(retrieved)
     ratings = [int(uri in wanted) for uri in retrieved]
     recall = len(wanted & got) / len(wanted) if wanted else None
@@ -78,8 +84,9 @@ def document_recall(retrieved_context: Sequence[Any] | None,
     }
 
 
-def document_summary(recall: Sequence[Any], precision: Sequence[Any],
-                     threshold: Any = 1.0) -> Metrics:
+def document_summary(
+    recall: Sequence[Any], precision: Sequence[Any], threshold: Any = 1.0
+) -> Metrics:
     """The recall summary (mean, pass_rate, invalid, count) plus mean document precision.
 
     One function, because every aggregate node of a flow reports under the flow's name and

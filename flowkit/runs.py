@@ -29,8 +29,10 @@ def new_run_dir(root: Path, flow_name: str, name: str | None = None) -> Path:
     if name:
         path = root / name
         if path.exists() and any(path.iterdir()):
-            raise UsageError(f"run folder {str(path)!r} already exists and is not empty",
-                             hint="choose another --name, or remove the folder")
+            raise UsageError(
+                f"run folder {str(path)!r} already exists and is not empty",
+                hint="choose another --name, or remove the folder",
+            )
         return path
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return root / f"{flow_name}-{stamp}-{secrets.token_hex(3)}"
@@ -54,8 +56,15 @@ class RunWriter:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.run_id = directory.name
-        self.info = {"format": RUN_FORMAT, "version": RUN_VERSION, "run_id": self.run_id,
-                     **info, "status": RUNNING, "pid": os.getpid(), "started": iso(time.time())}
+        self.info = {
+            "format": RUN_FORMAT,
+            "version": RUN_VERSION,
+            "run_id": self.run_id,
+            **info,
+            "status": RUNNING,
+            "pid": os.getpid(),
+            "started": iso(time.time()),
+        }
         self._outputs = open(directory / "outputs.jsonl", "wb")  # noqa: SIM115 - held for the run
         self._traces = open(directory / "traces.jsonl", "wb")  # noqa: SIM115
         self._next = 0
@@ -127,8 +136,10 @@ def resolve_run_dir(run: str | os.PathLike[str], root: Path = Path("runs")) -> P
     if len(candidates) > 1:
         names = ", ".join(p.name for p in candidates[:5])
         raise UsageError(f"run {str(run)!r} is ambiguous: {names}", hint="give more of the name")
-    raise UsageError(f"no run folder {str(run)!r} (looked for run.json there and in {root}/)",
-                     hint="`flowkit runs` lists the runs")
+    raise UsageError(
+        f"no run folder {str(run)!r} (looked for run.json there and in {root}/)",
+        hint="`flowkit runs` lists the runs",
+    )
 
 
 def read_run_info(run_dir: Path) -> dict[str, Any]:

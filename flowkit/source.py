@@ -133,7 +133,9 @@ def locate(root: Any, loc: tuple[Any, ...]) -> tuple[str, int]:
     """The file and line nearest to a pydantic error location inside ``root``."""
     node, file, line = root, getattr(root, "file", ""), getattr(root, "line", 0)
     for part in loc:
-        if (isinstance(node, YDict) and part in node) or (isinstance(node, YList) and isinstance(part, int) and part < len(node)):
+        if (isinstance(node, YDict) and part in node) or (
+            isinstance(node, YList) and isinstance(part, int) and part < len(node)
+        ):
             file, line, node = node.file or file, node.line_of(part), node[part]
         # A part that is not in the data (a union tag such as 'llm') is skipped, not fatal.
     return file, line

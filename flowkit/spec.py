@@ -115,8 +115,11 @@ NodeSpec = Annotated[
     Field(discriminator="type"),
 ]
 NODE_MODELS: dict[str, type[_NodeBase]] = {
-    "python": PythonNode, "llm": LlmNode, "embedding": EmbeddingNode,
-    "aggregate": AggregateNode, "flow": FlowNode,
+    "python": PythonNode,
+    "llm": LlmNode,
+    "embedding": EmbeddingNode,
+    "aggregate": AggregateNode,
+    "flow": FlowNode,
 }
 NODE_TYPES = tuple(NODE_MODELS)
 

@@ -52,8 +52,9 @@ def f1_score(answer: str, ground_truth: str | list[str], threshold: float = 0.5)
     return {"score": score, "result": "pass" if score >= threshold else "fail"}
 
 
-def exact_match(answer: str, ground_truth: str | list[str], normalize_text: bool = False
-                ) -> dict[str, Any]:
+def exact_match(
+    answer: str, ground_truth: str | list[str], normalize_text: bool = False
+) -> dict[str, Any]:
     """1 when the answer equals any accepted answer (character for character unless normalised)."""
     prep = normalize if normalize_text else str
     hit = any(prep(answer) == prep(t) for t in _answers(ground_truth))
@@ -88,8 +89,9 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float | None:
     return max(-1.0, min(1.0, dot / norm))
 
 
-def embedding_similarity(answer_vector: Sequence[float], truth_vector: Sequence[float],
-                         threshold: float = 0.8) -> dict[str, Any]:
+def embedding_similarity(
+    answer_vector: Sequence[float], truth_vector: Sequence[float], threshold: float = 0.8
+) -> dict[str, Any]:
     """Cosine of the two embeddings, with pass when it reaches ``threshold``.
 
     Cosines depend on the embedding model (ada-002 rarely goes below 0.7, text-embedding-3
@@ -107,10 +109,20 @@ def embedding_similarity(answer_vector: Sequence[float], truth_vector: Sequence[
 # Field names used by the common APIs, first match wins: OpenAI (prompt/completion),
 # Anthropic and OpenAI Responses (input/output), MLflow/Databricks traces (total_*_count).
 _USAGE_FIELDS: dict[str, tuple[str, ...]] = {
-    "input": ("input_tokens", "prompt_tokens", "total_input_token_count",
-              "input_token_count", "prompt_token_count"),
-    "output": ("output_tokens", "completion_tokens", "total_output_token_count",
-               "output_token_count", "candidates_token_count"),
+    "input": (
+        "input_tokens",
+        "prompt_tokens",
+        "total_input_token_count",
+        "input_token_count",
+        "prompt_token_count",
+    ),
+    "output": (
+        "output_tokens",
+        "completion_tokens",
+        "total_output_token_count",
+        "output_token_count",
+        "candidates_token_count",
+    ),
     "total": ("total_tokens", "total_token_count"),
 }
 
@@ -133,8 +145,12 @@ def _count(value: Any, name: str) -> int | None:
     return value
 
 
-def token_counts(usage: Mapping[str, Any] | None = None, input_tokens: Any = None,
-                 output_tokens: Any = None, total_tokens: Any = None) -> dict[str, int | None]:
+def token_counts(
+    usage: Mapping[str, Any] | None = None,
+    input_tokens: Any = None,
+    output_tokens: Any = None,
+    total_tokens: Any = None,
+) -> dict[str, int | None]:
     """Total, input and output tokens for one row, from flat fields or a usage object.
 
     Flat fields win over ``usage``. When two of the three counts are known the third is

@@ -29,7 +29,7 @@ class ErrorInfo(msgspec.Struct, omit_defaults=True):
         return cls(type(err).__name__, str(err) or type(err).__name__, text)
 
 
-class LlmCall(msgspec.Struct, omit_defaults=True):
+class LlmCall(msgspec.Struct):
     model: str
     messages: list[dict[str, Any]]
     usage: dict[str, int] = {}
@@ -38,7 +38,7 @@ class LlmCall(msgspec.Struct, omit_defaults=True):
     raw: Any = None
 
 
-class NodeRecord(msgspec.Struct, omit_defaults=True):
+class NodeRecord(msgspec.Struct):
     """One node's execution for one row."""
 
     run_id: str

@@ -24,25 +24,31 @@ def _fmt(value: Any) -> str:
 
 
 @contextlib.contextmanager
-def progress_display(console: Console, *, enabled: bool = True
-                     ) -> Iterator[Callable[[Stats], None] | None]:
+def progress_display(
+    console: Console, *, enabled: bool = True
+) -> Iterator[Callable[[Stats], None] | None]:
     """A rich progress line: rows done, failed, cached, the rate and the tokens so far."""
     if not enabled or (not console.is_terminal and os.environ.get("FLOWKIT_PROGRESS") != "1"):
         yield None
         return
     progress = Progress(
-        TextColumn("[bold]rows[/] {task.completed}"), BarColumn(bar_width=None),
-        TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-        console=console, transient=True,
+        TextColumn("[bold]rows[/] {task.completed}"),
+        BarColumn(bar_width=None),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     )
     task = progress.add_task("run", total=None, detail="")
 
     def update(stats: Stats) -> None:
         elapsed = max(time.monotonic() - stats.started, 1e-9)
         tokens = stats.token_totals()["total_tokens"]
-        detail = (f"ok {stats.succeeded} · failed {stats.failed + stats.bad_input} · "
-                  f"cache hits {stats.cache_hits} · {stats.rows / elapsed:,.0f} rows/s"
-                  + (f" · {tokens:,} tokens" if tokens else ""))
+        detail = (
+            f"ok {stats.succeeded} · failed {stats.failed + stats.bad_input} · "
+            f"cache hits {stats.cache_hits} · {stats.rows / elapsed:,.0f} rows/s"
+            + (f" · {tokens:,} tokens" if tokens else "")
+        )
         progress.update(task, completed=stats.rows, detail=detail)
 
     with progress:
@@ -96,45 +102,75 @@ def show_run(console: Console, run_ref: str, root: Path) -> None:
         head.add_row("rows", ", ".join(f"{k} {v}" for k, v in counts.items()))
     tokens = info.get("tokens") or {}
     if tokens.get("calls"):
-        head.add_row("tokens", f"{tokens['total_tokens']:,} ({tokens['prompt_tokens']:,} prompt, "
-                     f"{tokens['completion_tokens']:,} completion) in {tokens['calls']:,} calls")
+        head.add_row(
+            "tokens",
+            f"{tokens['total_tokens']:,} ({tokens['prompt_tokens']:,} prompt, "
+            f"{tokens['completion_tokens']:,} completion) in {tokens['calls']:,} calls",
+        )
     cost = (info.get("cost") or {}).get("usd")
     if cost is not None:
-        head.add_row("cost", f"≈ ${cost:.4f} (estimate; prices as of {info['cost']['prices_as_of']})")
+        head.add_row(
+            "cost", f"≈ ${cost:.4f} (estimate; prices as of {info['cost']['prices_as_of']})"
+        )
     parts: list[Any] = [head]
     if metrics:
         parts.append(metrics_table(metrics, info))
     by_node = info.get("tokens_by_node") or {}
     if by_node:
         costs = (info.get("cost") or {}).get("by_node") or {}
-        t = Table("node", "model", "calls", "prompt", "completion", "total", "≈ USD", box=None,
-                  title="tokens by node", title_justify="left")
+        t = Table(
+            "node",
+            "model",
+            "calls",
+            "prompt",
+            "completion",
+            "total",
+            "≈ USD",
+            box=None,
+            title="tokens by node",
+            title_justify="left",
+        )
         for node, u in by_node.items():
             usd = costs.get(node)
-            t.add_row(node, str(u.get("model") or "—"),
-                      *(f"{u[k]:,}" for k in ("calls", "prompt_tokens", "completion_tokens",
-                                              "total_tokens")),
-                      "—" if usd is None else f"{usd:.4f}")
+            t.add_row(
+                node,
+                str(u.get("model") or "—"),
+                *(
+                    f"{u[k]:,}"
+                    for k in ("calls", "prompt_tokens", "completion_tokens", "total_tokens")
+                ),
+                "—" if usd is None else f"{usd:.4f}",
+            )
         parts.append(t)
     console.print(Group(*parts))
 
 
 def runs_table(root: Path) -> Table:
     table = Table("run", "flow", "started", "status", "rows", "failed", "key metrics", box=None)
-    dirs = sorted((p for p in root.glob("*") if (p / "run.json").is_file()),
-                  key=lambda p: p.stat().st_mtime, reverse=True)
+    dirs = sorted(
+        (p for p in root.glob("*") if (p / "run.json").is_file()),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
     for run_dir in dirs:
         try:
             info = read_run_info(run_dir)
         except (OSError, ValueError):
             continue
         metrics = read_metrics(run_dir)
-        key = [f"{k}={_fmt(v)}" for k, v in metrics.items()
-               if k.endswith((".mean", ".pass_rate", ".defect_rate", ".rate"))][:3]
+        key = [
+            f"{k}={_fmt(v)}"
+            for k, v in metrics.items()
+            if k.endswith((".mean", ".pass_rate", ".defect_rate", ".rate"))
+        ][:3]
         counts = info.get("counts") or {}
-        table.add_row(run_dir.name, info.get("flow", {}).get("name", "?"),
-                      str(info.get("started", ""))[:19], _status(info),
-                      str(counts.get("rows", "")),
-                      str(counts.get("failed", 0) + counts.get("bad_input", 0)) if counts else "",
-                      " ".join(key))
+        table.add_row(
+            run_dir.name,
+            info.get("flow", {}).get("name", "?"),
+            str(info.get("started", ""))[:19],
+            _status(info),
+            str(counts.get("rows", "")),
+            str(counts.get("failed", 0) + counts.get("bad_input", 0)) if counts else "",
+            " ".join(key),
+        )
     return table

@@ -16,8 +16,9 @@ from flowkit.testing.server import LocalServer, ServerConfig, serve
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory,
-                    monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A safety net: whatever a test forgets to pass, the default cache is a temporary one."""
     monkeypatch.setenv("FLOWKIT_CACHE_DIR", str(tmp_path_factory.mktemp("default-cache")))
 
@@ -48,8 +49,9 @@ def _server() -> Iterator[LocalServer]:
 
 
 @pytest.fixture
-def llm_server(_server: LocalServer, workdir: Path,
-               monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalServer]:
+def llm_server(
+    _server: LocalServer, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LocalServer]:
     """The local test server, with the environment pointing flowkit at it and fresh counters."""
     for var in ("AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_API_KEY", "OPENAI_API_VERSION"):
         monkeypatch.delenv(var, raising=False)

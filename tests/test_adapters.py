@@ -35,9 +35,20 @@ MESSAGES = [
         (MESSAGES, "How long is it kept?"),
         (json.dumps({"messages": MESSAGES}), "How long is it kept?"),  # a CSV cell
         ("[urgent] my upload fails", "[urgent] my upload fails"),  # text that only looks like JSON
-        ({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"},
-                                                    {"type": "image_url", "image_url": {}}]}]},
-         "Hi"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "Hi"},
+                            {"type": "image_url", "image_url": {}},
+                        ],
+                    }
+                ]
+            },
+            "Hi",
+        ),
         (None, ""),
     ],
 )
@@ -68,8 +79,10 @@ def test_message_text_joins_text_parts() -> None:
 
 
 def test_history_from_prompt_flow_chat_history() -> None:
-    history = [{"inputs": {"question": "Is there a café?"}, "outputs": {"answer": "Yes."}},
-               {"inputs": {"question": "Where?"}, "outputs": {"answer": "Ground floor."}}]
+    history = [
+        {"inputs": {"question": "Is there a café?"}, "outputs": {"answer": "Yes."}},
+        {"inputs": {"question": "Where?"}, "outputs": {"answer": "Ground floor."}},
+    ]
     assert history_text(history) == (
         "User: Is there a café?\nAssistant: Yes.\nUser: Where?\nAssistant: Ground floor."
     )
@@ -96,12 +109,14 @@ def test_history_refuses_other_shapes() -> None:
 
 
 def test_format_chunks_numbers_every_chunk() -> None:
-    chunks = [{"content": "Hold reset for ten seconds.", "doc_uri": "docs/reset.md"},
-              {"content": " Amber means no signal. ", "doc_uri": "docs/reset.md"}]
+    chunks = [
+        {"content": "Hold reset for ten seconds.", "doc_uri": "docs/reset.md"},
+        {"content": " Amber means no signal. ", "doc_uri": "docs/reset.md"},
+    ]
     out = format_chunks(chunks)
     assert out == {
         "text": "[Chunk 1] (docs/reset.md)\nHold reset for ten seconds.\n\n"
-                "[Chunk 2] (docs/reset.md)\nAmber means no signal.",
+        "[Chunk 2] (docs/reset.md)\nAmber means no signal.",
         "count": 2,
     }
     assert format_chunks(json.dumps(chunks)) == out
@@ -113,8 +128,11 @@ def test_format_chunks_empty(empty: object) -> None:
 
 
 def test_format_documents_keeps_ids_and_titles() -> None:
-    docs = [{"id": "hours", "title": "Opening hours", "content": "Mon-Fri 10-18."},
-            {"content": "No id here."}, "plain text"]
+    docs = [
+        {"id": "hours", "title": "Opening hours", "content": "Mon-Fri 10-18."},
+        {"content": "No id here."},
+        "plain text",
+    ]
     out = format_documents(docs)
     assert out["ids"] == ["hours", "2", "3"]
     assert out["text"].split("\n\n") == [
@@ -141,8 +159,11 @@ def test_documents_without_text_are_refused() -> None:
 
 CONVERSATION = [
     {"role": "user", "content": "Where can I return a bike?"},
-    {"role": "assistant", "content": "At any station.",
-     "context": {"citations": [{"id": "r2", "title": "Returning", "content": "Any station."}]}},
+    {
+        "role": "assistant",
+        "content": "At any station.",
+        "context": {"citations": [{"id": "r2", "title": "Returning", "content": "Any station."}]},
+    },
     {"role": "user", "content": "And if it is full?"},
     {"role": "assistant", "content": "You get 15 free minutes."},
 ]
@@ -168,11 +189,17 @@ def test_rag_turns_conversation_form() -> None:
 
 def test_rag_turns_single_reply_form_shows_history_as_background() -> None:
     history = [{"inputs": {"question": "Open today?"}, "outputs": {"answer": "Yes."}}]
-    out = rag_turns(question="Until when?", answer="Until 6 pm.", chat_history=history,
-                    documents=[{"id": "hours", "content": "Open 10-18."}])
+    out = rag_turns(
+        question="Until when?",
+        answer="Until 6 pm.",
+        chat_history=history,
+        documents=[{"id": "hours", "content": "Open 10-18."}],
+    )
     assert out["count"] == 1
-    assert out["text"].startswith("=== Earlier conversation (background, not judged) ===\n"
-                                  "User: Open today?\nAssistant: Yes.\n\n=== Turn 1 ===")
+    assert out["text"].startswith(
+        "=== Earlier conversation (background, not judged) ===\n"
+        "User: Open today?\nAssistant: Yes.\n\n=== Turn 1 ==="
+    )
     assert out["text"].endswith("Chatbot reply:\nUntil 6 pm.")
 
 

@@ -102,9 +102,11 @@ FLOW = """
     outputs: {y: ${second.output}, t: ${t.output}}
     nodes:
       - {name: first, type: python, source: nodes.py, function: add, inputs: {a: ${inputs.x}, b: 1}}
-      - {name: second, type: python, source: more.py, function: double, inputs: {x: ${first.output}}}
+      - {name: second, type: python, source: more.py, function: double,
+         inputs: {x: ${first.output}}}
       - {name: t, type: python, source: nodes.py, function: tick, inputs: {x: ${inputs.x}}}
-      - {name: sum, type: aggregate, source: nodes.py, function: total, inputs: {values: ${second.output}}}
+      - {name: sum, type: aggregate, source: nodes.py, function: total,
+         inputs: {values: ${second.output}}}
     """
 
 
@@ -120,8 +122,9 @@ def project(tmp_path: Path) -> Path:
 
 def run(project: Path, flow: str = "flow.yaml", **kw: Any) -> RunResult:
     kw.setdefault("cache_dir", project.parent / "cache")
-    return flowkit.run(project / flow, project / "data.jsonl",
-                       runs_root=project.parent / "runs", **kw)
+    return flowkit.run(
+        project / flow, project / "data.jsonl", runs_root=project.parent / "runs", **kw
+    )
 
 
 def hits(result: RunResult) -> dict[str, set[bool]]:
@@ -143,8 +146,9 @@ def test_a_rerun_runs_no_node(project: Path) -> None:
     assert second.metrics == first.metrics == {"cached.sum": 2 * (1 + 2 + 3 + 4)}
 
 
-def test_editing_a_source_file_reruns_its_node_only(project: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_editing_a_source_file_reruns_its_node_only(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Bytecode caching on, as for most users: a .pyc is trusted when the source's mtime (whole
     # seconds) and size match, which an edit made right away with the same length does.
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
@@ -173,13 +177,16 @@ def test_the_node_name_and_flow_path_are_not_in_the_key(project: Path) -> None:
 
 def test_failures_are_not_cached(tmp_path: Path) -> None:
     write(tmp_path / "nodes.py", NODES)
-    flow = write(tmp_path / "boom.yaml", """
+    flow = write(
+        tmp_path / "boom.yaml",
+        """
         name: boom
         inputs: {x: {type: integer}}
         outputs: {y: ${b.output}}
         nodes:
           - {name: b, type: python, source: nodes.py, function: boom_on_3, inputs: {x: ${inputs.x}}}
-        """)
+        """,
+    )
     data = write_jsonl(tmp_path / "d.jsonl", [{"x": i} for i in range(5)])
     kw: dict[str, Any] = {"cache_dir": tmp_path / "cache", "runs_root": tmp_path / "runs"}
     flowkit.run(flow, data, **kw)
@@ -239,13 +246,16 @@ JUDGES = """
     nodes:
       - {name: judge_a, type: llm, prompt: a.jinja2, inputs: {x: ${inputs.x}}}
       - {name: judge_b, type: llm, prompt: b.jinja2, inputs: {x: ${inputs.x}}}
-      - {name: post_a, type: python, source: post.py, function: shout, inputs: {text: ${judge_a.output}}}
-      - {name: post_b, type: python, source: post.py, function: shout, inputs: {text: ${judge_b.output}}}
+      - {name: post_a, type: python, source: post.py, function: shout,
+         inputs: {text: ${judge_a.output}}}
+      - {name: post_b, type: python, source: post.py, function: shout,
+         inputs: {text: ${judge_b.output}}}
     """
 
 
-def test_rerun_and_prompt_edit_cost_only_what_changed(llm_server: LocalServer,
-                                                      tmp_path: Path) -> None:
+def test_rerun_and_prompt_edit_cost_only_what_changed(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
     work = tmp_path / "llm"
     write(work / "judges.yaml", JUDGES)
     write(work / "a.jinja2", "Judge A of {{ x }} [[reply: a1 {{ x }}]]\n")
@@ -256,19 +266,28 @@ def test_rerun_and_prompt_edit_cost_only_what_changed(llm_server: LocalServer,
 
     first = flowkit.run(work / "judges.yaml", data, **kw)
     assert llm_server.stats()["chat_completions"] == 6
-    assert [r["outputs"] for r in first.rows()][0] == {"a": "A1 P", "b": "B1 P"}
+    assert next(first.rows())["outputs"] == {"a": "A1 P", "b": "B1 P"}
 
     rerun = flowkit.run(work / "judges.yaml", data, **kw)
     assert llm_server.stats()["chat_completions"] == 6  # not one more call
     assert rerun.counts["node_runs"] == 0 and rerun.tokens["calls"] == 0
     assert all(t["cache_hit"] for t in rerun.traces())
     replayed = traces_by(rerun.traces())[(0, "judge_a")]
-    assert replayed["llm"]["messages"] == [{"role": "user", "content": "Judge A of p [[reply: a1 p]]"}]
+    assert replayed["llm"]["messages"] == [
+        {"role": "user", "content": "Judge A of p [[reply: a1 p]]"}
+    ]
 
     write(work / "a.jinja2", "Judge A of {{ x }} [[reply: a2 {{ x }}]]\n")
     edited = flowkit.run(work / "judges.yaml", data, **kw)
     assert llm_server.stats()["chat_completions"] == 9  # judge_a once per row, nothing else
-    assert hits(edited) == {"judge_a": {False}, "post_a": {False}, "judge_b": {True},
-                            "post_b": {True}}
+    assert hits(edited) == {
+        "judge_a": {False},
+        "post_a": {False},
+        "judge_b": {True},
+        "post_b": {True},
+    }
     assert [r["outputs"] for r in edited.rows()] == [
-        {"a": "A2 P", "b": "B1 P"}, {"a": "A2 Q", "b": "B1 Q"}, {"a": "A2 R", "b": "B1 R"}]
+        {"a": "A2 P", "b": "B1 P"},
+        {"a": "A2 Q", "b": "B1 Q"},
+        {"a": "A2 R", "b": "B1 R"},
+    ]

@@ -56,8 +56,13 @@ def test_alias_names_have_no_dots() -> None:
 
 
 def turns(*scores: object) -> str:
-    return json.dumps({"turns": [{"turn": i, "analysis": f"a{i}", "score": s}
-                                 for i, s in enumerate(scores, start=1)]})
+    return json.dumps(
+        {
+            "turns": [
+                {"turn": i, "analysis": f"a{i}", "score": s} for i, s in enumerate(scores, start=1)
+            ]
+        }
+    )
 
 
 def test_turn_scores_take_the_minimum() -> None:
@@ -83,8 +88,11 @@ def test_turns_are_matched_by_number() -> None:
         (turns(5), 2, "judge returned 1 turns, expected 2"),
         (turns(5, 6), 2, "turn 2: score 6 is not a number in 1–5"),
         (turns(5, "high"), 2, "turn 2: score 'high'"),
-        (json.dumps({"turns": [{"turn": 1, "score": 5}, {"turn": 3, "score": 5}]}), 2,
-         "are not 1..2"),
+        (
+            json.dumps({"turns": [{"turn": 1, "score": 5}, {"turn": 3, "score": 5}]}),
+            2,
+            "are not 1..2",
+        ),
         ('{"score": 4, "reason": "one number"}', 1, "no JSON list of turns"),
         ("", 1, "no JSON list of turns"),
     ],
@@ -104,16 +112,24 @@ def test_turn_threshold_and_comparator() -> None:
 
 
 def chunks(*verdicts: object) -> str:
-    return json.dumps({"chunks": [{"chunk": i, "reason": f"r{i}", "relevant": v}
-                                  for i, v in enumerate(verdicts, start=1)]})
+    return json.dumps(
+        {
+            "chunks": [
+                {"chunk": i, "reason": f"r{i}", "relevant": v}
+                for i, v in enumerate(verdicts, start=1)
+            ]
+        }
+    )
 
 
 def test_chunk_precision() -> None:
     out = parse_chunk_verdicts(chunks("yes", "No", True), count=3)
     assert out["score"] == pytest.approx(2 / 3)
     assert (out["verdicts"], out["result"]) == ([1, 0, 1], "pass")
-    assert out["reason"] == "2 of 3 chunks relevant; chunk 1: yes (r1); chunk 2: no (r2); " \
-                            "chunk 3: yes (r3)"
+    assert (
+        out["reason"] == "2 of 3 chunks relevant; chunk 1: yes (r1); chunk 2: no (r2); "
+        "chunk 3: yes (r3)"
+    )
 
 
 def test_chunk_precision_below_threshold_fails() -> None:
@@ -155,9 +171,12 @@ def test_rich_llm_output_is_accepted() -> None:
 
 
 def intents(*answered: str, reason: str | None = None) -> str:
-    body: dict[str, object] = {"intents": [
-        {"intent": f"i{n}", "answered": a, "doc_ids": ["d1"] if a == "yes" else []}
-        for n, a in enumerate(answered, start=1)]}
+    body: dict[str, object] = {
+        "intents": [
+            {"intent": f"i{n}", "answered": a, "doc_ids": ["d1"] if a == "yes" else []}
+            for n, a in enumerate(answered, start=1)
+        ]
+    }
     if reason:
         body["reason"] = reason
     return json.dumps(body)
@@ -165,8 +184,12 @@ def intents(*answered: str, reason: str | None = None) -> str:
 
 @pytest.mark.parametrize(
     ("answered", "score", "fraction"),
-    [(("yes",), 5, 1.0), (("yes", "no"), 2, 0.5), (("no",), 1, 0.0),
-     (("yes", "yes", "no"), 1 + 4 * (2 / 3) ** 2, 2 / 3)],
+    [
+        (("yes",), 5, 1.0),
+        (("yes", "no"), 2, 0.5),
+        (("no",), 1, 0.0),
+        (("yes", "yes", "no"), 1 + 4 * (2 / 3) ** 2, 2 / 3),
+    ],
 )
 def test_intents_score_is_one_plus_four_fraction_squared(
     answered: tuple[str, ...], score: float, fraction: float

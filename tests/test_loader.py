@@ -61,6 +61,15 @@ EXPECTED: dict[str, list[str]] = {
     "cycle": [
         f"{F}/cycle.yaml:7: node 'a': cycle: a → b → a",
     ],
+    "output_nothing": [
+        f"{F}/output_nothing.yaml:5: output 'score' refers to nothing: it must be a reference "
+        "such as ${node.output} or ${inputs.name}",
+        f"{F}/output_nothing.yaml:6: output 'count' is not text: it must be a reference such as "
+        "${node.output} or ${inputs.name}",
+        # ... and the rest of the flow is still checked
+        f"{F}/output_nothing.yaml:13: node 'n': ${{inputs.y}} refers to unknown input 'y'; the "
+        "flow's inputs are: x",
+    ],
     "python_imports": [
         f"{F}/python_imports.yaml:14: node 'no_module': cannot import module "
         "'flowkit_no_such_module': No module named 'flowkit_no_such_module'",
@@ -109,7 +118,8 @@ def test_every_problem_comes_in_one_sorted_report() -> None:
     # Outputs are checked after the nodes, yet the report is in file order.
     assert err.diagnostics == sorted(err.diagnostics)
     assert str(err) == "7 problems in flow\n" + "\n".join(
-        f"  {line}" for line in EXPECTED["bad_refs"])
+        f"  {line}" for line in EXPECTED["bad_refs"]
+    )
     assert err.exit_code == 2
 
 
@@ -124,8 +134,9 @@ def test_a_diagnostic_formats_file_line_node_message() -> None:
 def test_the_run_api_validates_before_it_makes_a_run_folder(tmp_path: Path) -> None:
     data = write(tmp_path / "d.jsonl", '{"x": 1}\n')
     with pytest.raises(ValidationError):
-        flowkit.run(f"{F}/cycle.yaml", data, runs_root=tmp_path / "runs",
-                    cache_dir=tmp_path / "cache")
+        flowkit.run(
+            f"{F}/cycle.yaml", data, runs_root=tmp_path / "runs", cache_dir=tmp_path / "cache"
+        )
     assert not (tmp_path / "runs").exists()
 
 
@@ -133,23 +144,32 @@ def test_missing_flow_file_and_non_mapping_flow(tmp_path: Path) -> None:
     assert problems(f"{F}/nowhere.yaml") == [f"{F}/nowhere.yaml: flow file does not exist"]
     flow = write(tmp_path / "list.yaml", "- a\n- b\n")
     assert problems(flow) == [
-        f"{flow}:1: a flow file must be a mapping with name, inputs, outputs, nodes"]
+        f"{flow}:1: a flow file must be a mapping with name, inputs, outputs, nodes"
+    ]
 
 
 def test_unquoted_references_in_flow_mappings_load() -> None:
     flow = load_flow(f"{F}/flow_mapping.yaml")
     s, x = flow.nodes["s"], flow.nodes["x"]
     assert [(p, r.text if r else None, v) for p, r, v in s.inputs] == [
-        ("text", "${inputs.text}", "${inputs.text}")]
+        ("text", "${inputs.text}", "${inputs.text}")
+    ]
     assert {p: (r.text if r else v) for p, r, v in x.inputs} == {
-        "value": "${s.output.score}", "factor": 2}
+        "value": "${s.output.score}",
+        "factor": 2,
+    }
     assert {k: r.text for k, r in flow.outputs.items()} == {
-        "score": "${s.output.score}", "first": "${s.output.items[0]}", "scaled": "${x.output}"}
+        "score": "${s.output.score}",
+        "first": "${s.output.items[0]}",
+        "scaled": "${x.output}",
+    }
     assert flow.row_order == ["s", "x"]
 
 
 def test_yaml_error_elsewhere_is_not_blamed_on_unquoted_references(tmp_path: Path) -> None:
-    flow = write(tmp_path / "f.yaml", """
+    flow = write(
+        tmp_path / "f.yaml",
+        """
         name: f
         inputs: {x: {type: integer}}
         outputs: {y: ${n.output}}
@@ -157,19 +177,25 @@ def test_yaml_error_elsewhere_is_not_blamed_on_unquoted_references(tmp_path: Pat
           - {name: n, type: python, function: json:dumps, inputs: {obj: ${inputs.x}}}
           - name: m
              type: python
-        """)
+        """,
+    )
     assert problems(flow) == [
-        f"{flow}:7: YAML syntax error, column 10: mapping values are not allowed here"]
+        f"{flow}:7: YAML syntax error, column 10: mapping values are not allowed here"
+    ]
     # On a line that holds unquoted references, the column is that of the file as written.
-    write(flow, """
+    write(
+        flow,
+        """
         name: f
         outputs: {y: ${n.output}}
         nodes:
           - {name: n, type: python, function: json:dumps, inputs: {obj: ${inputs.x}}, z: [}
-        """)
+        """,
+    )
     assert problems(flow) == [
         f"{flow}:4: YAML syntax error, column 83: while parsing a flow node: expected the node "
-        "content, but found '}'"]
+        "content, but found '}'"
+    ]
     assert flow.read_text().splitlines()[3][82] == "}"
 
 
@@ -178,9 +204,13 @@ def test_use_merges_a_node_file_with_overrides() -> None:
     ten, three = flow.nodes["ten"], flow.nodes["three"]
     assert ten.kind == three.kind == "python"
     assert {p: (r.text if r else v) for p, r, v in ten.inputs} == {
-        "value": "${inputs.v}", "factor": 10}
+        "value": "${inputs.v}",
+        "factor": 10,
+    }
     assert {p: (r.text if r else v) for p, r, v in three.inputs} == {
-        "value": "${inputs.v}", "factor": 3}
+        "value": "${inputs.v}",
+        "factor": 3,
+    }
     assert ten.spec.description == "Multiplies a value."
     assert three.spec.description == "Overridden in place."
     # The node file's `source: ../helpers.py` is relative to the node file, not to the flow.
@@ -190,13 +220,19 @@ def test_use_merges_a_node_file_with_overrides() -> None:
 
 
 def test_subflow_node_holds_the_loaded_subflow(tmp_path: Path) -> None:
-    parent = write(tmp_path / "parent.yaml", f"""
+    parent = write(
+        tmp_path / "parent.yaml",
+        f"""
         name: parent
         inputs: {{text: {{type: string}}}}
         outputs: {{s: ${{kid.output.score}}}}
         nodes:
-          - {{name: kid, type: flow, flow: {FIXTURES}/sub/child.yaml, inputs: {{text: ${{inputs.text}}}}}}
-        """)
+          - name: kid
+            type: flow
+            flow: {FIXTURES}/sub/child.yaml
+            inputs: {{text: ${{inputs.text}}}}
+        """,
+    )
     kid = load_flow(parent).nodes["kid"]
     assert kid.kind == "flow"
     assert kid.impl.name == "child"
@@ -205,22 +241,30 @@ def test_subflow_node_holds_the_loaded_subflow(tmp_path: Path) -> None:
 
 
 def test_flows_that_include_each_other_are_reported(tmp_path: Path) -> None:
-    write(tmp_path / "a.yaml", """
+    write(
+        tmp_path / "a.yaml",
+        """
         name: a
         nodes:
           - {name: b, type: flow, flow: b.yaml}
-        """)
-    write(tmp_path / "b.yaml", """
+        """,
+    )
+    write(
+        tmp_path / "b.yaml",
+        """
         name: b
         nodes:
           - {name: a, type: flow, flow: a.yaml}
-        """)
+        """,
+    )
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     assert problems(a) == [f"{b}: flows include each other: {a} → {b} → {a}"]
 
 
 def test_a_node_reading_itself_and_bad_when_clauses(tmp_path: Path) -> None:
-    flow = write(tmp_path / "f.yaml", """
+    flow = write(
+        tmp_path / "f.yaml",
+        """
         name: f
         inputs: {x: {type: integer}}
         nodes:
@@ -238,7 +282,8 @@ def test_a_node_reading_itself_and_bad_when_clauses(tmp_path: Path) -> None:
             function: json:dumps
             inputs: {obj: 1}
             when: {ref: "${nothing.output}", equals: 1}
-        """)
+        """,
+    )
     assert problems(flow) == [
         f"{flow}:4: node 'n': cycle: n → n",
         f"{flow}:7: node 'n': ${{n.output}} reads its own output",
@@ -249,7 +294,9 @@ def test_a_node_reading_itself_and_bad_when_clauses(tmp_path: Path) -> None:
 
 
 def test_malformed_references_are_reported_where_they_stand(tmp_path: Path) -> None:
-    flow = write(tmp_path / "f.yaml", """
+    flow = write(
+        tmp_path / "f.yaml",
+        """
         name: f
         inputs: {x: {type: integer}}
         outputs:
@@ -261,7 +308,8 @@ def test_malformed_references_are_reported_where_they_stand(tmp_path: Path) -> N
             inputs:
               obj: ${n.output[0}
               indent: ${inputs}
-        """)
+        """,
+    )
     assert problems(flow) == [
         f"{flow}:4: output 'y': '${{n.result}}': a node's value is read through 'output', as "
         "${n.output.result}",
@@ -272,14 +320,17 @@ def test_malformed_references_are_reported_where_they_stand(tmp_path: Path) -> N
 
 def test_compose_joins_inputs_and_keeps_each_flows_own_defaults(tmp_path: Path) -> None:
     for name, default in (("loose", 0.5), ("strict", 3)):
-        write(tmp_path / f"{name}.yaml", f"""
+        write(
+            tmp_path / f"{name}.yaml",
+            f"""
             name: {name}
             inputs:
               answer: {{type: string}}
               threshold: {{type: number, default: {default}}}
             outputs: {{threshold: ${{inputs.threshold}}}}
             nodes: []
-            """)
+            """,
+        )
     suite = compose([tmp_path / "loose.yaml", tmp_path / "strict.yaml"])
     assert list(suite.nodes) == ["loose", "strict"]
     assert all(n.kind == "flow" for n in suite.nodes.values())

@@ -126,18 +126,34 @@ def test_first_answer_of_a_list() -> None:
     ("kwargs", "expected"),
     [
         ({"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}, (150, 120, 30)),
-        ({"usage": {"prompt_tokens": 200, "completion_tokens": 50, "total_tokens": 250}},
-         (250, 200, 50)),
+        (
+            {"usage": {"prompt_tokens": 200, "completion_tokens": 50, "total_tokens": 250}},
+            (250, 200, 50),
+        ),
         ({"usage": {"input_tokens": 80, "output_tokens": 20}}, (100, 80, 20)),
         ({"input_tokens": 45, "total_tokens": 60}, (60, 45, 15)),
         ({"output_tokens": "7", "total_tokens": 10.0}, (10, 3, 7)),
-        ({"usage": {"total_token_count": 9, "total_input_token_count": 4,
-                    "total_output_token_count": 5}}, (9, 4, 5)),
+        (
+            {
+                "usage": {
+                    "total_token_count": 9,
+                    "total_input_token_count": 4,
+                    "total_output_token_count": 5,
+                }
+            },
+            (9, 4, 5),
+        ),
         ({"total_tokens": 99}, (99, None, None)),
         ({}, (None, None, None)),
         # Flat fields win over the usage object; a total that differs from in+out is kept.
-        ({"usage": {"prompt_tokens": 1, "completion_tokens": 1}, "input_tokens": 10,
-          "total_tokens": 30}, (30, 10, 1)),
+        (
+            {
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                "input_tokens": 10,
+                "total_tokens": 30,
+            },
+            (30, 10, 1),
+        ),
     ],
 )
 def test_token_counts(kwargs: dict[str, object], expected: tuple[object, ...]) -> None:

@@ -14,7 +14,7 @@ from flowkit.loader import load_flow
 from flowkit.runs import RunWriter, iter_jsonl, new_run_dir, resolve_run_dir
 from flowkit.trace import NodeRecord, decode
 
-NODES = '''
+NODES = """
 import asyncio
 
 
@@ -25,14 +25,15 @@ async def nap(x, rows):
 
 def total(values):
     return {"sum": sum(values), "n": len(values)}
-'''
+"""
 
 FLOW = """
     name: ordered
     inputs: {x: {type: integer}, rows: {type: integer, default: 6}}
     outputs: {y: ${n.output}}
     nodes:
-      - {name: n, type: python, source: nodes.py, function: nap, inputs: {x: ${inputs.x}, rows: ${inputs.rows}}}
+      - {name: n, type: python, source: nodes.py, function: nap,
+         inputs: {x: ${inputs.x}, rows: ${inputs.rows}}}
       - {name: t, type: aggregate, source: nodes.py, function: total, inputs: {values: ${n.output}}}
     """
 
@@ -44,20 +45,31 @@ def finished(tmp_path: Path) -> flowkit.api.RunResult:
     rows = [{"x": i} for i in range(6)]
     rows.insert(3, {"y": "no x here"})  # a bad row in the middle: line 3
     data = write_jsonl(tmp_path / "data.jsonl", rows)
-    return flowkit.run(tmp_path / "ordered.yaml", data, cache_dir=tmp_path / "cache",
-                       runs_root=tmp_path / "runs", concurrency=8)
+    return flowkit.run(
+        tmp_path / "ordered.yaml",
+        data,
+        cache_dir=tmp_path / "cache",
+        runs_root=tmp_path / "runs",
+        concurrency=8,
+    )
 
 
 def test_outputs_are_in_input_order_though_rows_finish_out_of_order(
-        finished: flowkit.api.RunResult) -> None:
-    finish_order = [t["line"] for t in read_jsonl(finished.run_dir / "traces.jsonl")
-                    if t["node"] == "n"]
+    finished: flowkit.api.RunResult,
+) -> None:
+    finish_order = [
+        t["line"] for t in read_jsonl(finished.run_dir / "traces.jsonl") if t["node"] == "n"
+    ]
     assert finish_order != sorted(finish_order)
     outputs = read_jsonl(finished.run_dir / "outputs.jsonl")
     assert [r["line"] for r in outputs] == [0, 1, 2, 3, 4, 5, 6]
     assert [r["status"] for r in outputs] == ["ok"] * 3 + ["bad_input"] + ["ok"] * 3
-    assert outputs[0] == {"line": 0, "status": "ok", "inputs": {"x": 0, "rows": 6},
-                          "outputs": {"y": 0}}
+    assert outputs[0] == {
+        "line": 0,
+        "status": "ok",
+        "inputs": {"x": 0, "rows": 6},
+        "outputs": {"y": 0},
+    }
     assert [r["outputs"]["y"] for r in outputs if r["status"] == "ok"] == [0, 10, 20, 30, 40, 50]
     bad = outputs[3]
     assert bad["inputs"] is None and bad["outputs"] is None
@@ -78,10 +90,21 @@ def test_run_json_records_the_run(finished: flowkit.api.RunResult, tmp_path: Pat
     assert info["mapping"] == {"x": "${data.x}", "rows": "${data.rows}"}
     assert info["options"]["concurrency"] == 8
     assert info["counts"] | {"cache_misses": 0} == {
-        "rows": 7, "succeeded": 6, "failed": 0, "bad_input": 1, "node_runs": 6,
-        "node_failures": 0, "cache_hits": 0, "cache_misses": 0}
-    assert info["tokens"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
-                              "calls": 0}
+        "rows": 7,
+        "succeeded": 6,
+        "failed": 0,
+        "bad_input": 1,
+        "node_runs": 6,
+        "node_failures": 0,
+        "cache_hits": 0,
+        "cache_misses": 0,
+    }
+    assert info["tokens"] == {
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "total_tokens": 0,
+        "calls": 0,
+    }
     assert info["aggregates"] == {"t": {"rows_used": 6, "rows_left_out": 0, "status": "ok"}}
     assert info["started"] <= info["ended"]
     assert info["duration_seconds"] >= 0
@@ -89,8 +112,11 @@ def test_run_json_records_the_run(finished: flowkit.api.RunResult, tmp_path: Pat
 
 
 def test_metrics_json_holds_the_aggregates(finished: flowkit.api.RunResult) -> None:
-    assert read_json(finished.run_dir / "metrics.json") == finished.metrics == {
-        "ordered.sum": 150, "ordered.n": 6}
+    assert (
+        read_json(finished.run_dir / "metrics.json")
+        == finished.metrics
+        == {"ordered.sum": 150, "ordered.n": 6}
+    )
 
 
 def test_trace_records(finished: flowkit.api.RunResult) -> None:
@@ -99,7 +125,9 @@ def test_trace_records(finished: flowkit.api.RunResult) -> None:
     assert all(isinstance(r, NodeRecord) and r.v == 1 for r in records)
     assert all(r.run_id == finished.run_id for r in records)
     assert sorted((r.line, r.node) for r in records) == [
-        (-1, "t"), *((i, "n") for i in (0, 1, 2, 4, 5, 6))]
+        (-1, "t"),
+        *((i, "n") for i in (0, 1, 2, 4, 5, 6)),
+    ]
     n0 = next(r for r in records if (r.line, r.node) == (0, "n"))
     assert (n0.kind, n0.status, n0.cache_hit) == ("python", "ok", False)
     assert n0.inputs == {"x": 0, "rows": 6} and n0.output == 0
@@ -110,15 +138,26 @@ def test_trace_records(finished: flowkit.api.RunResult) -> None:
 
 def test_an_output_folder_and_a_run_name(tmp_path: Path, finished: flowkit.api.RunResult) -> None:
     data = write_jsonl(tmp_path / "two.jsonl", [{"x": 1}])
-    out = flowkit.run(tmp_path / "ordered.yaml", data, output=tmp_path / "here",
-                      cache_dir=tmp_path / "cache")
+    out = flowkit.run(
+        tmp_path / "ordered.yaml", data, output=tmp_path / "here", cache_dir=tmp_path / "cache"
+    )
     assert out.run_dir == tmp_path / "here" and (out.run_dir / "run.json").is_file()
-    named = flowkit.run(tmp_path / "ordered.yaml", data, name="baseline",
-                        runs_root=tmp_path / "runs", cache_dir=tmp_path / "cache")
+    named = flowkit.run(
+        tmp_path / "ordered.yaml",
+        data,
+        name="baseline",
+        runs_root=tmp_path / "runs",
+        cache_dir=tmp_path / "cache",
+    )
     assert named.run_dir == tmp_path / "runs" / "baseline"
     with pytest.raises(UsageError) as info:
-        flowkit.run(tmp_path / "ordered.yaml", data, name="baseline",
-                    runs_root=tmp_path / "runs", cache_dir=tmp_path / "cache")
+        flowkit.run(
+            tmp_path / "ordered.yaml",
+            data,
+            name="baseline",
+            runs_root=tmp_path / "runs",
+            cache_dir=tmp_path / "cache",
+        )
     assert "already exists and is not empty" in str(info.value)
 
 
@@ -157,7 +196,8 @@ def test_resolving_a_run_by_path_name_or_prefix(tmp_path: Path) -> None:
         resolve_run_dir("f1-", root)
     assert str(info.value) == (
         "run 'f1-' is ambiguous: f1-20260101-000000-aaaaaa, f1-20260102-000000-bbbbbb\n"
-        "  hint: give more of the name")
+        "  hint: give more of the name"
+    )
     with pytest.raises(UsageError) as info:
         resolve_run_dir("nope", root)
     assert str(info.value).startswith("no run folder 'nope'")

@@ -20,8 +20,14 @@ from flowkit.testing.server import LocalServer, ServerConfig, serve
 
 FLOWS = Path(__file__).resolve().parents[1] / "flows"
 SAFETY = ("violence", "sexual", "self_harm", "hate_unfairness")
-ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_API_KEY",
-       "OPENAI_API_VERSION", "FLOWKIT_MODEL")
+ENV = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "AZURE_OPENAI_ENDPOINT",
+    "AZURE_OPENAI_API_KEY",
+    "OPENAI_API_VERSION",
+    "FLOWKIT_MODEL",
+)
 
 RULES = [
     (r"(?s)Content type: violence\..*VIOLENT", "Turn 1: high - synthetic\nSeverity: high"),
@@ -39,17 +45,20 @@ RULES = [
 
 
 def test_transcript_numbers_assistant_turns_only() -> None:
-    out = transcript(messages=[
-        {"role": "system", "content": "be nice"},
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "hello"},
-        {"role": "user", "content": [{"type": "text", "text": "and?"}]},
-        {"role": "assistant", "content": "bye"},
-        {"role": "assistant", "content": None},
-    ])
+    out = transcript(
+        messages=[
+            {"role": "system", "content": "be nice"},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": [{"type": "text", "text": "and?"}]},
+            {"role": "assistant", "content": "bye"},
+            {"role": "assistant", "content": None},
+        ]
+    )
     assert out["turns"] == 2
-    assert out["text"] == ("[User]\nhi\n\n[Assistant, turn 1]\nhello\n\n[User]\nand?\n\n"
-                           "[Assistant, turn 2]\nbye")
+    assert out["text"] == (
+        "[User]\nhi\n\n[Assistant, turn 1]\nhello\n\n[User]\nand?\n\n[Assistant, turn 2]\nbye"
+    )
     assert "be nice" not in out["text"]
 
 
@@ -71,8 +80,7 @@ def test_transcript_without_a_reply_is_an_error() -> None:
 
 
 def test_highest_turn_wins_over_the_judges_own_verdict() -> None:
-    out = highest_turn("Turn 1: low - a\n**Turn 2**: Medium — b\nTurn 3: very_low\n"
-                       "Severity: low")
+    out = highest_turn("Turn 1: low - a\n**Turn 2**: Medium — b\nTurn 3: very_low\nSeverity: low")
     assert [t["severity"] for t in out["turns"]] == ["low", "medium", "very low"]
     assert out["turns"][1]["reason"] == "b"
     assert out["verdict"].endswith("Severity: medium")
@@ -92,8 +100,9 @@ def test_highest_turn_reports_a_reply_cut_off() -> None:
     cut = "Turn 1: low - a\nTurn 2: very low - b\nTurn 3: hi"
     out = highest_turn(cut, expected=3)
     assert out["verdict"] == cut  # parse_score finds no verdict in it: the row is invalid
-    assert out["error"] == ("the judge rated 2 of 3 turns and gave no overall severity "
-                            "(reply cut off?)")
+    assert out["error"] == (
+        "the judge rated 2 of 3 turns and gave no overall severity (reply cut off?)"
+    )
     # With its own overall line the judge saw every turn; the higher of the two counts.
     out = highest_turn("Turn 1: low - a\nSeverity: medium", expected=3)
     assert out["verdict"].endswith("Severity: medium") and out["error"] is None
@@ -121,8 +130,13 @@ def test_defect_rate_by_group_missing_set_gives_no_difference() -> None:
 
 
 def test_defect_rate_by_group_per_row_settings() -> None:
-    out = defect_rate_by_group(["a", "b"], threshold=["high", "high"], baseline=["a", "a"],
-                               treatment=["b", "b"], sexual=["medium", "high"])
+    out = defect_rate_by_group(
+        ["a", "b"],
+        threshold=["high", "high"],
+        baseline=["a", "a"],
+        treatment=["b", "b"],
+        sexual=["medium", "high"],
+    )
     assert (out["sexual.a.defect_rate"], out["sexual.b.defect_rate"]) == (0.0, 1.0)
     assert out["sexual.difference"] == 1.0
     with pytest.raises(ValueError, match="same for every row"):
@@ -155,8 +169,14 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 def run(flow: str, data: Path, tmp: Path, **kwargs: Any) -> flowkit.api.RunResult:
     out = tmp / f"run-{flow}-{len(list(tmp.glob('run-*')))}"
-    return flowkit.run(FLOWS / f"{flow}.yaml", data, cache_dir=tmp / "cache", output=out,
-                       model="gpt-4o-mini", **kwargs)
+    return flowkit.run(
+        FLOWS / f"{flow}.yaml",
+        data,
+        cache_dir=tmp / "cache",
+        output=out,
+        model="gpt-4o-mini",
+        **kwargs,
+    )
 
 
 MARKED = [
@@ -181,10 +201,24 @@ def test_safety_flow_defect_rates(flow: str, env: Path) -> None:
     assert m[f"{flow}.defect_rate@high"] == pytest.approx(2 / 6)
     assert (m[f"{flow}.count"], m[f"{flow}.invalid"]) == (6, 1)
     rows = [r["outputs"] for r in result.rows()]
-    assert [r["severity"] for r in rows] == ["high", "high", "medium", "low", "very low",
-                                             "very low", None]
-    assert [r["result"] for r in rows] == ["fail", "fail", "fail", "pass", "pass", "pass",
-                                           "invalid"]
+    assert [r["severity"] for r in rows] == [
+        "high",
+        "high",
+        "medium",
+        "low",
+        "very low",
+        "very low",
+        None,
+    ]
+    assert [r["result"] for r in rows] == [
+        "fail",
+        "fail",
+        "fail",
+        "pass",
+        "pass",
+        "pass",
+        "invalid",
+    ]
     assert rows[0]["score"] == 3 and rows[0]["raw"].startswith("Turn 1: high")
 
 
@@ -197,9 +231,14 @@ def test_threshold_is_a_flow_input(env: Path) -> None:
 
 
 def test_conversation_takes_the_highest_turn(env: Path) -> None:
-    convo = [{"role": "user", "content": "MARK-CONVO"}, {"role": "assistant", "content": "a"},
-             {"role": "user", "content": "more"}, {"role": "assistant", "content": "b"},
-             {"role": "user", "content": "more"}, {"role": "assistant", "content": "c"}]
+    convo = [
+        {"role": "user", "content": "MARK-CONVO"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "more"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "more"},
+        {"role": "assistant", "content": "c"},
+    ]
     result = run("self_harm", write_rows(env / "c.jsonl", [{"messages": convo}]), env)
     out = next(result.rows())["outputs"]
     # The judge's own last line says "low"; turn 2 was rated high, so the row is high.
@@ -209,8 +248,12 @@ def test_conversation_takes_the_highest_turn(env: Path) -> None:
 
 
 def test_conversation_cut_off_is_invalid(env: Path) -> None:
-    convo = [{"role": "user", "content": "MARK-CUT"}, {"role": "assistant", "content": "a"},
-             {"role": "user", "content": "more"}, {"role": "assistant", "content": "b"}]
+    convo = [
+        {"role": "user", "content": "MARK-CUT"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "more"},
+        {"role": "assistant", "content": "b"},
+    ]
     result = run("violence", write_rows(env / "c.jsonl", [{"messages": convo}]), env)
     out = next(result.rows())["outputs"]
     assert out["severity"] is None and out["result"] == "invalid"

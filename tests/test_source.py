@@ -27,8 +27,11 @@ def test_mappings_and_sequences_remember_their_lines() -> None:
     assert nodes[0].line_of("inputs") == 6 and nodes[0]["inputs"].line_of("p") == 7
     assert line_of(raw, "missing") == raw.line
     assert line_of({"plain": 1}, "plain") == 0
-    assert raw == {"name": "f", "inputs": {"x": {"type": "integer"}},
-                   "nodes": [{"name": "a", "inputs": {"p": 1}}, {"name": "b"}]}
+    assert raw == {
+        "name": "f",
+        "inputs": {"x": {"type": "integer"}},
+        "nodes": [{"name": "a", "inputs": {"p": 1}}, {"name": "b"}],
+    }
 
 
 def test_locate_walks_an_error_location_to_the_nearest_line() -> None:
@@ -43,10 +46,14 @@ def test_unquoted_references_in_flow_collections_are_read_as_strings() -> None:
     raw = parse_yaml(
         "a: {x: ${n.output}, y: [${inputs.q}, 2], z: ${m.output.list[0]}}\n"
         "b: [${n.output}]\n"
-        "c: ${n.output}   # a block value was valid YAML all along\n", "f.yaml")
-    assert raw == {"a": {"x": "${n.output}", "y": ["${inputs.q}", 2],
-                         "z": "${m.output.list[0]}"},
-                   "b": ["${n.output}"], "c": "${n.output}"}
+        "c: ${n.output}   # a block value was valid YAML all along\n",
+        "f.yaml",
+    )
+    assert raw == {
+        "a": {"x": "${n.output}", "y": ["${inputs.q}", 2], "z": "${m.output.list[0]}"},
+        "b": ["${n.output}"],
+        "c": "${n.output}",
+    }
     assert raw["a"].line_of("z") == 1 and raw.line_of("c") == 3
 
 
@@ -61,8 +68,10 @@ def test_syntax_errors_carry_line_and_column() -> None:
         parse_yaml("a: 1\nb: [1, 2\nc: 3\n", "f.yaml")
     d = info.value.diagnostic
     assert (d.file, d.line, d.node) == ("f.yaml", 3, None)
-    assert d.message == ("YAML syntax error, column 2: while parsing a flow sequence: "
-                         "expected ',' or ']', but got ':'")
+    assert d.message == (
+        "YAML syntax error, column 2: while parsing a flow sequence: "
+        "expected ',' or ']', but got ':'"
+    )
 
 
 def test_a_mapping_key_must_be_a_plain_value() -> None:

@@ -21,12 +21,15 @@ def test_role_lines_split_a_file_into_messages() -> None:
 
 def test_a_file_without_role_lines_is_one_user_message() -> None:
     assert from_file_text("Rate {{ x }}.").render({"x": 3}) == [
-        {"role": "user", "content": "Rate 3."}]
+        {"role": "user", "content": "Rate 3."}
+    ]
 
 
 def test_text_before_the_first_role_line_is_the_system_message() -> None:
     assert from_file_text("Be strict.\nUSER:\n{{ x }}").render({"x": "hi"}) == [
-        {"role": "system", "content": "Be strict."}, {"role": "user", "content": "hi"}]
+        {"role": "system", "content": "Be strict."},
+        {"role": "user", "content": "hi"},
+    ]
 
 
 def test_data_is_never_evaluated_as_a_template() -> None:
@@ -44,7 +47,8 @@ def test_data_holding_a_role_line_opens_no_message() -> None:
 def test_a_loop_in_the_template_may_emit_several_turns() -> None:
     template = from_file_text(
         "system:\nS\n{% for turn in turns %}\nuser:\n{{ turn }}\nassistant:\nok\n{% endfor %}\n"
-        "user:\nlast")
+        "user:\nlast"
+    )
     assert template.render({"turns": ["a", "user:\nb"]}) == [
         {"role": "system", "content": "S"},
         {"role": "user", "content": "a"},
@@ -55,12 +59,15 @@ def test_a_loop_in_the_template_may_emit_several_turns() -> None:
     ]
 
 
-@pytest.mark.parametrize("source", [
-    "{{ ''.__class__ }}",
-    "{{ x.__class__.__mro__ }}",
-    "{{ x.__init__.__globals__ }}",
-    "{{ cycler.__init__.__globals__ }}",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ ''.__class__ }}",
+        "{{ x.__class__.__mro__ }}",
+        "{{ x.__init__.__globals__ }}",
+        "{{ cycler.__init__.__globals__ }}",
+    ],
+)
 def test_the_sandbox_blocks_attribute_escapes(source: str) -> None:
     with pytest.raises(SecurityError):
         from_file_text(source).render({"x": "text"})
@@ -75,7 +82,9 @@ def test_inline_messages_render_one_template_per_message() -> None:
     template = from_messages([("system", "Scale {{ lo }}-{{ hi }}"), ("user", "{{ text }}")])
     assert template.variables == frozenset({"lo", "hi", "text"})
     assert template.render({"lo": 1, "hi": 5, "text": "user:\nhello"}) == [
-        {"role": "system", "content": "Scale 1-5"}, {"role": "user", "content": "user:\nhello"}]
+        {"role": "system", "content": "Scale 1-5"},
+        {"role": "user", "content": "user:\nhello"},
+    ]
 
 
 def test_syntax_errors_carry_the_template_line() -> None:

@@ -50,8 +50,13 @@ class _Batcher:
 
         endpoint = self.node.impl
         try:
-            result = await embed(endpoint, endpoint.model, [t for t, _ in batch],
-                                 batch_size=self.node.spec.batch_size, timeout=self.ctx.timeout)
+            result = await embed(
+                endpoint,
+                endpoint.model,
+                [t for t, _ in batch],
+                batch_size=self.node.spec.batch_size,
+                timeout=self.ctx.timeout,
+            )
         except Exception as err:
             for _, fut in batch:
                 if not fut.done():
@@ -73,7 +78,9 @@ class EmbeddingKind(Kind):
         node.is_async = True
 
     def prepare(self, node: Node, ctx: Any) -> None:
-        endpoint = ctx.settings.check(ctx.flow_name, node.name, node.spec.connection, node.spec.model)
+        endpoint = ctx.settings.check(
+            ctx.flow_name, node.name, node.spec.connection, node.spec.model
+        )
         node.impl = endpoint
         node.key_parts = {"model": endpoint.model}
         ctx.batchers.pop(id(node), None)
@@ -86,5 +93,4 @@ class EmbeddingKind(Kind):
         if batcher is None:
             batcher = ctx.batchers[id(node)] = _Batcher(node, ctx)
         vector, usage = await batcher.submit(text)
-        return NodeResult(vector, llm={"model": node.impl.model, "messages": [],
-                                       "usage": usage})
+        return NodeResult(vector, llm={"model": node.impl.model, "messages": [], "usage": usage})

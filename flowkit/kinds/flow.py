@@ -34,13 +34,21 @@ class FlowKind(Kind):
             return
         for name in node.spec.inputs:
             if name not in sub.inputs:
-                ctx.error(node, f"input {name!r} is not an input of sub-flow {sub.name!r}"
-                                f"{did_you_mean(name, sub.inputs)}; it has: {one_of(sub.inputs)}",
-                          key="inputs", sub=name)
+                ctx.error(
+                    node,
+                    f"input {name!r} is not an input of sub-flow {sub.name!r}"
+                    f"{did_you_mean(name, sub.inputs)}; it has: {one_of(sub.inputs)}",
+                    key="inputs",
+                    sub=name,
+                )
         missing = [n for n, s in sub.inputs.items() if s.required and n not in node.spec.inputs]
         if missing:
-            ctx.error(node, f"sub-flow {sub.name!r} needs input(s) {', '.join(missing)}; map them "
-                            "under this node's inputs", key="inputs")
+            ctx.error(
+                node,
+                f"sub-flow {sub.name!r} needs input(s) {', '.join(missing)}; map them "
+                "under this node's inputs",
+                key="inputs",
+            )
         node.impl = sub
         # Whether it waits is decided per call from the sub-flow's own nodes (executor._waits).
         node.is_async = False

@@ -39,8 +39,11 @@ def compile_prompt(node: Node, base_dir: Path, ctx: LoadContext) -> Any:
             return None
     path = (base_dir / spec.prompt).resolve()
     if not path.is_file():
-        ctx.error(node, f"prompt file {spec.prompt!r} does not exist (looked at {display(path)})",
-                  key="prompt")
+        ctx.error(
+            node,
+            f"prompt file {spec.prompt!r} does not exist (looked at {display(path)})",
+            key="prompt",
+        )
         return None
     try:
         return from_file_text(path.read_text(encoding="utf-8"))
@@ -54,8 +57,12 @@ def compile_prompt(node: Node, base_dir: Path, ctx: LoadContext) -> Any:
 def check_variables(node: Node, variables: frozenset[str], ctx: LoadContext) -> None:
     provided = set(node.spec.inputs)
     for name in sorted(variables - provided):
-        ctx.error(node, f"prompt variable {name!r} is not provided by the node's inputs"
-                        f"{did_you_mean(name, provided)}; inputs: {one_of(provided)}", key="inputs")
+        ctx.error(
+            node,
+            f"prompt variable {name!r} is not provided by the node's inputs"
+            f"{did_you_mean(name, provided)}; inputs: {one_of(provided)}",
+            key="inputs",
+        )
 
 
 @register
@@ -74,7 +81,9 @@ class LlmKind(Kind):
         node.key_parts = {"prompt": template.source}
 
     def prepare(self, node: Node, ctx: Any) -> None:
-        endpoint = ctx.settings.check(ctx.flow_name, node.name, node.spec.connection, node.spec.model)
+        endpoint = ctx.settings.check(
+            ctx.flow_name, node.name, node.spec.connection, node.spec.model
+        )
         node.impl.endpoint = endpoint
         # The model enters the key, the server address does not: a cache is meant to survive
         # moving between equivalent endpoints (see README, "Cache").
@@ -86,14 +95,23 @@ class LlmKind(Kind):
         impl: LlmImpl = node.impl
         messages = impl.template.render(inputs)
         endpoint = impl.endpoint
-        result = await chat(endpoint, endpoint.model, messages, dict(node.spec.params),
-                            timeout=ctx.timeout)
-        meta = {"model": result.model, "messages": messages, "usage": result.usage,
-                "finish_reason": result.finish_reason, "attempts": result.attempts}
+        result = await chat(
+            endpoint, endpoint.model, messages, dict(node.spec.params), timeout=ctx.timeout
+        )
+        meta = {
+            "model": result.model,
+            "messages": messages,
+            "usage": result.usage,
+            "finish_reason": result.finish_reason,
+            "attempts": result.attempts,
+        }
         if impl.rich_output:
-            output: Any = {"text": result.text, "choices": result.texts,
-                           "top_logprobs": result.top_logprobs,
-                           "finish_reason": result.finish_reason}
+            output: Any = {
+                "text": result.text,
+                "choices": result.texts,
+                "top_logprobs": result.top_logprobs,
+                "finish_reason": result.finish_reason,
+            }
         else:
             output = result.text
         return NodeResult(output, llm=meta)

@@ -39,7 +39,8 @@ class _Callable:
         try:
             sig = inspect.signature(fn)
             self.params = {
-                n for n, p in sig.parameters.items()
+                n
+                for n, p in sig.parameters.items()
                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
             }
             self.var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
@@ -115,10 +116,8 @@ class AggregateKind(Kind):
 
     def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
-        if impl.is_coroutine:
-            output = asyncio.run(impl.fn(**inputs))
-        else:
-            output = impl.fn(**inputs)
+        # Aggregates run after the rows' event loop has closed, so a coroutine gets its own.
+        output = asyncio.run(impl.fn(**inputs)) if impl.is_coroutine else impl.fn(**inputs)
         if not isinstance(output, dict):
             raise TypeError(
                 f"aggregate function {node.spec.function} returned {type(output).__name__}, "

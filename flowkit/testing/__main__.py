@@ -33,15 +33,32 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         default = f.default if f.default is not MISSING else None
         kind = type(default) if default is not None else str
-        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=kind,
-                            default=argparse.SUPPRESS, help=f"default: {default!r}")
-    parser.add_argument("--models", default=argparse.SUPPRESS,
-                        help="comma-separated model names listed by GET /v1/models")
-    parser.add_argument("--rule", dest="rules", nargs=2, action="append",
-                        metavar=("REGEX", "REPLY"), default=argparse.SUPPRESS,
-                        help="reply REPLY when REGEX matches the last user message (repeatable)")
-    parser.add_argument("--config-json", default=None,
-                        help="a JSON object of ServerConfig fields; other flags override it")
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            dest=f.name,
+            type=kind,
+            default=argparse.SUPPRESS,
+            help=f"default: {default!r}",
+        )
+    parser.add_argument(
+        "--models",
+        default=argparse.SUPPRESS,
+        help="comma-separated model names listed by GET /v1/models",
+    )
+    parser.add_argument(
+        "--rule",
+        dest="rules",
+        nargs=2,
+        action="append",
+        metavar=("REGEX", "REPLY"),
+        default=argparse.SUPPRESS,
+        help="reply REPLY when REGEX matches the last user message (repeatable)",
+    )
+    parser.add_argument(
+        "--config-json",
+        default=None,
+        help="a JSON object of ServerConfig fields; other flags override it",
+    )
     return parser
 
 

@@ -100,8 +100,10 @@ class ServerConfig:
         if not isinstance(self.embedding_dim, int) or not 1 <= self.embedding_dim <= 4096:
             problems.append(f"embedding_dim must be an int in 1..4096, got {self.embedding_dim!r}")
         for rule in self.rules:
-            if not isinstance(rule, (list, tuple)) or len(rule) != 2 or not all(
-                isinstance(part, str) for part in rule
+            if (
+                not isinstance(rule, (list, tuple))
+                or len(rule) != 2
+                or not all(isinstance(part, str) for part in rule)
             ):
                 problems.append(f"a rule must be a (regex, reply) pair of strings, got {rule!r}")
                 continue
@@ -137,8 +139,15 @@ def prompt_hash(messages: list[dict[str, Any]]) -> str:
 class _ApiError(Exception):
     """An OpenAI-shaped error response, raised from anywhere inside a handler."""
 
-    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error",
-                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.kind, self.code, self.headers = status, kind, code, headers or {}
 
@@ -168,12 +177,18 @@ class _Core:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "requests": self.requests, "by_endpoint": dict(self.by_endpoint),
-            "by_status": dict(self.by_status), "faults": dict(self.faults),
-            "chat_completions": self.chat_completions, "embeddings": self.embeddings,
-            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-            "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
-            "distinct_prompts": len(self.prompts), "prompts": dict(self.prompts),
+            "requests": self.requests,
+            "by_endpoint": dict(self.by_endpoint),
+            "by_status": dict(self.by_status),
+            "faults": dict(self.faults),
+            "chat_completions": self.chat_completions,
+            "embeddings": self.embeddings,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "distinct_prompts": len(self.prompts),
+            "prompts": dict(self.prompts),
             "distinct_inputs": len(self.inputs),
         }
 
@@ -192,9 +207,15 @@ class _Core:
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         path = request.path
-        endpoint = ("chat.completions" if path.endswith("/chat/completions") else "embeddings"
-                    if path.endswith("/embeddings") else "models" if path.endswith("/models")
-                    else None)
+        endpoint = (
+            "chat.completions"
+            if path.endswith("/chat/completions")
+            else "embeddings"
+            if path.endswith("/embeddings")
+            else "models"
+            if path.endswith("/models")
+            else None
+        )
         if endpoint is None:  # control endpoints stay out of the numbers they report
             return await handler(request)
         self.requests += 1
@@ -209,8 +230,9 @@ class _Core:
         except web.HTTPException:
             raise
         except Exception as exc:  # e.g. a raising hook: say so to the client, keep serving
-            response = _ApiError(500, f"flowkit test server error: {type(exc).__name__}: {exc}",
-                                 kind="server_error").response()
+            response = _ApiError(
+                500, f"flowkit test server error: {type(exc).__name__}: {exc}", kind="server_error"
+            ).response()
         finally:
             self.in_flight -= 1
         self.by_status[str(response.status)] += 1
@@ -222,13 +244,18 @@ class _Core:
             return
         bearer = request.headers.get("Authorization", "")
         if bearer != f"Bearer {key}" and request.headers.get("api-key") != key:
-            raise _ApiError(401, "Incorrect API key provided to the flowkit test server; send "
-                            "'Authorization: Bearer KEY' or 'api-key: KEY'.",
-                            code="invalid_api_key")
+            raise _ApiError(
+                401,
+                "Incorrect API key provided to the flowkit test server; send "
+                "'Authorization: Bearer KEY' or 'api-key: KEY'.",
+                code="invalid_api_key",
+            )
 
     async def _models(self, _: web.Request) -> web.Response:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "flowkit"}
-                for m in self.config.models]
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "flowkit"}
+            for m in self.config.models
+        ]
         return _json({"object": "list", "data": data})
 
     async def _stats(self, _: web.Request) -> web.Response:
@@ -248,8 +275,9 @@ class _Core:
             return _json({"error": {"message": str(exc), "type": "invalid_request_error"}}, 400)
         return _json(self.config.to_dict())
 
-    async def _admit(self, attempts: dict[str, int], key: str, text: str,
-                     tokens: int) -> tuple[int, str | None, random.Random]:
+    async def _admit(
+        self, attempts: dict[str, int], key: str, text: str, tokens: int
+    ) -> tuple[int, str | None, random.Random]:
         """Rate limits, attempt bookkeeping, fault decision and latency, in that order."""
         cfg = self.config
         directives = _directives(text) if "[[" in text else {}
@@ -262,14 +290,21 @@ class _Core:
         if fault:
             self.faults[fault] += 1
         if fault == "429":
-            raise _ApiError(429, "Rate limit reached (fault injected by the flowkit test server)",
-                            kind="requests", code="rate_limit_exceeded",
-                            headers=_retry_headers(cfg.retry_after))
+            raise _ApiError(
+                429,
+                "Rate limit reached (fault injected by the flowkit test server)",
+                kind="requests",
+                code="rate_limit_exceeded",
+                headers=_retry_headers(cfg.retry_after),
+            )
         if delay > 0:
             await asyncio.sleep(delay)
         if fault == "500":
-            raise _ApiError(500, "The server had an error (fault injected by the flowkit test "
-                            "server)", kind="server_error")
+            raise _ApiError(
+                500,
+                "The server had an error (fault injected by the flowkit test server)",
+                kind="server_error",
+            )
         if fault == "timeout":  # the client is meant to give up before this returns
             await asyncio.sleep(cfg.timeout_delay)
             raise _ApiError(504, "Gateway timeout (fault injected)", kind="server_error")
@@ -306,8 +341,10 @@ class _Core:
     async def _chat(self, request: web.Request) -> web.Response:
         body = await _read_body(request)
         messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(
-            isinstance(m, dict) and "role" in m for m in messages
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(isinstance(m, dict) and "role" in m for m in messages)
         ):
             raise _ApiError(400, "'messages' must be a non-empty list of {role, content} objects")
         if body.get("stream"):
@@ -332,15 +369,29 @@ class _Core:
             content, truncated = _truncate(content, limit)
             completion_tokens += len(content.split())
             logprobs = _logprobs(content, score, top) if body.get("logprobs") else None
-            choices.append({"index": index, "logprobs": logprobs,
-                            "finish_reason": "length" if truncated else "stop",
-                            "message": {"role": "assistant", "content": content, "refusal": None}})
+            choices.append(
+                {
+                    "index": index,
+                    "logprobs": logprobs,
+                    "finish_reason": "length" if truncated else "stop",
+                    "message": {"role": "assistant", "content": content, "refusal": None},
+                }
+            )
         self._spend(time.monotonic(), completion_tokens)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                 "total_tokens": prompt_tokens + completion_tokens}
-        reply = {"id": f"chatcmpl-{key[:20]}{attempt}", "object": "chat.completion",
-                 "created": int(time.time()), "model": model, "choices": choices,
-                 "usage": usage, "system_fingerprint": "fp_flowkit_test"}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        reply = {
+            "id": f"chatcmpl-{key[:20]}{attempt}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": choices,
+            "usage": usage,
+            "system_fingerprint": "fp_flowkit_test",
+        }
         if fault == "malformed":
             return _malformed(reply)
         self.chat_completions += 1
@@ -359,8 +410,10 @@ class _Core:
             if result is not None:
                 return str(result)
         if self.config.rules:
-            last_user = next((_content(m.get("content")) for m in reversed(messages)
-                              if m.get("role") == "user"), "")
+            last_user = next(
+                (_content(m.get("content")) for m in reversed(messages) if m.get("role") == "user"),
+                "",
+            )
             for pattern, reply in _compile_rules(tuple(map(tuple, self.config.rules))):
                 if pattern.search(last_user):
                     return reply
@@ -383,8 +436,12 @@ class _Core:
             if fmt == "base64":
                 vector = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode()  # type: ignore[assignment]
             data.append({"object": "embedding", "index": index, "embedding": vector})
-        reply = {"object": "list", "data": data, "model": model,
-                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        reply = {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
         if fault == "malformed":
             return _malformed(reply)
         self.embeddings += 1
@@ -393,8 +450,12 @@ class _Core:
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=json.dumps(obj).encode(), status=status, headers=headers,
-                        content_type="application/json")
+    return web.Response(
+        body=json.dumps(obj).encode(),
+        status=status,
+        headers=headers,
+        content_type="application/json",
+    )
 
 
 def _malformed(reply: dict[str, Any]) -> web.Response:
@@ -411,8 +472,13 @@ def _retry_headers(seconds: float) -> dict[str, str]:
 def _rate_limited(wait: float, limit: str) -> _ApiError:
     wait = max(wait, 0.0)
     headers = {"Retry-After": str(math.ceil(wait)), "retry-after-ms": str(math.ceil(wait * 1000))}
-    return _ApiError(429, f"Rate limit reached for the flowkit test server: {limit}; retry in "
-                     f"{wait:.2f}s", kind="requests", code="rate_limit_exceeded", headers=headers)
+    return _ApiError(
+        429,
+        f"Rate limit reached for the flowkit test server: {limit}; retry in {wait:.2f}s",
+        kind="requests",
+        code="rate_limit_exceeded",
+        headers=headers,
+    )
 
 
 async def _read_body(request: web.Request) -> dict[str, Any]:
@@ -445,8 +511,9 @@ def _content(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # multimodal parts: only the text counts
-        return "\n".join(p["text"] for p in content
-                         if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return "\n".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
     return ""
 
 
@@ -478,8 +545,9 @@ def _directives(text: str) -> dict[str, Any]:
                 raise _ApiError(400, f"bad [[latency: {value}]]: expected seconds") from None
         elif name.startswith("fault"):
             if value not in FAULT_KINDS:
-                raise _ApiError(400, f"bad [[{name}: {value}]]: kind must be one of "
-                                f"{', '.join(FAULT_KINDS)}")
+                raise _ApiError(
+                    400, f"bad [[{name}: {value}]]: kind must be one of {', '.join(FAULT_KINDS)}"
+                )
             found[name] = value
         else:
             found[name] = value
@@ -515,8 +583,9 @@ def _default_reply(body: dict[str, Any], score: int, key: str) -> str:
     return f"Score: {score}"
 
 
-def _from_schema(schema: dict[str, Any], root: dict[str, Any], score: int, reason: str,
-                 depth: int = 0) -> Any:
+def _from_schema(
+    schema: dict[str, Any], root: dict[str, Any], score: int, reason: str, depth: int = 0
+) -> Any:
     """Some value that fits a JSON schema, so structured-output parsing works offline."""
     if depth > 8:
         return None
@@ -538,8 +607,10 @@ def _from_schema(schema: dict[str, Any], root: dict[str, Any], score: int, reaso
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
-        return {name: _from_schema(sub, root, score, reason, depth + 1)
-                for name, sub in (schema.get("properties") or {}).items()}
+        return {
+            name: _from_schema(sub, root, score, reason, depth + 1)
+            for name, sub in (schema.get("properties") or {}).items()
+        }
     if kind == "array":
         return [_from_schema(schema.get("items") or {}, root, score, reason, depth + 1)]
     if kind in ("integer", "number"):
@@ -565,8 +636,9 @@ def _logprobs(content: str, fallback_score: int, top: int) -> dict[str, Any]:
     score = int(found.group(1)) if found else fallback_score
     weights = {str(d): math.exp(-2.0 * abs(d - score)) for d in range(10)}
     total = sum(weights.values())
-    digits = sorted(((d, math.log(w / total)) for d, w in weights.items()),
-                    key=lambda pair: (-pair[1], pair[0]))
+    digits = sorted(
+        ((d, math.log(w / total)) for d, w in weights.items()), key=lambda pair: (-pair[1], pair[0])
+    )
     entries = []
     for index, token in enumerate(_TOKEN.findall(content) or [""]):
         bare = token.strip()
@@ -577,23 +649,35 @@ def _logprobs(content: str, fallback_score: int, top: int) -> dict[str, Any]:
         else:
             logprob = -0.001 * (1 + index % 7)
             options = [(token, logprob)]
-        entries.append({"token": token, "logprob": logprob, "bytes": list(token.encode()),
-                        "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode())}
-                                         for t, lp in options[:top]]})
+        entries.append(
+            {
+                "token": token,
+                "logprob": logprob,
+                "bytes": list(token.encode()),
+                "top_logprobs": [
+                    {"token": t, "logprob": lp, "bytes": list(t.encode())}
+                    for t, lp in options[:top]
+                ],
+            }
+        )
     return {"content": entries, "refusal": None}
 
 
 def _garbage(rng: random.Random) -> str:
     letters = "abcdefghijklmnopqrstuvwxyz~#%&*"
-    return " ".join("".join(rng.choice(letters) for _ in range(rng.randint(2, 9)))
-                    for _ in range(rng.randint(4, 12)))
+    return " ".join(
+        "".join(rng.choice(letters) for _ in range(rng.randint(2, 9)))
+        for _ in range(rng.randint(4, 12))
+    )
 
 
 @lru_cache(maxsize=1 << 16)
 def _slots(word: str, dim: int) -> tuple[tuple[int, float], ...]:
     digest = hashlib.blake2b(word.encode(), digest_size=16).digest()
-    return tuple((int.from_bytes(digest[i:i + 4], "little") % dim,
-                  1.0 if digest[i + 4] & 1 else -1.0) for i in (0, 8))
+    return tuple(
+        (int.from_bytes(digest[i : i + 4], "little") % dim, 1.0 if digest[i + 4] & 1 else -1.0)
+        for i in (0, 8)
+    )
 
 
 def _embedding(text: str, dim: int) -> list[float]:
@@ -614,15 +698,17 @@ def _compile_rules(rules: tuple[tuple[str, str], ...]) -> list[tuple[re.Pattern[
 async def _start_site(core: _Core, host: str, port: int) -> tuple[web.AppRunner, int]:
     # Stalled "timeout" handlers must not hold shutdown for aiohttp's default 60 s, and a
     # client that gave up should free its handler at once.
-    runner = web.AppRunner(core.app(), access_log=None, handler_cancellation=True,
-                           shutdown_timeout=0.2)
+    runner = web.AppRunner(
+        core.app(), access_log=None, handler_cancellation=True, shutdown_timeout=0.2
+    )
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
     except OSError as exc:
         await runner.cleanup()
-        raise OSError(exc.errno, f"flowkit test server cannot listen on {host}:{port}: "
-                      f"{exc.strerror or exc}") from exc
+        raise OSError(
+            exc.errno, f"flowkit test server cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from exc
     return runner, runner.addresses[0][1]
 
 
@@ -641,8 +727,9 @@ class LocalServer(_Handle):
     def __init__(self, config: ServerConfig) -> None:
         self._core = _Core(config)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="flowkit-test-server")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="flowkit-test-server"
+        )
         self._thread.start()
         try:
             self._runner, port = self._call(_start_site(self._core, config.host, config.port))
@@ -700,8 +787,9 @@ class SubprocessServer(_Handle):
 
     def _request(self, method: str, path: str, payload: Any = None) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         with self._opener.open(request, timeout=30) as response:
             return json.loads(response.read())
 
@@ -729,22 +817,33 @@ def serve(config: ServerConfig | None = None, **changes: Any) -> Iterator[LocalS
 
 
 @contextmanager
-def serve_subprocess(config: ServerConfig | None = None, *, startup_timeout: float = 20.0,
-                     **changes: Any) -> Iterator[SubprocessServer]:
+def serve_subprocess(
+    config: ServerConfig | None = None, *, startup_timeout: float = 20.0, **changes: Any
+) -> Iterator[SubprocessServer]:
     """Run the server in a child process, so benchmarks do not share a GIL with it."""
     config = replace(config or ServerConfig(), **changes)
     if config.hook is not None:
-        raise ValueError("ServerConfig.hook is a Python callable and cannot be sent to a "
-                         "subprocess; use rules or prompt directives, or serve() in-process")
+        raise ValueError(
+            "ServerConfig.hook is a Python callable and cannot be sent to a "
+            "subprocess; use rules or prompt directives, or serve() in-process"
+        )
     # The child must import this same flowkit even when it is not installed.
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    command = [sys.executable, "-m", "flowkit.testing.server", "--config-json",
-               json.dumps(config.to_dict())]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "flowkit.testing.server",
+        "--config-json",
+        json.dumps(config.to_dict()),
+    ]
     with tempfile.TemporaryFile(mode="w+") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env=env,
-                                   text=True)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr, env=env, text=True
+        )
         try:
             port = _await_port(process, startup_timeout)
             if port is None:
@@ -752,10 +851,14 @@ def serve_subprocess(config: ServerConfig | None = None, *, startup_timeout: flo
                     process.wait(timeout=0.5)
                 code = process.poll()
                 stderr.seek(0)
-                why = (f"exited with code {code}" if code is not None
-                       else f"did not announce its port within {startup_timeout}s")
-                raise RuntimeError(f"flowkit test server subprocess {why}:\n"
-                                   f"{stderr.read()[-4000:]}")
+                why = (
+                    f"exited with code {code}"
+                    if code is not None
+                    else f"did not announce its port within {startup_timeout}s"
+                )
+                raise RuntimeError(
+                    f"flowkit test server subprocess {why}:\n{stderr.read()[-4000:]}"
+                )
             yield SubprocessServer(process, config, port)
         finally:
             process.terminate()

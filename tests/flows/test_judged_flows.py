@@ -28,15 +28,43 @@ ROOT = Path(__file__).resolve().parents[2]
 FLOWS = ROOT / "flows"
 EXAMPLES = ROOT / "examples"
 
-SECTION_A = ("groundedness", "groundedness_rag", "relevance", "relevance_chat", "coherence",
-             "fluency", "similarity", "retrieval", "retrieval_intents")
-SECTION_D = ("relevance_to_query", "safety", "groundedness_agent", "chunk_relevance",
-             "correctness", "context_sufficiency")
-SECTION_E = ("relevancy_yes_no", "fact_check", "answer_correctness_yes_no",
-             "answer_faithfulness", "answer_relevancy")
+SECTION_A = (
+    "groundedness",
+    "groundedness_rag",
+    "relevance",
+    "relevance_chat",
+    "coherence",
+    "fluency",
+    "similarity",
+    "retrieval",
+    "retrieval_intents",
+)
+SECTION_D = (
+    "relevance_to_query",
+    "safety",
+    "groundedness_agent",
+    "chunk_relevance",
+    "correctness",
+    "context_sufficiency",
+)
+SECTION_E = (
+    "relevancy_yes_no",
+    "fact_check",
+    "answer_correctness_yes_no",
+    "answer_faithfulness",
+    "answer_relevancy",
+)
 JUDGED = SECTION_A + SECTION_D + SECTION_E
-YES_NO = ("relevance_to_query", "safety", "groundedness_agent", "correctness",
-          "context_sufficiency", "relevancy_yes_no", "fact_check", "answer_correctness_yes_no")
+YES_NO = (
+    "relevance_to_query",
+    "safety",
+    "groundedness_agent",
+    "correctness",
+    "context_sufficiency",
+    "relevancy_yes_no",
+    "fact_check",
+    "answer_correctness_yes_no",
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +76,23 @@ def server() -> Iterator[LocalServer]:
 @pytest.fixture
 def judge(server: LocalServer, tmp_path: Path) -> Iterator[Any]:
     """Run a flow over an example file with the given server rules; returns the RunResult."""
-    settings = load_settings(tmp_path, model="gpt-4o-mini",
-                             env={"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "x"})
+    settings = load_settings(
+        tmp_path,
+        model="gpt-4o-mini",
+        env={"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "x"},
+    )
 
     def go(flow: str, data: str, rules: list[tuple[str, str]], **kw: Any) -> Any:
         server.configure(rules=rules)
         out = tmp_path / f"run-{flow}-{len(list(tmp_path.glob('run-*')))}"
-        return flowkit.run(FLOWS / f"{flow}.yaml", EXAMPLES / f"{data}.jsonl", settings=settings,
-                           cache_dir=tmp_path / "cache", output=out, **kw)
+        return flowkit.run(
+            FLOWS / f"{flow}.yaml",
+            EXAMPLES / f"{data}.jsonl",
+            settings=settings,
+            cache_dir=tmp_path / "cache",
+            output=out,
+            **kw,
+        )
 
     yield go
     server.configure(rules=[])
@@ -111,8 +148,12 @@ def test_qa_flows_share_input_names() -> None:
 
 def test_missing_field_is_reported_before_any_row(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as err:
-        flowkit.run(FLOWS / "relevance_to_query.yaml", EXAMPLES / "qa.jsonl",
-                    cache_dir=tmp_path / "cache", output=tmp_path / "out")
+        flowkit.run(
+            FLOWS / "relevance_to_query.yaml",
+            EXAMPLES / "qa.jsonl",
+            cache_dir=tmp_path / "cache",
+            output=tmp_path / "out",
+        )
     text = str(err.value)
     assert "'request'" in text and "question" in text
 
@@ -126,8 +167,9 @@ def _parse(flow_name: str, reply: str) -> dict[str, Any]:
     node = flow.nodes["parse"]
     assert node.spec.function == "flowkit.parse:parse_score"
     kwargs = {p: v for p, ref, v in node.inputs if ref is None}
-    kwargs.update(threshold=flow.inputs["threshold"].default,
-                  comparator=flow.inputs["comparator"].default)
+    kwargs.update(
+        threshold=flow.inputs["threshold"].default, comparator=flow.inputs["comparator"].default
+    )
     return parse_score(reply, **kwargs)
 
 
@@ -140,13 +182,25 @@ PARSE_CASES = [
     ("similarity", "Same meaning.\nScore: 5/5", 5, "pass"),
     ("similarity", "I'm sorry, I can't rate this.", None, "invalid"),
     # JSON judges
-    ("relevance_chat", '{"reference_answer": "9 to 20", "reason": "Matches.", "score": 5}', 5,
-     "pass"),
+    (
+        "relevance_chat",
+        '{"reference_answer": "9 to 20", "reason": "Matches.", "score": 5}',
+        5,
+        "pass",
+    ),
     ("relevance_chat", '{"reason": "Contradicts the ground truth.", "score": 1}', 1, "fail"),
-    ("answer_faithfulness", 'Both claims are in the facts.\n{"score": 1, "feedback": "ok"}', 1,
-     "pass"),
-    ("answer_faithfulness", 'Invented a date.\n```json\n{"score": 0, "feedback": "x"}\n```', 0,
-     "fail"),
+    (
+        "answer_faithfulness",
+        'Both claims are in the facts.\n{"score": 1, "feedback": "ok"}',
+        1,
+        "pass",
+    ),
+    (
+        "answer_faithfulness",
+        'Invented a date.\n```json\n{"score": 0, "feedback": "x"}\n```',
+        0,
+        "fail",
+    ),
     ("answer_relevancy", '{"score": 0.6, "feedback": "Partly right."}', 0.6, "pass"),
     ("answer_relevancy", '{"score": 1.5, "feedback": "too high"}', None, "invalid"),
     # "# Result" heading
@@ -185,8 +239,9 @@ SCORED_QA = [  # qa.jsonl rows 3 (spider) and 5 (Saturn) are wrong
 ]
 
 
-@pytest.mark.parametrize("flow", ["groundedness", "relevance", "coherence", "fluency",
-                                  "similarity"])
+@pytest.mark.parametrize(
+    "flow", ["groundedness", "relevance", "coherence", "fluency", "similarity"]
+)
 def test_one_to_five_flows_on_qa(judge: Any, flow: str) -> None:
     result = judge(flow, "qa", SCORED_QA)
     m = metrics(result, flow)
@@ -195,8 +250,12 @@ def test_one_to_five_flows_on_qa(judge: Any, flow: str) -> None:
     assert (m["invalid"], m["count"]) == (0, 6)
     rows = outputs(result)
     assert [r["score"] for r in rows] == [5, 5, 5, 1, 5, 2]
-    assert rows[3] == {"score": 1, "result": "fail", "reason": "Six legs contradicts the context.",
-                       "raw": "Six legs contradicts the context.\nScore: 1"}
+    assert rows[3] == {
+        "score": 1,
+        "result": "fail",
+        "reason": "Six legs contradicts the context.",
+        "raw": "Six legs contradicts the context.\nScore: 1",
+    }
 
 
 def test_threshold_and_comparator_are_inputs(judge: Any) -> None:
@@ -206,17 +265,27 @@ def test_threshold_and_comparator_are_inputs(judge: Any) -> None:
 
 
 def _turns(*scores: int) -> str:
-    turns = [{"turn": i, "facts": ["f"], "analysis": f"turn {i} checked", "score": s}
-             for i, s in enumerate(scores, start=1)]
+    turns = [
+        {"turn": i, "facts": ["f"], "analysis": f"turn {i} checked", "score": s}
+        for i, s in enumerate(scores, start=1)
+    ]
     return json.dumps({"turns": turns})
 
 
 def test_groundedness_rag_on_conversations(judge: Any) -> None:
     rules = [
         ("And if the station is full", _turns(5, 2)),  # row 1: the 2 euro credit is invented
-        ("flat tyre", json.dumps({"turns": [  # row 5: turns given out of order
-            {"turn": 2, "analysis": "says the docs are silent", "score": 5},
-            {"turn": 1, "analysis": "steps match", "score": 4}]})),
+        (
+            "flat tyre",
+            json.dumps(
+                {
+                    "turns": [  # row 5: turns given out of order
+                        {"turn": 2, "analysis": "says the docs are silent", "score": 5},
+                        {"turn": 1, "analysis": "steps match", "score": 4},
+                    ]
+                }
+            ),
+        ),
         ("on the train", _turns(1)),  # row 4: contradicts the only document
         ("Turn 1", _turns(5)),
     ]
@@ -230,8 +299,9 @@ def test_groundedness_rag_on_conversations(judge: Any) -> None:
 
 
 def test_groundedness_rag_single_reply_form(judge: Any) -> None:
-    result = judge("groundedness_rag", "chat_history", [("bring my dog", _turns(1)),
-                                                        ("Turn 1", _turns(5))])
+    result = judge(
+        "groundedness_rag", "chat_history", [("bring my dog", _turns(1)), ("Turn 1", _turns(5))]
+    )
     m = metrics(result, "groundedness_rag")
     assert (m["mean"], m["pass_rate"]) == (pytest.approx(26 / 6), pytest.approx(5 / 6))
     prompt = _judge_prompt(result, line=1)
@@ -247,8 +317,10 @@ def _judge_prompt(result: Any, line: int) -> str:
 
 
 def test_relevance_chat_both_rubrics(judge: Any) -> None:
-    rules = [("bring my dog", '{"reason": "Contradicts the ground truth.", "score": 1}'),
-             (".", '{"reference_answer": "r", "reason": "Matches.", "score": 5}')]
+    rules = [
+        ("bring my dog", '{"reason": "Contradicts the ground truth.", "score": 1}'),
+        (".", '{"reference_answer": "r", "reason": "Matches.", "score": 5}'),
+    ]
     result = judge("relevance_chat", "chat_history", rules)
     m = metrics(result, "relevance_chat")
     assert (m["mean"], m["pass_rate"]) == (pytest.approx(26 / 6), pytest.approx(5 / 6))
@@ -260,9 +332,11 @@ def test_relevance_chat_both_rubrics(judge: Any) -> None:
 
 
 def test_retrieval_result_heading(judge: Any) -> None:
-    rules = [("family ticket", "Only the price is covered.\n# Result\n2.5"),
-             ("Which ones", "The shop page is unrelated.\n# Result\n1"),
-             (".", "The hours page answers it.\n# Result\n5")]
+    rules = [
+        ("family ticket", "Only the price is covered.\n# Result\n2.5"),
+        ("Which ones", "The shop page is unrelated.\n# Result\n1"),
+        (".", "The hours page answers it.\n# Result\n5"),
+    ]
     result = judge("retrieval", "chat_history", rules)
     m = metrics(result, "retrieval")
     assert m["mean"] == pytest.approx((5 + 5 + 2.5 + 5 + 5 + 1) / 6)
@@ -271,35 +345,63 @@ def test_retrieval_result_heading(judge: Any) -> None:
 
 
 def test_retrieval_intents_fraction_squared(judge: Any) -> None:
-    two = {"intents": [{"intent": "student price", "answered": "yes", "doc_ids": ["tickets"]},
-                       {"intent": "family ticket", "answered": "no", "doc_ids": []}]}
+    two = {
+        "intents": [
+            {"intent": "student price", "answered": "yes", "doc_ids": ["tickets"]},
+            {"intent": "family ticket", "answered": "no", "doc_ids": []},
+        ]
+    }
     none = {"intents": [{"intent": "languages", "answered": "no"}]}
     one = {"intents": [{"intent": "it", "answered": "yes", "doc_ids": ["x"]}]}
-    rules = [("family ticket", json.dumps(two)), ("Which ones", json.dumps(none)),
-             (".", json.dumps(one))]
+    rules = [
+        ("family ticket", json.dumps(two)),
+        ("Which ones", json.dumps(none)),
+        (".", json.dumps(one)),
+    ]
     result = judge("retrieval_intents", "chat_history", rules)
     m = metrics(result, "retrieval_intents")
     # row 2: half the intents answered → 1 + 4·0.5² = 2; row 5: none → 1
     assert m["mean"] == pytest.approx((5 + 5 + 2 + 5 + 5 + 1) / 6)
     rows = outputs(result)
     assert (rows[2]["score"], rows[2]["fraction"]) == (2, 0.5)
-    assert rows[2]["intents"][0] == {"intent": "student price", "answered": True,
-                                     "doc_ids": ["tickets"]}
+    assert rows[2]["intents"][0] == {
+        "intent": "student price",
+        "answered": True,
+        "doc_ids": ["tickets"],
+    }
 
 
 # --------------------------------------------------------------------------- section D
 
 D_CASES = [  # agent_eval.jsonl: row 3 promises a refund the docs never mention
-    ("relevance_to_query", [("weather", "Yes\nIt explains the limit."),
-                            ("refund", "No\nIt ignores the two-month condition."),
-                            (".", "Yes\nOn topic.")], 5 / 6),
+    (
+        "relevance_to_query",
+        [
+            ("weather", "Yes\nIt explains the limit."),
+            ("refund", "No\nIt ignores the two-month condition."),
+            (".", "Yes\nOn topic."),
+        ],
+        5 / 6,
+    ),
     ("safety", [("trash", "No\nTest verdict."), (".", "Yes\nNothing harmful.")], 5 / 6),
-    ("groundedness_agent", [("always get a full refund|SMS codes", "No\nNot in the context."),
-                            (".", "Yes\nAll supported.")], 4 / 6),
-    ("correctness", [("always get a full refund", "No\nWrong refund rule."),
-                     (".", "Yes\nMatches.")], 5 / 6),
-    ("context_sufficiency", [("no context was retrieved|cancel my yearly", "No\nMissing."),
-                             (".", "Yes\nEnough.")], 4 / 6),
+    (
+        "groundedness_agent",
+        [
+            ("always get a full refund|SMS codes", "No\nNot in the context."),
+            (".", "Yes\nAll supported."),
+        ],
+        4 / 6,
+    ),
+    (
+        "correctness",
+        [("always get a full refund", "No\nWrong refund rule."), (".", "Yes\nMatches.")],
+        5 / 6,
+    ),
+    (
+        "context_sufficiency",
+        [("no context was retrieved|cancel my yearly", "No\nMissing."), (".", "Yes\nEnough.")],
+        4 / 6,
+    ),
 ]
 
 
@@ -329,12 +431,20 @@ def test_agent_judges_see_the_last_user_turn(judge: Any) -> None:
 
 def test_chunk_relevance_precision(judge: Any) -> None:
     def verdicts(*answers: str) -> str:
-        return json.dumps({"chunks": [{"chunk": i, "reason": "r", "relevant": a}
-                                      for i, a in enumerate(answers, start=1)]})
+        return json.dumps(
+            {
+                "chunks": [
+                    {"chunk": i, "reason": "r", "relevant": a}
+                    for i, a in enumerate(answers, start=1)
+                ]
+            }
+        )
 
-    rules = [(r"CHUNKS \(3 in total\)", verdicts("yes", "no", "yes")),
-             (r"CHUNKS \(2 in total\)", verdicts("yes", "no")),
-             (r"CHUNKS \(1 in total\)", verdicts("yes"))]
+    rules = [
+        (r"CHUNKS \(3 in total\)", verdicts("yes", "no", "yes")),
+        (r"CHUNKS \(2 in total\)", verdicts("yes", "no")),
+        (r"CHUNKS \(1 in total\)", verdicts("yes")),
+    ]
     result = judge("chunk_relevance", "agent_eval", rules)
     m = metrics(result, "chunk_relevance")
     # rows 0..4 have 2, 1, 2, 1, 3 chunks; row 5 has none, so no call and no precision
@@ -365,8 +475,10 @@ def test_spring_yes_no_flows(judge: Any, flow: str) -> None:
 def test_fact_check_prompt_is_minimal(judge: Any) -> None:
     result = judge("fact_check", "qa", YES_NO_QA)
     prompt = _judge_prompt(result, 0)
-    assert prompt.startswith("Document: Paris is the capital and largest city of France.\n"
-                             "Claim: Paris is the capital of France.")
+    assert prompt.startswith(
+        "Document: Paris is the capital and largest city of France.\n"
+        "Claim: Paris is the capital of France."
+    )
     assert len(prompt) < 200
 
 

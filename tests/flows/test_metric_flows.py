@@ -23,10 +23,26 @@ from flowkit.textmetrics import cosine
 ROOT = Path(__file__).resolve().parents[2]
 FLOWS = ROOT / "flows"
 EXAMPLES = ROOT / "examples"
-ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_API_KEY",
-       "OPENAI_API_VERSION", "FLOWKIT_MODEL")
-MINE = ("f1_score", "exact_match", "embedding_similarity", "document_recall", "token_count",
-        "violence", "sexual", "self_harm", "hate_unfairness", "jailbreak")
+ENV = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "AZURE_OPENAI_ENDPOINT",
+    "AZURE_OPENAI_API_KEY",
+    "OPENAI_API_VERSION",
+    "FLOWKIT_MODEL",
+)
+MINE = (
+    "f1_score",
+    "exact_match",
+    "embedding_similarity",
+    "document_recall",
+    "token_count",
+    "violence",
+    "sexual",
+    "self_harm",
+    "hate_unfairness",
+    "jailbreak",
+)
 SAFETY = ("violence", "sexual", "self_harm", "hate_unfairness")
 
 
@@ -46,8 +62,7 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 def run(flow: str, data: Path, tmp: Path, **kwargs: Any) -> flowkit.api.RunResult:
     out = tmp / f"run-{flow}-{len(list(tmp.glob('run-*')))}"
-    return flowkit.run(FLOWS / f"{flow}.yaml", data, cache_dir=tmp / "cache", output=out,
-                       **kwargs)
+    return flowkit.run(FLOWS / f"{flow}.yaml", data, cache_dir=tmp / "cache", output=out, **kwargs)
 
 
 # --------------------------------------------------------------------------- validation
@@ -99,11 +114,11 @@ def test_f1_score_by_hand(offline: Path) -> None:
 
 
 EM_ROWS = [
-    {"answer": "Paris", "ground_truth": "Paris"},                  # 1 / 1
-    {"answer": "Paris.", "ground_truth": ["London", "paris"]},     # 0 / 1
-    {"answer": " Paris", "ground_truth": "Paris"},                 # 0 / 1 (whitespace)
+    {"answer": "Paris", "ground_truth": "Paris"},  # 1 / 1
+    {"answer": "Paris.", "ground_truth": ["London", "paris"]},  # 0 / 1
+    {"answer": " Paris", "ground_truth": "Paris"},  # 0 / 1 (whitespace)
     {"answer": "The Eiffel Tower", "ground_truth": "Eiffel Tower"},  # 0 / 1 (article)
-    {"answer": "Rome", "ground_truth": "Paris"},                   # 0 / 0
+    {"answer": "Rome", "ground_truth": "Paris"},  # 0 / 0
 ]
 
 
@@ -121,8 +136,7 @@ def test_exact_match_can_normalise(offline: Path) -> None:
 
 
 @pytest.mark.parametrize("flow", ["exact_match", "f1_score"])
-def test_missing_ground_truth_fails_the_row_instead_of_scoring_it(flow: str,
-                                                                  offline: Path) -> None:
+def test_missing_ground_truth_fails_the_row_instead_of_scoring_it(flow: str, offline: Path) -> None:
     rows = [{"answer": "Paris", "ground_truth": []}, {"answer": "Paris", "ground_truth": None}]
     result = run(flow, write_rows(offline / "gt.jsonl", rows), offline)
     errors = [r["error"]["message"] for r in result.rows()]
@@ -179,8 +193,9 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalSer
         yield srv
 
 
-def test_embedding_similarity_is_the_cosine_of_the_vectors(server: LocalServer,
-                                                           tmp_path: Path) -> None:
+def test_embedding_similarity_is_the_cosine_of_the_vectors(
+    server: LocalServer, tmp_path: Path
+) -> None:
     result = run("embedding_similarity", EXAMPLES / "qa.jsonl", tmp_path, model="gpt-4o-mini")
     rows = list(result.rows())
     assert result.counts["failed"] == 0

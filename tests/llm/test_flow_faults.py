@@ -17,8 +17,16 @@ ROWS = 500
 def _data(path: Path) -> Path:
     with open(path, "w") as f:
         for i in range(ROWS):
-            f.write(json.dumps({"context": f"Fact number {i} is true.",
-                                "answer": f"Fact {i} holds.", "question": f"q{i}"}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "context": f"Fact number {i} is true.",
+                        "answer": f"Fact {i} holds.",
+                        "question": f"q{i}",
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -29,7 +37,8 @@ def _settings(tmp: Path, base_url: str, name: str) -> object:
         "default_model: flowkit-test\n"
         "connections:\n"
         f"  local: {{base_url: '{base_url}', concurrency: 64, timeout: 0.5, max_retries: 10,"
-        " backoff_base: 0.01, backoff_max: 0.05}\n")
+        " backoff_base: 0.01, backoff_max: 0.05}\n"
+    )
     return load_settings(folder, env={})
 
 
@@ -40,18 +49,30 @@ def _scores(run_dir: Path) -> dict[int, object]:
 
 def test_faulty_endpoint_loses_no_rows_and_changes_no_scores(tmp_path: Path) -> None:
     data = _data(tmp_path / "rows.jsonl")
-    faults = ServerConfig(rate_429=0.15, rate_500=0.05, rate_timeout=0.02, retry_after=0.0,
-                          timeout_delay=5.0, seed=11)
+    faults = ServerConfig(
+        rate_429=0.15, rate_500=0.05, rate_timeout=0.02, retry_after=0.0, timeout_delay=5.0, seed=11
+    )
     reset_schedulers()
     with serve(faults) as srv:
-        faulty = flowkit.run("groundedness", data, settings=_settings(tmp_path, srv.base_url, "a"),
-                             concurrency=64, use_cache=False, output=tmp_path / "faulty")
+        faulty = flowkit.run(
+            "groundedness",
+            data,
+            settings=_settings(tmp_path, srv.base_url, "a"),
+            concurrency=64,
+            use_cache=False,
+            output=tmp_path / "faulty",
+        )
         stats = srv.stats()
     reset_schedulers()
     with serve(ServerConfig()) as clean_srv:
-        clean = flowkit.run("groundedness", data,
-                            settings=_settings(tmp_path, clean_srv.base_url, "b"),
-                            concurrency=64, use_cache=False, output=tmp_path / "clean")
+        clean = flowkit.run(
+            "groundedness",
+            data,
+            settings=_settings(tmp_path, clean_srv.base_url, "b"),
+            concurrency=64,
+            use_cache=False,
+            output=tmp_path / "clean",
+        )
 
     injected = sum(stats["faults"].get(k, 0) for k in ("429", "500", "timeout"))
     assert injected > 0.15 * ROWS  # the faults really happened

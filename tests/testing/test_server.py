@@ -104,7 +104,8 @@ def test_json_modes(client: openai.OpenAI) -> None:
         labels: list[str]
 
     parsed = client.chat.completions.parse(
-        model="flowkit-test", messages=[{"role": "user", "content": "judge"}],
+        model="flowkit-test",
+        messages=[{"role": "user", "content": "judge"}],
         response_format=Verdict,
     )
     verdict = parsed.choices[0].message.parsed
@@ -268,11 +269,14 @@ def test_stats_concurrency_hook_rules_and_latency(srv: LocalServer) -> None:
 
     async def main() -> list[str]:
         client = openai.AsyncOpenAI(api_key="t", base_url=srv.base_url, max_retries=0)
-        replies = await asyncio.gather(*(
-            client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": f"item {i % 4}"}])
-            for i in range(8)
-        ))
+        replies = await asyncio.gather(
+            *(
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": f"item {i % 4}"}]
+                )
+                for i in range(8)
+            )
+        )
         await client.close()
         return [r.choices[0].message.content or "" for r in replies]
 
@@ -327,12 +331,26 @@ def test_config_validation_and_cli_parsing() -> None:
         ServerConfig(rate_429=0.6, rate_500=0.6)
     with pytest.raises(ValueError, match="does not compile"):
         ServerConfig(rules=[("(", "x")])
-    with pytest.raises(ValueError, match="cannot be sent to a subprocess"), serve_subprocess(
-        hook=lambda body: None
+    with (
+        pytest.raises(ValueError, match="cannot be sent to a subprocess"),
+        serve_subprocess(hook=lambda body: None),
     ):
         pass
-    config = parse_config(["--rpm", "5", "--rate-429", "0.2", "--models", "a, b",
-                           "--rule", "hi", "hello", "--config-json", '{"latency": 0.5}'])
+    config = parse_config(
+        [
+            "--rpm",
+            "5",
+            "--rate-429",
+            "0.2",
+            "--models",
+            "a, b",
+            "--rule",
+            "hi",
+            "hello",
+            "--config-json",
+            '{"latency": 0.5}',
+        ]
+    )
     assert (config.rpm, config.rate_429, config.models) == (5, 0.2, ["a", "b"])
     assert (config.rules, config.latency, config.host) == ([("hi", "hello")], 0.5, "127.0.0.1")
     with pytest.raises(SystemExit, match="unknown ServerConfig field"):

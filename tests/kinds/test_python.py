@@ -1,0 +1,230 @@
+"""`python` and `aggregate` nodes: calling user functions, sync or async, inline or in threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import traces_by, write, write_jsonl
+
+import flowkit
+from flowkit import kinds
+from flowkit.api import RunResult
+from flowkit.errors import ValidationError
+from flowkit.executor import RunContext, RunOptions
+from flowkit.fingerprint import code_fingerprint
+from flowkit.kinds.python import CALLS_BEFORE_JUDGING
+from flowkit.loader import load_flow
+
+NODES = """
+import asyncio
+import threading
+import time
+
+
+def fast(x):
+    return x + 1
+
+
+def slow(x):
+    time.sleep(0.02)
+    return threading.current_thread().name
+
+
+async def later(x):
+    await asyncio.sleep(0.01)
+    return x * 2
+
+
+def everything(**kwargs):
+    return sorted(kwargs)
+
+
+class Vector:
+    def __init__(self, values):
+        self.values = values
+
+    def tolist(self):
+        return list(self.values)
+
+
+def array_like(x):
+    return Vector([x, x])
+
+
+def a_set(x):
+    return {3, 1, 2}
+
+
+def not_json(x):
+    return object()
+
+
+async def async_summary(values, label):
+    return {"label": label, "total": sum(values)}
+
+
+def aligned(xs, ys):
+    return {"pairs": [[x, y] for x, y in zip(xs, ys)]}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    write(tmp_path / "nodes.py", NODES)
+    return tmp_path
+
+
+def flow_with(project: Path, node: str, name: str = "f") -> Path:
+    return write(
+        project / f"{name}.yaml",
+        f"""
+        name: {name}
+        inputs: {{x: {{type: integer}}, y: {{type: integer, default: 0}}}}
+        outputs: {{out: ${{n.output}}}}
+        nodes:
+          - {node}
+        """,
+    )
+
+
+def run(project: Path, flow: Any, rows: int = 1, **kw: Any) -> RunResult:
+    data = write_jsonl(project / "d.jsonl", [{"x": i, "y": 10 * i} for i in range(rows)])
+    return flowkit.run(flow, data, cache_dir=project / "cache", runs_root=project / "runs", **kw)
+
+
+def outputs(result: RunResult) -> list[Any]:
+    return [r["outputs"]["out"] for r in result.rows()]
+
+
+def test_sync_and_async_functions(project: Path) -> None:
+    sync = load_flow(
+        flow_with(
+            project,
+            "{name: n, type: python, source: nodes.py, function: fast, inputs: {x: ${inputs.x}}}",
+        )
+    )
+    assert sync.nodes["n"].is_async is False
+    assert outputs(run(project, sync, rows=3)) == [1, 2, 3]
+    assert sync.nodes["n"].is_async is False  # fast: it stays inline
+    asy = load_flow(
+        flow_with(
+            project,
+            "{name: n, type: python, source: nodes.py, function: later, inputs: {x: ${inputs.x}}}",
+            "g",
+        )
+    )
+    assert asy.nodes["n"].is_async is True
+    assert outputs(run(project, asy, rows=3)) == [0, 2, 4]
+
+
+def test_a_slow_sync_function_moves_off_the_event_loop_thread(project: Path) -> None:
+    flow = load_flow(
+        flow_with(
+            project,
+            "{name: n, type: python, source: nodes.py, function: slow, inputs: {x: ${inputs.x}}}",
+        )
+    )
+    threads = outputs(run(project, flow, rows=8, use_cache=False))
+    assert threads[:CALLS_BEFORE_JUDGING] == ["MainThread"] * CALLS_BEFORE_JUDGING
+    assert all(name != "MainThread" for name in threads[CALLS_BEFORE_JUDGING:])
+    assert flow.nodes["n"].is_async is True
+
+
+def test_judging_happens_after_a_few_calls(project: Path) -> None:
+    flow = load_flow(
+        flow_with(
+            project,
+            "{name: n, type: python, source: nodes.py, function: slow, inputs: {x: ${inputs.x}}}",
+        )
+    )
+    node, kind = flow.nodes["n"], kinds.get("python")
+    ctx = RunContext(RunOptions())
+    for _ in range(CALLS_BEFORE_JUDGING - 1):
+        kind.run_sync(node, {"x": 1}, ctx)
+    assert node.is_async is False
+    kind.run_sync(node, {"x": 1}, ctx)
+    assert node.is_async is True
+    ctx.threads.shutdown()
+
+
+def test_keyword_arguments_and_json_conversion(project: Path) -> None:
+    cases = {
+        "everything": (["a", "b"], "{a: ${inputs.x}, b: 2}"),
+        "array_like": ([0, 0], "{x: ${inputs.x}}"),
+        "a_set": ([1, 2, 3], "{x: ${inputs.x}}"),
+    }
+    for function, (expected, inputs) in cases.items():
+        flow = flow_with(
+            project,
+            f"{{name: n, type: python, source: nodes.py, function: {function}, inputs: {inputs}}}",
+            function,
+        )
+        assert outputs(run(project, flow)) == [expected]
+
+
+def test_a_value_that_is_not_json_fails_the_row(project: Path) -> None:
+    flow = flow_with(
+        project,
+        "{name: n, type: python, source: nodes.py, function: not_json, inputs: {x: ${inputs.x}}}",
+    )
+    (row,) = run(project, flow).rows()
+    assert row["status"] == "failed"
+    assert row["error"] == {
+        "node": "n",
+        "type": "TypeError",
+        "message": "a value of type object is not JSON: return numbers, strings, booleans, "
+        "null, lists or dicts",
+    }
+
+
+def test_functions_from_packages_are_fingerprinted_by_their_file(project: Path) -> None:
+    flow = load_flow(
+        flow_with(
+            project,
+            "{name: n, type: python, function: "
+            "flowkit.textmetrics:normalize, inputs: {text: 'The A!'}}",
+        )
+    )
+    from flowkit import textmetrics
+
+    assert flow.nodes["n"].key_parts == {
+        "function": "flowkit.textmetrics:normalize",
+        "code": code_fingerprint(textmetrics.normalize),
+    }
+    assert outputs(run(project, flow)) == [""]
+
+
+def test_a_function_must_name_its_module(project: Path) -> None:
+    flow = flow_with(project, "{name: n, type: python, function: normalize}")
+    with pytest.raises(ValidationError) as info:
+        load_flow(flow)
+    assert info.value.diagnostics[0].message == (
+        "function 'normalize' must be written 'package.module:callable' (or give "
+        "'source: file.py' and the function's name)"
+    )
+
+
+def test_aggregates_get_aligned_lists_and_literals_and_may_be_async(project: Path) -> None:
+    flow = write(
+        project / "agg.yaml",
+        """
+        name: agg
+        inputs: {x: {type: integer}, y: {type: integer}}
+        nodes:
+          - {name: n, type: python, source: nodes.py, function: fast, inputs: {x: ${inputs.x}}}
+          - {name: pairs, type: aggregate, source: nodes.py, function: aligned,
+             inputs: {xs: ${n.output}, ys: ${inputs.y}}}
+          - {name: total, type: aggregate, source: nodes.py, function: async_summary,
+             inputs: {values: ${n.output}, label: sum}}
+        """,
+    )
+    result = run(project, flow, rows=3)
+    assert result.metrics == {
+        "agg.pairs": [[1, 0], [2, 10], [3, 20]],
+        "agg.label": "sum",
+        "agg.total": 6,
+    }
+    t = traces_by(result.traces())
+    assert t[(-1, "total")]["inputs"] == {"values": {"rows": 3, "first": [1, 2, 3]}, "label": "sum"}
