@@ -19,22 +19,16 @@ Conventions shared by all functions (see METRICS.md):
 from __future__ import annotations
 
 import math
-import operator
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from flowkit.parse import COMPARATORS, passes
 
 Number = int | float
 Metrics = dict[str, Any]
 
-_COMPARATORS: dict[str, Callable[[Any, Any], bool]] = {
-    ">": operator.gt,
-    ">=": operator.ge,
-    "<": operator.lt,
-    "<=": operator.le,
-    "==": operator.eq,
-}
 
 DEFAULT_LEVELS: tuple[str, ...] = ("very low", "low", "medium", "high")
 
@@ -46,14 +40,13 @@ _YES_WORDS = {"1": True, "yes": True, "true": True, "0": False, "no": False, "fa
 
 
 def compare(a: Any, op: str, b: Any) -> bool:
-    """Apply comparator ``op`` to ``a`` and ``b``; one table so every function agrees."""
-    try:
-        fn = _COMPARATORS[op]
-    except (KeyError, TypeError):
+    """Apply comparator ``op``: the same rule (and tolerance) as each row's own pass/fail, so
+    a pass rate always counts exactly the rows marked 'pass'."""
+    if not isinstance(op, str) or op not in COMPARATORS:
         raise ValueError(
-            f"unknown comparator {op!r}; valid comparators are {', '.join(_COMPARATORS)}"
-        ) from None
-    return fn(a, b)
+            f"unknown comparator {op!r}; valid comparators are {', '.join(COMPARATORS)}"
+        )
+    return passes(a, b, op)
 
 
 def _broadcast(threshold: Any, n: int) -> list[Any]:

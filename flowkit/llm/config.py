@@ -65,10 +65,9 @@ class Price(BaseModel):
     """USD per 1M completion tokens (0 for embedding models)."""
 
 
-class Connection(BaseModel):
-    """One named endpoint as written in ``flowkit.yaml`` (or derived from the environment)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Connection(Limits):
+    """One named endpoint as written in ``flowkit.yaml`` (or derived from the environment);
+    its scheduler settings are the fields it shares with ``Limits``."""
 
     type: Literal["openai", "azure"] = "openai"
     """``openai`` for the OpenAI API and any OpenAI-compatible server, ``azure`` for Azure."""
@@ -84,20 +83,6 @@ class Connection(BaseModel):
     """Environment variable holding the key (preferred over ``api_key``)."""
     api_key: SecretStr | None = Field(None, exclude=True, repr=False)
     """Literal key; discouraged because project files get committed."""
-    concurrency: int = Field(16, ge=1)
-    """Most requests in flight at once."""
-    rpm: int | None = Field(None, ge=1)
-    """Requests-per-minute budget."""
-    tpm: int | None = Field(None, ge=1)
-    """Tokens-per-minute budget."""
-    timeout: float = Field(60.0, gt=0)
-    """Seconds per attempt."""
-    max_retries: int = Field(6, ge=0)
-    """Retries after the first attempt."""
-    backoff_base: float = Field(0.5, ge=0)
-    """First backoff ceiling in seconds."""
-    backoff_max: float = Field(30.0, ge=0)
-    """Largest backoff ceiling in seconds."""
 
     @field_validator("api_version", mode="before")
     @classmethod
