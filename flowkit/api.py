@@ -278,6 +278,7 @@ def _counts(stats: Stats, cache: Cache | None) -> dict[str, int]:
         "succeeded": stats.succeeded,
         "failed": stats.failed,
         "bad_input": stats.bad_input,
+        "invalid": stats.invalid,
         "node_runs": stats.node_runs,
         "node_failures": stats.node_failures,
         "cache_hits": stats.cache_hits,

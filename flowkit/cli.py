@@ -17,7 +17,7 @@ from rich.markup import escape
 from flowkit import __version__
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.gates import check_gates, parse_gate
-from flowkit.views import metrics_table, progress_display, show_run
+from flowkit.views import count_rows, metrics_table, progress_display, show_run
 
 # Off a terminal (CI logs, pipes) rich would wrap at 80 columns and cut names; use a wide page.
 err_console = Console(stderr=True, soft_wrap=True)
@@ -138,7 +138,8 @@ def run(
 
     parsed_gates = [parse_gate(g) for g in gates]
     flow = load_flow(flows[0]) if len(flows) == 1 else compose(list(flows))
-    with progress_display(err_console, enabled=not quiet) as on_progress:
+    total = count_rows(Path(data), limit)
+    with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
         result = run_flow(
             flow,
             data,

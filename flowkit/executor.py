@@ -44,6 +44,8 @@ class Stats:
     succeeded: int = 0
     failed: int = 0
     bad_input: int = 0
+    invalid: int = 0
+    """Rows with an output `result` of 'invalid' (a judge answer that could not be read)."""
     node_runs: int = 0
     cache_hits: int = 0
     node_failures: int = 0
@@ -68,6 +70,7 @@ class Stats:
             "succeeded",
             "failed",
             "bad_input",
+            "invalid",
             "node_runs",
             "cache_hits",
             "node_failures",
@@ -253,6 +256,8 @@ class Executor:
             record["error"] = {"node": node, "type": info.type, "message": info.message}
         else:
             self.stats.succeeded += 1
+        if _has_invalid(outputs):
+            self.stats.invalid += 1
         self.writer.row(line, record)
         for agg in self.aggregates:
             _collect(agg, scope)
@@ -498,6 +503,13 @@ def _value_or_none(scope: Scope, ref: Ref) -> Any:
         return scope.get(ref)
     except MissingValue:
         return None
+
+
+def _has_invalid(outputs: dict[str, Any]) -> bool:
+    """Whether a row's outputs (or a suite's per-metric outputs) hold result 'invalid'."""
+    if outputs.get("result") == "invalid":
+        return True
+    return any(isinstance(v, dict) and v.get("result") == "invalid" for v in outputs.values())
 
 
 def _first_error(scope: Scope, prefix: str) -> tuple[str, ErrorInfo] | None:

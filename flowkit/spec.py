@@ -78,6 +78,10 @@ class LlmNode(_NodeBase):
     """A connection named in flowkit.yaml; the default connection when unset."""
     params: dict[str, Any] = {}
     """Request parameters passed to the API: temperature, max_tokens, seed, response_format, n…"""
+    retries_on_invalid: int = Field(default=0, ge=0)
+    """Ask again (with another seed) this many times when the reply holds no readable score."""
+    expect: dict[str, Any] = {}
+    """parse_score arguments (min, max, mode…) that decide whether a reply is readable."""
 
     @model_validator(mode="after")
     def _one_prompt_source(self) -> LlmNode:

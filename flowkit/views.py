@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from flowkit.executor import Stats
@@ -23,31 +29,49 @@ def _fmt(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
+def count_rows(path: Path, limit: int | None = None) -> int | None:
+    """The rows a data file will yield, for the ETA: lines of a .jsonl (a .csv less its header),
+    counted in binary chunks; None for .json, whose rows are only known once it is parsed."""
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".csv") or not path.is_file():
+        return limit
+    lines = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            lines += chunk.count(b"\n")
+        f.seek(max(0, f.tell() - 1))
+        lines += f.tell() > 0 and f.read(1) != b"\n"
+    total = lines - 1 if suffix == ".csv" else lines
+    return min(total, limit) if limit is not None else total
+
+
 @contextlib.contextmanager
 def progress_display(
-    console: Console, *, enabled: bool = True
+    console: Console, *, enabled: bool = True, total: int | None = None
 ) -> Iterator[Callable[[Stats], None] | None]:
     """A rich progress line: rows done, failed, cached, the rate and the tokens so far."""
     if not enabled or (not console.is_terminal and os.environ.get("FLOWKIT_PROGRESS") != "1"):
         yield None
         return
     progress = Progress(
-        TextColumn("[bold]rows[/] {task.completed}"),
+        TextColumn("[bold]rows[/] {task.completed}" + (f"/{total}" if total else "")),
         BarColumn(bar_width=None),
         TextColumn("{task.fields[detail]}"),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         console=console,
         transient=True,
     )
-    task = progress.add_task("run", total=None, detail="")
+    task = progress.add_task("run", total=total, detail="")
 
     def update(stats: Stats) -> None:
         elapsed = max(time.monotonic() - stats.started, 1e-9)
         tokens = stats.token_totals()["total_tokens"]
         detail = (
             f"ok {stats.succeeded} · failed {stats.failed + stats.bad_input} · "
-            f"cache hits {stats.cache_hits} · {stats.rows / elapsed:,.0f} rows/s"
-            + (f" · {tokens:,} tokens" if tokens else "")
+            f"invalid {stats.invalid} · cache hits {stats.cache_hits} · "
+            f"{stats.rows / elapsed:,.0f} rows/s" + (f" · {tokens:,} tokens" if tokens else "")
         )
         progress.update(task, completed=stats.rows, detail=detail)
 

@@ -65,6 +65,12 @@ def check_variables(node: Node, variables: frozenset[str], ctx: LoadContext) -> 
         )
 
 
+def _readable(text: str, expect: dict[str, Any]) -> bool:
+    from flowkit.parse import parse_score
+
+    return parse_score(text, **expect)["result"] != "invalid"
+
+
 @register
 class LlmKind(Kind):
     name = "llm"
@@ -95,15 +101,26 @@ class LlmKind(Kind):
         impl: LlmImpl = node.impl
         messages = impl.template.render(inputs)
         endpoint = impl.endpoint
-        result = await chat(
-            endpoint, endpoint.model, messages, dict(node.spec.params), timeout=ctx.timeout
-        )
+        params = dict(node.spec.params)
+        usage: dict[str, int] = {}
+        asked = 0
+        while True:
+            result = await chat(endpoint, endpoint.model, messages, params, timeout=ctx.timeout)
+            asked += 1
+            for k, v in result.usage.items():
+                usage[k] = usage.get(k, 0) + int(v or 0)
+            if asked > node.spec.retries_on_invalid or _readable(result.text, node.spec.expect):
+                break
+            # The same request would get the same (cached or deterministic) answer; a new seed
+            # asks for another sample.
+            params["seed"] = int(params.get("seed") or 0) + 1
         meta = {
             "model": result.model,
             "messages": messages,
-            "usage": result.usage,
+            "usage": usage,
             "finish_reason": result.finish_reason,
             "attempts": result.attempts,
+            "raw": {"asked": asked} if asked > 1 else None,
         }
         if impl.rich_output:
             output: Any = {

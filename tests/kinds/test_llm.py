@@ -202,3 +202,36 @@ def test_settings_can_be_passed_in(
     (trace,) = [t for t in result.traces() if t["node"] == "judge"]
     assert trace["llm"]["model"] == "gpt-4o-mini"
     assert next(result.rows())["outputs"]["score"] == 3
+
+
+RETRY_FLOW = """\
+name: rinv
+inputs: {q: {type: string}}
+outputs: {text: "${judge.output}"}
+nodes:
+  - name: judge
+    type: llm
+    model: flowkit-test
+    messages: [{role: user, content: "{{ q }}"}]
+    retries_on_invalid: RETRIES
+    expect: {min: 1, max: 5}
+    inputs: {q: "${inputs.q}"}
+"""
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_retries_on_invalid_asks_again_for_unreadable_replies(
+    llm_server: LocalServer, tmp_path: Path, run: Callable[..., RunResult], retries: int
+) -> None:
+    flow = write(tmp_path / "f.yaml", RETRY_FLOW.replace("RETRIES", str(retries)))
+    data = write_jsonl(tmp_path / "d.jsonl", [{"q": "rate it [[fault-once: garbage]]"}])
+    result = run(flow, data)
+    text = next(result.rows())["outputs"]["text"]
+    judge = next(t for t in result.traces() if t["node"] == "judge")
+    if retries:
+        assert text.startswith("Score: ")  # the second sample was readable
+        assert judge["llm"]["raw"] == {"asked": 2}
+        assert llm_server.stats()["chat_completions"] == 2
+    else:
+        assert not text.startswith("Score: ")  # garbage kept: nobody asked again
+        assert llm_server.stats()["chat_completions"] == 1
