@@ -216,6 +216,7 @@ def test_a_failing_node_fails_its_row_and_dependents_only(tmp_path: Path, nodes:
         "succeeded": 7,
         "failed": 1,
         "bad_input": 0,
+        "invalid": 0,
         "node_runs": 22,
         "node_failures": 1,
         "cache_hits": 0,
