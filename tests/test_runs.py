@@ -93,6 +93,7 @@ def test_run_json_records_the_run(finished: flowkit.api.RunResult, tmp_path: Pat
         "rows": 7,
         "succeeded": 6,
         "failed": 0,
+        "invalid": 0,
         "bad_input": 1,
         "node_runs": 6,
         "node_failures": 0,
