@@ -181,6 +181,17 @@ def format_chunks(retrieved_context: Any) -> dict[str, Any]:
     return {"text": "\n\n".join(blocks), "count": len(items)}
 
 
+def chunk_list(retrieved_context: Any) -> list[str]:
+    """Each retrieved chunk as its own text (with its source), for one judge call per chunk."""
+    items = _items(retrieved_context, "retrieved_context")
+    return [
+        " ".join(p for p in (title, f"(source: {ident})" if ident else None) if p)
+        + ("\n" if title or ident else "")
+        + text.strip()
+        for ident, title, text in items
+    ]
+
+
 def format_documents(documents: Any) -> dict[str, Any]:
     """Label each document with its id (its position when it has none): ``{text, count, ids}``.
 

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowkit.aggregate import Metrics, score_summary
-from flowkit.parse import passes
+from flowkit.parse import parse_score, passes
 
 ALIASES: dict[str, str] = {
     "relevance_to_query": "response/llm_judged/relevance_to_query/rating/percentage",
@@ -212,44 +212,38 @@ def parse_turn_scores(
 # --------------------------------------------------------------------------- per-chunk verdicts
 
 
-def parse_chunk_verdicts(
-    text: Any, count: int, threshold: float = 0.5, comparator: str = ">="
+def chunk_precision(
+    verdicts: list[Any], threshold: float = 0.5, comparator: str = ">="
 ) -> dict[str, Any]:
-    """Read ``{"chunks": [{"chunk", "relevant": "yes"|"no", "reason"}]}`` into a precision.
+    """Turn one yes/no reply per chunk (an llm node with ``for_each``) into a precision.
 
-    ``verdicts`` holds 1/0 per chunk in retrieval order; ``score`` is relevant / chunks. A row
-    with no chunks has no precision (``invalid``), matching Databricks, which skips it.
+    ``verdicts`` in the output holds 1/0 per chunk in retrieval order; ``score`` is relevant /
+    chunks. A row with no chunks has no precision (``invalid``), matching Databricks, which
+    skips it; so does a row where any chunk's reply cannot be read, since the precision of the
+    rest could overstate it.
     """
-    raw = _text(text)
-    if count == 0:
+    replies = [_text(v) for v in verdicts or []]
+    raw = "\n---\n".join(replies)
+    if not replies:
         return _record(raw, "no retrieved chunks to judge", verdicts=[])
-    entries, _ = _find_list(raw, ("chunks", "verdicts", "results"))
-    if entries is None:
-        return _record(raw, "no JSON list of chunk verdicts found", verdicts=None)
-    ordered, problem = _ordered(entries, count, "chunk")
-    if problem:
-        return _record(raw, problem, verdicts=None)
-    verdicts: list[int] = []
+    marks: list[int] = []
     notes: list[str] = []
-    for i, entry in enumerate(ordered, start=1):
-        value = next(
-            (entry[k] for k in ("relevant", "verdict", "answer", "rating") if k in entry), None
-        )
-        verdict = _yes_no(value)
-        if verdict is None:
-            return _record(raw, f"chunk {i}: verdict {value!r} is not yes or no", verdicts=None)
-        verdicts.append(verdict)
-        why = _reason(entry)
-        notes.append(f"chunk {i}: {'yes' if verdict else 'no'}" + (f" ({why})" if why else ""))
-    precision = sum(verdicts) / count
+    for i, reply in enumerate(replies, start=1):
+        read = parse_score(reply, min=0, max=1, threshold=1, comparator=">=", mode="yes_no")
+        if read["score"] is None:
+            return _record(raw, f"chunk {i}: {read['error']}", verdicts=None)
+        marks.append(int(read["score"]))
+        why = read.get("reason")
+        notes.append(f"chunk {i}: {'yes' if marks[-1] else 'no'}" + (f" ({why})" if why else ""))
+    precision = sum(marks) / len(marks)
     result = "pass" if passes(precision, float(threshold), comparator) else "fail"
-    reason = f"{sum(verdicts)} of {count} chunks relevant; " + "; ".join(notes)
+    reason = f"{sum(marks)} of {len(marks)} chunks relevant; " + "; ".join(notes)
     return {
         "score": precision,
         "result": result,
         "reason": reason,
         "raw": raw,
-        "verdicts": verdicts,
+        "verdicts": marks,
         "error": None,
     }
 

@@ -78,6 +78,8 @@ class LlmNode(_NodeBase):
     """A connection named in flowkit.yaml; the default connection when unset."""
     params: dict[str, Any] = {}
     """Request parameters passed to the API: temperature, max_tokens, seed, response_format, n…"""
+    for_each: str | None = None
+    """Name of an input holding a list: one call per element, the output a list of replies."""
     retries_on_invalid: int = Field(default=0, ge=0)
     """Ask again (with another seed) this many times when the reply holds no readable score."""
     expect: dict[str, Any] = {}

@@ -20,6 +20,7 @@ from rich.progress import (
 from rich.table import Table
 
 from flowkit.executor import Stats
+from flowkit.inspect_trace import show_sections
 from flowkit.runs import RUNNING, read_metrics, read_run_info, resolve_run_dir
 
 
@@ -137,6 +138,11 @@ def show_run(console: Console, run_ref: str, root: Path) -> None:
             "cost", f"≈ ${cost:.4f} (estimate; prices as of {info['cost']['prices_as_of']})"
         )
     parts: list[Any] = [head]
+    # Scores (mean, pass rate, invalid, failed rows per metric) summarise the metrics table;
+    # the slowest nodes and the grouped errors, read from the traces, follow the token usage.
+    extra = show_sections(run_dir, info, metrics)
+    if extra.scores is not None:
+        parts.append(extra.scores)
     if metrics:
         parts.append(metrics_table(metrics, info))
     by_node = info.get("tokens_by_node") or {}
@@ -166,6 +172,7 @@ def show_run(console: Console, run_ref: str, root: Path) -> None:
                 "—" if usd is None else f"{usd:.4f}",
             )
         parts.append(t)
+    parts.extend(t for t in (extra.slowest, extra.errors) if t is not None)
     console.print(Group(*parts))
 
 

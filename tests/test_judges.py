@@ -9,7 +9,7 @@ import pytest
 from flowkit.judges import (
     ALIASES,
     agent_summary,
-    parse_chunk_verdicts,
+    chunk_precision,
     parse_intents,
     parse_turn_scores,
 )
@@ -111,63 +111,26 @@ def test_turn_threshold_and_comparator() -> None:
 # --------------------------------------------------------------------------- chunks
 
 
-def chunks(*verdicts: object) -> str:
-    return json.dumps(
-        {
-            "chunks": [
-                {"chunk": i, "reason": f"r{i}", "relevant": v}
-                for i, v in enumerate(verdicts, start=1)
-            ]
-        }
-    )
-
-
-def test_chunk_precision() -> None:
-    out = parse_chunk_verdicts(chunks("yes", "No", True), count=3)
-    assert out["score"] == pytest.approx(2 / 3)
-    assert (out["verdicts"], out["result"]) == ([1, 0, 1], "pass")
-    assert (
-        out["reason"] == "2 of 3 chunks relevant; chunk 1: yes (r1); chunk 2: no (r2); "
-        "chunk 3: yes (r3)"
-    )
+def test_chunk_precision_from_one_reply_per_chunk() -> None:
+    out = chunk_precision(["Yes, it covers it.", "No - unrelated.", "**Yes**"])
+    assert (out["score"], out["result"], out["verdicts"]) == (2 / 3, "pass", [1, 0, 1])
+    assert out["reason"].startswith("2 of 3 chunks relevant; chunk 1: yes")
 
 
 def test_chunk_precision_below_threshold_fails() -> None:
-    out = parse_chunk_verdicts(chunks("no", "no", "yes"), count=3, threshold=0.5)
-    assert (out["score"], out["result"]) == (pytest.approx(1 / 3), "fail")
+    out = chunk_precision(["No", "No", "Yes"], threshold=0.5)
+    assert (out["score"], out["result"]) == (1 / 3, "fail")
 
 
 def test_no_chunks_means_no_precision() -> None:
-    out = parse_chunk_verdicts(None, count=0)
+    out = chunk_precision([])
     assert (out["score"], out["result"], out["verdicts"]) == (None, "invalid", [])
     assert out["error"] == "no retrieved chunks to judge"
 
 
-def test_a_bare_list_of_verdicts_is_read() -> None:
-    reply = json.dumps([{"chunk": 1, "relevant": "yes"}, {"chunk": 2, "relevant": "no"}])
-    assert parse_chunk_verdicts(reply, count=2)["score"] == 0.5
-
-
-@pytest.mark.parametrize(
-    ("reply", "error"),
-    [
-        (chunks("yes"), "judge returned 1 chunks, expected 2"),
-        (chunks("yes", "maybe"), "chunk 2: verdict 'maybe' is not yes or no"),
-        ('{"score": 3}', "no JSON list of chunk verdicts"),
-    ],
-)
-def test_unreadable_chunk_verdicts(reply: str, error: str) -> None:
-    out = parse_chunk_verdicts(reply, count=2)
-    assert (out["score"], out["result"]) == (None, "invalid")
-    assert error in out["error"]
-
-
-def test_rich_llm_output_is_accepted() -> None:
-    out = parse_chunk_verdicts({"text": chunks("yes"), "choices": []}, count=1)
-    assert out["score"] == 1
-
-
-# --------------------------------------------------------------------------- intents
+def test_an_unreadable_chunk_reply_makes_the_row_invalid() -> None:
+    out = chunk_precision(["Yes", "I cannot tell."])
+    assert out["result"] == "invalid" and out["error"].startswith("chunk 2: ")
 
 
 def intents(*answered: str, reason: str | None = None) -> str:

@@ -6,6 +6,7 @@ that parse_score can combine samples or weight by probability; otherwise it is t
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +81,14 @@ class LlmKind(Kind):
         if template is None:
             return
         check_variables(node, template.variables, ctx)
+        each = node.spec.for_each
+        if each is not None and each not in node.spec.inputs:
+            ctx.error(
+                node,
+                f"for_each names {each!r}, which is not one of the node's inputs"
+                f"{did_you_mean(each, node.spec.inputs)}",
+                key="for_each",
+            )
         params = node.spec.params
         rich = int(params.get("n", 1) or 1) > 1 or bool(params.get("logprobs"))
         node.impl = LlmImpl(template, node.spec.prompt, rich)
@@ -96,39 +105,65 @@ class LlmKind(Kind):
         node.key_parts = {**node.key_parts, "model": endpoint.model}
 
     async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
-        from flowkit.llm.client import chat
-
-        impl: LlmImpl = node.impl
-        messages = impl.template.render(inputs)
-        endpoint = impl.endpoint
-        params = dict(node.spec.params)
+        each = node.spec.for_each
+        if each is None:
+            output, meta = await _ask(node, inputs, ctx)
+            return NodeResult(output, llm=meta)
+        items = inputs[each]
+        if not isinstance(items, list):
+            raise TypeError(f"for_each input {each!r} must be a list, got {type(items).__name__}")
+        # One call per element, all under the endpoint's scheduler at once.
+        done = await asyncio.gather(*(_ask(node, {**inputs, each: item}, ctx) for item in items))
         usage: dict[str, int] = {}
-        asked = 0
-        while True:
-            result = await chat(endpoint, endpoint.model, messages, params, timeout=ctx.timeout)
-            asked += 1
-            for k, v in result.usage.items():
-                usage[k] = usage.get(k, 0) + int(v or 0)
-            if asked > node.spec.retries_on_invalid or _readable(result.text, node.spec.expect):
-                break
-            # The same request would get the same (cached or deterministic) answer; a new seed
-            # asks for another sample.
-            params["seed"] = int(params.get("seed") or 0) + 1
+        for _, meta in done:
+            for k, v in meta["usage"].items():
+                usage[k] = usage.get(k, 0) + v
         meta = {
-            "model": result.model,
-            "messages": messages,
+            "model": done[0][1]["model"] if done else node.impl.endpoint.model,
+            "messages": [{"item": i, "messages": m["messages"]} for i, (_, m) in enumerate(done)],
             "usage": usage,
-            "finish_reason": result.finish_reason,
-            "attempts": result.attempts,
-            "raw": {"asked": asked} if asked > 1 else None,
+            "finish_reason": done[-1][1]["finish_reason"] if done else None,
+            "attempts": sum(m["attempts"] for _, m in done),
+            "raw": {"items": len(done)},
         }
-        if impl.rich_output:
-            output: Any = {
-                "text": result.text,
-                "choices": result.texts,
-                "top_logprobs": result.top_logprobs,
-                "finish_reason": result.finish_reason,
-            }
-        else:
-            output = result.text
-        return NodeResult(output, llm=meta)
+        return NodeResult([out for out, _ in done], llm=meta)
+
+
+async def _ask(node: Node, inputs: dict[str, Any], ctx: Any) -> tuple[Any, dict[str, Any]]:
+    """One rendered prompt, asked until readable (``retries_on_invalid``); (output, trace meta)."""
+    from flowkit.llm.client import chat
+
+    impl: LlmImpl = node.impl
+    messages = impl.template.render(inputs)
+    endpoint = impl.endpoint
+    params = dict(node.spec.params)
+    usage: dict[str, int] = {}
+    asked = 0
+    while True:
+        result = await chat(endpoint, endpoint.model, messages, params, timeout=ctx.timeout)
+        asked += 1
+        for k, v in result.usage.items():
+            usage[k] = usage.get(k, 0) + int(v or 0)
+        if asked > node.spec.retries_on_invalid or _readable(result.text, node.spec.expect):
+            break
+        # The same request would get the same (cached or deterministic) answer; a new seed
+        # asks for another sample.
+        params["seed"] = int(params.get("seed") or 0) + 1
+    meta = {
+        "model": result.model,
+        "messages": messages,
+        "usage": usage,
+        "finish_reason": result.finish_reason,
+        "attempts": result.attempts,
+        "raw": {"asked": asked} if asked > 1 else None,
+    }
+    if impl.rich_output:
+        output: Any = {
+            "text": result.text,
+            "choices": result.texts,
+            "top_logprobs": result.top_logprobs,
+            "finish_reason": result.finish_reason,
+        }
+    else:
+        output = result.text
+    return output, meta

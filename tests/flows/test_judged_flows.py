@@ -429,21 +429,11 @@ def test_agent_judges_see_the_last_user_turn(judge: Any) -> None:
     assert "REQUEST:\nDoes it work offline?" in _judge_prompt(result, 2)
 
 
-def test_chunk_relevance_precision(judge: Any) -> None:
-    def verdicts(*answers: str) -> str:
-        return json.dumps(
-            {
-                "chunks": [
-                    {"chunk": i, "reason": "r", "relevant": a}
-                    for i, a in enumerate(answers, start=1)
-                ]
-            }
-        )
-
+def test_chunk_relevance_judges_each_chunk_in_its_own_call(judge: Any) -> None:
+    # One call per chunk: the reply depends only on that chunk's source.
     rules = [
-        (r"CHUNKS \(3 in total\)", verdicts("yes", "no", "yes")),
-        (r"CHUNKS \(2 in total\)", verdicts("yes", "no")),
-        (r"CHUNKS \(1 in total\)", verdicts("yes")),
+        (r"source: docs/\S*(limits|trash|offline|cancel|2fa)\S*\.md", "Yes, it helps."),
+        (".", "No, unrelated."),
     ]
     result = judge("chunk_relevance", "agent_eval", rules)
     m = metrics(result, "chunk_relevance")
@@ -455,8 +445,11 @@ def test_chunk_relevance_precision(judge: Any) -> None:
     rows = outputs(result)
     assert [r["verdicts"] for r in rows] == [[1, 0], [1], [1, 0], [1], [1, 0, 1], []]
     assert rows[5]["result"] == "invalid"
-    skipped = [t for t in result.traces() if t["node"] == "judge" and t["line"] == 5]
-    assert skipped[0]["status"] == "skipped"
+    judged = sorted((t for t in result.traces() if t["node"] == "judge"), key=lambda t: t["line"])
+    calls = [len(t["llm"]["messages"]) for t in judged]
+    assert calls == [2, 1, 2, 1, 3, 0]  # a call per chunk, each prompt holding one chunk
+    one = judged[0]["llm"]["messages"][0]["messages"][-1]["content"]
+    assert one.count("CHUNK:") == 1
 
 
 # --------------------------------------------------------------------------- section E

@@ -5,6 +5,7 @@ A prompt that contains `[[reply: TEXT]]` gets exactly TEXT, so rows can script t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -235,3 +236,39 @@ def test_retries_on_invalid_asks_again_for_unreadable_replies(
     else:
         assert not text.startswith("Score: ")  # garbage kept: nobody asked again
         assert llm_server.stats()["chat_completions"] == 1
+
+
+EACH_FLOW = """\
+name: each
+inputs: {items: {type: list}}
+outputs: {replies: "${judge.output}"}
+nodes:
+  - name: judge
+    type: llm
+    model: flowkit-test
+    for_each: FIELD
+    messages: [{role: user, content: "[[reply: got {{ item }}]]"}]
+    inputs: {item: "${inputs.items}"}
+"""
+
+
+def test_for_each_makes_one_call_per_element(
+    llm_server: LocalServer, tmp_path: Path, run: Callable[..., RunResult]
+) -> None:
+    flow = write(tmp_path / "f.yaml", EACH_FLOW.replace("FIELD", "item"))
+    data = write_jsonl(tmp_path / "d.jsonl", [{"items": ["a", "b", "c"]}, {"items": []}])
+    rows = list(run(flow, data).rows())
+    assert rows[0]["outputs"]["replies"] == ["got a", "got b", "got c"]
+    assert rows[1]["outputs"]["replies"] == []
+    assert llm_server.stats()["chat_completions"] == 3
+
+
+def test_for_each_must_name_an_input(tmp_path: Path) -> None:
+    flow = write(tmp_path / "f.yaml", EACH_FLOW.replace("FIELD", "itme"))
+    with pytest.raises(flowkit.ValidationError) as err:
+        flowkit.load_flow(flow)
+    assert [str(d) for d in err.value.diagnostics] == [
+        f"{os.path.relpath(flow) if flow.is_relative_to(Path.cwd()) else flow}:8: "
+        "node 'judge': for_each names 'itme', which is not one of the node's inputs "
+        "(did you mean 'item'?)"
+    ]
