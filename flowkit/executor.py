@@ -227,8 +227,8 @@ class Executor:
             self.on_progress(self.stats)
 
     async def _row(self, line: int, inputs: dict[str, Any] | None, error: str | None) -> None:
-        self.stats.rows += 1
         if inputs is None:
+            self.stats.rows += 1
             self.stats.bad_input += 1
             self.writer.row(
                 line,
@@ -258,6 +258,7 @@ class Executor:
             self.stats.succeeded += 1
         if _has_invalid(outputs):
             self.stats.invalid += 1
+        self.stats.rows += 1
         self.writer.row(line, record)
         for agg in self.aggregates:
             _collect(agg, scope)

@@ -225,3 +225,59 @@ def test_show_and_runs(llm_server: LocalServer, workdir: Path) -> None:
     assert listed.exit_code == 0
     assert "g-first" in listed.stdout and "groundedness.mean=4" in listed.stdout
     assert_error(flowkit("show", "nothing-like-it"), 2, "error: no run folder 'nothing-like-it'")
+
+
+def test_ctrl_c_stops_promptly_keeps_finished_rows_and_marks_the_run(tmp_path: Path) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "slow.py").write_text(
+        "import time\ndef nap(x):\n    time.sleep(0.1)\n    return x\n"
+    )
+    (tmp_path / "f.yaml").write_text(
+        "name: slow\ninputs: {x: {type: integer}}\noutputs: {y: '${n.output}'}\nnodes:\n"
+        "  - {name: n, type: python, source: slow.py, function: nap, inputs: {x: '${inputs.x}'}}\n"
+    )
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"x": i}) + "\n" for i in range(500)))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flowkit.cli",
+            "run",
+            "f.yaml",
+            "--data",
+            "d.jsonl",
+            "--no-cache",
+            "--output",
+            "out",
+            "-q",
+            "--concurrency",
+            "4",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    out = tmp_path / "out" / "outputs.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not out.exists() or out.stat().st_size == 0):
+        time.sleep(0.1)  # wait until rows are being written (flushed once a second)
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 5
+    assert proc.returncode == 130
+    assert "error: interrupted; finished rows are kept in out" in err
+    assert "Traceback" not in err
+    info = json.loads((tmp_path / "out" / "run.json").read_text())
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert info["status"] == "interrupted"
+    assert 0 < len(rows) < 500 and info["counts"]["rows"] == len(rows)
+    lines = [r["line"] for r in rows]
+    assert lines == sorted(set(lines))  # input order; rows in flight at the signal are absent
