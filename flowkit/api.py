@@ -19,9 +19,10 @@ from typing import Any
 from flowkit import __version__, kinds
 from flowkit.aggregation import run_aggregates
 from flowkit.cache import Cache, default_cache_dir
+from flowkit.context import RunContext, RunOptions, Stats
 from flowkit.data import iter_rows, peek_columns
 from flowkit.errors import FlowkitError, UsageError
-from flowkit.executor import Executor, RunContext, RunOptions, Stats
+from flowkit.executor import Executor
 from flowkit.graph import Flow
 from flowkit.loader import display, load_flow, static_key
 from flowkit.mapping import Mapping, RowError

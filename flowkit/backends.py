@@ -102,7 +102,8 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     """Run one chunk of mapped rows in this worker; return everything it produced."""
     from flowkit.api import _needs_settings, _prepare_nodes
     from flowkit.cache import Cache, default_cache_dir
-    from flowkit.executor import Executor, RunContext
+    from flowkit.context import RunContext
+    from flowkit.executor import Executor
 
     flow = _load(job)
     settings = None

@@ -265,6 +265,8 @@ def _metric(
         if x != y:
             worse = (y > x) if lower else (y < x)
             changes.append(RowChange(name, k, line_a, line_b, x, y, y - x, worse))
+    changes.sort(key=lambda c: (not c.regression, -abs(c.delta)))
+    result.changes.extend(changes[:top])
     n = len(xs)
     missing = len(keys) - n
     if n == 0:
@@ -276,8 +278,6 @@ def _metric(
     low, high = bootstrap_ci(
         diffs, resamples=result.resamples, seed=result.seed, confidence=result.confidence
     )
-    changes.sort(key=lambda c: (not c.regression, -abs(c.delta)))
-    result.changes.extend(changes[:top])
     return MetricDelta(
         name, n, mean_a, mean_b, delta, low, high, _verdict(low, high, lower), lower, missing
     )
@@ -331,8 +331,8 @@ def render(cmp: Comparison, run_a: Path, run_b: Path) -> Group:
             head.add_row(
                 "",
                 Text(
-                    f"{label}: {cmp.unkeyed[side]} rows without the key, "
-                    f"{cmp.duplicates[side]} with a key seen before (left out)",
+                    f"{label}: left out, rows without the key {cmp.unkeyed[side]}, "
+                    f"rows with a key seen before {cmp.duplicates[side]}",
                     "yellow",
                 ),
             )
@@ -346,7 +346,7 @@ def render(cmp: Comparison, run_a: Path, run_b: Path) -> Group:
         for m in cmp.metrics:
             ci = "—" if m.ci_low is None else f"[{m.ci_low:+.4g}, {m.ci_high:+.4g}]"
             name = m.name + (" (lower is better)" if m.lower_is_better else "")
-            rows = f"{m.n:,}" + (f" ({m.missing} unpaired)" if m.missing else "")
+            rows = f"{m.n:,}" + (f" ({m.missing} lack a value)" if m.missing else "")
             verdict = Text(m.verdict, _VERDICT_STYLE.get(m.verdict, ""))
             t.add_row(name, rows, _f(m.mean_a), _f(m.mean_b), _signed(m.delta), ci, verdict)
         parts.append(t)

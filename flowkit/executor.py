@@ -11,80 +11,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from flowkit import kinds
 from flowkit.cache import MISS, Cache, node_key
 from flowkit.canonical import to_json_value
+from flowkit.context import RunContext, RunOptions, Stats
 from flowkit.graph import Flow, Node
 from flowkit.kinds import NodeResult
 from flowkit.refs import MissingValue, Ref, walk
 from flowkit.runs import RunWriter
 from flowkit.trace import FAILED, OK, SKIPPED, UPSTREAM_FAILED, ErrorInfo, LlmCall, NodeRecord
-
-
-@dataclass
-class RunOptions:
-    """How to run, as opposed to what: none of it enters a cache key."""
-
-    concurrency: int = 16
-    use_cache: bool = True
-    refresh: frozenset[str] = frozenset()
-    timeout: float | None = None
-    """Per model request, in seconds; None keeps the connection's setting."""
-
-
-@dataclass
-class Stats:
-    """Live counts, read by the progress display and written to run.json."""
-
-    rows: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    bad_input: int = 0
-    invalid: int = 0
-    """Rows with an output `result` of 'invalid' (a judge answer that could not be read)."""
-    node_runs: int = 0
-    cache_hits: int = 0
-    node_failures: int = 0
-    tokens: dict[str, dict[str, int]] = field(default_factory=dict)
-    models: dict[str, str] = field(default_factory=dict)
-    started: float = field(default_factory=time.monotonic)
-
-    def add_usage(self, node: str, usage: dict[str, int], model: str | None = None) -> None:
-        acc = self.tokens.setdefault(
-            node, {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "calls": 0}
-        )
-        if model:
-            self.models[node] = model
-        for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            acc[k] += int(usage.get(k) or 0)
-        acc["calls"] += 1
-
-    def merge(self, other: Stats) -> None:
-        """Add a worker's counts (see backends) to these."""
-        for name in (
-            "rows",
-            "succeeded",
-            "failed",
-            "bad_input",
-            "invalid",
-            "node_runs",
-            "cache_hits",
-            "node_failures",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.models.update(other.models)
-        for node, usage in other.tokens.items():
-            acc = self.tokens.setdefault(node, dict.fromkeys(usage, 0))
-            for k, v in usage.items():
-                acc[k] = acc.get(k, 0) + v
-
-    def token_totals(self) -> dict[str, int]:
-        keys = ("prompt_tokens", "completion_tokens", "total_tokens", "calls")
-        return {k: sum(t[k] for t in self.tokens.values()) for k in keys}
 
 
 class Scope:
@@ -129,20 +67,6 @@ class AggTask:
     @property
     def prefix(self) -> str:
         return ".".join(self.path) if self.path else self.flow.name
-
-
-class RunContext:
-    """What node kinds may use while running: settings, threads, the shared stats."""
-
-    def __init__(self, options: RunOptions, settings: Any = None) -> None:
-        self.options = options
-        self.settings = settings
-        self.threads = ThreadPoolExecutor(max_workers=max(4, options.concurrency))
-        self.timeout = options.timeout
-        self.flow_name = ""
-        """The flow whose node is being prepared, for configuration messages."""
-        self.batchers: dict[int, Any] = {}
-        """Per embedding node, the batcher collecting texts across rows."""
 
 
 class Executor:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -33,10 +34,22 @@ _ROW_STATUS_STYLE = {"ok": "green", "failed": "bold red", "bad_input": "bold red
 SUBFLOW_FAILED = "SubflowFailed"
 
 
+class _Titled(Table):
+    """A borderless table with its title on a line of its own: rich would wrap a title to the
+    table's width, and a narrow table's title would break over several lines."""
+
+    def __init__(self, heading: str | None, *columns: str) -> None:
+        super().__init__(*columns, box=None)
+        self.heading = heading
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.heading:
+            yield Text(self.heading, style="table.title")
+        yield from super().__rich_console__(console, options)
+
+
 def titled(title: str | None, *columns: str) -> Table:
-    """A borderless table with its title on the left, never wrapped narrower than the title."""
-    width = len(title) if title else None
-    return Table(*columns, box=None, title=title, title_justify="left", min_width=width)
+    return _Titled(title, *columns)
 
 
 def fold(value: Any, max_chars: int) -> str:

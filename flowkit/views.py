@@ -19,7 +19,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from flowkit.executor import Stats
+from flowkit.context import Stats
 from flowkit.inspect_trace import show_sections
 from flowkit.runs import RUNNING, read_metrics, read_run_info, resolve_run_dir
 

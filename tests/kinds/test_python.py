@@ -11,8 +11,8 @@ from support import traces_by, write, write_jsonl
 import flowkit
 from flowkit import kinds
 from flowkit.api import RunResult
+from flowkit.context import RunContext, RunOptions
 from flowkit.errors import ValidationError
-from flowkit.executor import RunContext, RunOptions
 from flowkit.fingerprint import code_fingerprint
 from flowkit.kinds.python import CALLS_BEFORE_JUDGING
 from flowkit.loader import load_flow
