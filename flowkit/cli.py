@@ -208,7 +208,7 @@ class ValidationErrorLines(FlowkitError):
 @click.argument("run_ref", metavar="RUN")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
 def show(run_ref: str, runs_dir: str) -> None:
-    """Show a run's metrics, counts and token usage."""
+    """Show a run: status, counts, scores, metrics, tokens and cost, slowest nodes, errors."""
     show_run(console, run_ref, Path(runs_dir))
 
 
