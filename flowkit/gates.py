@@ -13,7 +13,7 @@ from rich.console import Console
 from flowkit.errors import GateError, UsageError
 from flowkit.suggest import did_you_mean
 
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
+OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
     "<=": operator.le,
     "==": operator.eq,
@@ -21,9 +21,16 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt,
     "<": operator.lt,
 }
-_GATE = re.compile(
-    r"^\s*(?P<metric>[^<>=!\s]+)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<value>-?[\d.]+)\s*$"
-)
+_CONDITION = re.compile(r"^\s*(?P<name>[^<>=!\s]+)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<value>.*?)\s*$")
+
+
+def split_condition(text: str) -> tuple[str, str, str] | None:
+    """``name<op>value`` as its three parts (value still text), or None; shared by --gate and
+    `flowkit trace --where` so both read conditions the same way."""
+    m = _CONDITION.match(text)
+    if not m or not m["value"]:
+        return None
+    return m["name"], m["op"], m["value"]
 
 
 @dataclass(frozen=True)
@@ -37,13 +44,17 @@ class Gate:
 
 
 def parse_gate(text: str) -> Gate:
-    m = _GATE.match(text)
-    if not m:
+    parts = split_condition(text)
+    try:
+        value = float(parts[2]) if parts else None
+    except ValueError:
+        value = None
+    if parts is None or value is None:
         raise UsageError(
             f"--gate {text!r} must read METRIC<OP>NUMBER, e.g. 'groundedness.mean>=4'",
-            hint=f"operators: {', '.join(_OPS)}",
+            hint=f"operators: {', '.join(OPERATORS)}",
         )
-    return Gate(m["metric"], m["op"], float(m["value"]))
+    return Gate(parts[0], parts[1], value)
 
 
 def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
@@ -58,7 +69,7 @@ def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
         value = metrics[gate.metric]
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             failures.append(f"gate {gate}: {gate.metric} is {value!r}, not a number")
-        elif not _OPS[gate.op](value, gate.value):
+        elif not OPERATORS[gate.op](value, gate.value):
             failures.append(f"gate {gate}: failed, {gate.metric} = {value:g}")
     return failures
 

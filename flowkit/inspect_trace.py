@@ -10,9 +10,8 @@ and the `show` summary decodes each line into a small struct that skips the bulk
 from __future__ import annotations
 
 import json
-import operator
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from rich.tree import Tree
 
 from flowkit.canonical import loads
 from flowkit.errors import UsageError
+from flowkit.gates import OPERATORS, split_condition
 from flowkit.runs import iter_jsonl
 from flowkit.suggest import did_you_mean, one_of
 
@@ -186,15 +186,6 @@ def row_tree(
 
 
 # -- --failed and --where -------------------------------------------------------------------
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "<=": operator.le,
-    ">=": operator.ge,
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    ">": operator.gt,
-}
-_WHERE = re.compile(r"^\s*(?P<path>[^<>=!\s]+)\s*(?P<op><=|>=|==|!=|<|>)\s*(?P<value>.*?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -217,17 +208,18 @@ class Condition:
                 return False
         elif self.op not in ("==", "!=") and type(actual) is not type(self.value):
             return False
-        return _OPS[self.op](actual, self.value)
+        return OPERATORS[self.op](actual, self.value)
 
 
 def parse_where(text: str) -> Condition:
-    m = _WHERE.match(text)
-    if not m or not m["value"]:
+    parts = split_condition(text)
+    if parts is None:
         raise UsageError(
             f"--where {text!r} must read PATH<OP>VALUE, e.g. 'groundedness.score<3'",
-            hint=f"operators: {', '.join(_OPS)}; VALUE is a number, a string, true, false or null",
+            hint=f"operators: {', '.join(OPERATORS)}; "
+            "VALUE is a number, a string, true, false or null",
         )
-    raw = m["value"]
+    path, op, raw = parts
     value: Any
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
         value = raw[1:-1]
@@ -241,7 +233,7 @@ def parse_where(text: str) -> Condition:
                 value = float(raw)
             except ValueError:
                 value = raw
-    return Condition(m["path"], m["op"], value)
+    return Condition(path, op, value)
 
 
 def lookup(value: Any, path: str) -> tuple[bool, Any]:
