@@ -58,21 +58,18 @@ class RunResult:
         )
 
 
-def _walk_nodes(flow: Flow, seen: set[int] | None = None) -> Iterator[tuple[Flow, Any]]:
-    seen = set() if seen is None else seen
-    if id(flow) in seen:
-        return
-    seen.add(id(flow))
+def _walk_nodes(flow: Flow, prefix: str = "") -> Iterator[tuple[Flow, Any, str]]:
+    """Every node of the flow tree with its owning flow and qualified name (`parent.child`)."""
     for node in flow.nodes.values():
-        yield flow, node
+        yield flow, node, prefix + node.name
         if node.kind == "flow":
-            yield from _walk_nodes(node.impl, seen)
+            yield from _walk_nodes(node.impl, f"{prefix}{node.name}.")
 
 
 def _prepare_nodes(flow: Flow, ctx: RunContext) -> None:
     """Bind model endpoints; report every node that lacks one together, before any row runs."""
     problems: list[str] = []
-    for owner, node in _walk_nodes(flow):
+    for owner, node, _ in _walk_nodes(flow):
         ctx.flow_name = owner.name
         try:
             kinds.get(node.kind).prepare(node, ctx)
@@ -81,21 +78,13 @@ def _prepare_nodes(flow: Flow, ctx: RunContext) -> None:
     if problems:
         unique = list(dict.fromkeys(problems))
         raise UsageError("\n".join(unique))
-    for _, node in _walk_nodes(flow):
+    for _, node, _ in _walk_nodes(flow):
         node.static_key = static_key(node)
 
 
 def _check_refresh(flow: Flow, refresh: frozenset[str]) -> None:
     """A misspelt --refresh would silently refresh nothing; name it instead."""
-    names: set[str] = set()
-
-    def collect(f: Flow, prefix: str) -> None:
-        for node in f.nodes.values():
-            names.update({node.name, prefix + node.name})
-            if node.kind == "flow":
-                collect(node.impl, f"{prefix}{node.name}.")
-
-    collect(flow, "")
+    names = {n for _, node, qual in _walk_nodes(flow) for n in (node.name, qual)}
     for name in sorted(refresh - names):
         from flowkit.suggest import did_you_mean
 
@@ -105,7 +94,7 @@ def _check_refresh(flow: Flow, refresh: frozenset[str]) -> None:
 
 
 def _needs_settings(flow: Flow) -> bool:
-    return any(node.kind in ("llm", "embedding") for _, node in _walk_nodes(flow))
+    return any(node.kind in ("llm", "embedding") for _, node, _ in _walk_nodes(flow))
 
 
 def run(
@@ -192,7 +181,6 @@ def run(
 
             job = WorkerJob(
                 flow.sources,
-                flow.composed,
                 options,
                 model,
                 connection,

@@ -30,7 +30,6 @@ class WorkerJob:
     """Everything a worker needs, in picklable form (no compiled flow, no secrets)."""
 
     flows: tuple[str, ...]
-    composed: bool
     options: Any
     model: str | None
     connection: str | None
@@ -68,17 +67,16 @@ class MemoryWriter:
         return False
 
 
-_flows: dict[tuple[tuple[str, ...], bool], Any] = {}
+_flows: dict[tuple[str, ...], Any] = {}
 
 
 def _load(job: WorkerJob) -> Any:
     """Each worker process loads (and prepares) the flow once, then reuses it for every chunk."""
-    from flowkit.loader import compose, load_flow
+    from flowkit.loader import load_flows
 
-    key = (job.flows, job.composed)
-    if key not in _flows:
-        _flows[key] = compose(list(job.flows)) if job.composed else load_flow(job.flows[0])
-    return _flows[key]
+    if job.flows not in _flows:
+        _flows[job.flows] = load_flows(list(job.flows))
+    return _flows[job.flows]
 
 
 def _share(settings: Any, workers: int) -> Any:

@@ -134,10 +134,10 @@ def run(
 ) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data."""
     from flowkit.api import run as run_flow
-    from flowkit.loader import compose, load_flow
+    from flowkit.loader import load_flows
 
     parsed_gates = [parse_gate(g) for g in gates]
-    flow = load_flow(flows[0]) if len(flows) == 1 else compose(list(flows))
+    flow = load_flows(list(flows))
     total = count_rows(Path(data), limit)
     with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
         result = run_flow(

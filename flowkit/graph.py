@@ -63,8 +63,11 @@ class Flow:
     graph: nx.DiGraph
     sources: tuple[str, ...] = ()
     """The flow files this was loaded from, so a worker process can load it again."""
-    composed: bool = False
-    """Whether ``sources`` were composed into one flow (`flowkit run A B`)."""
+
+    @property
+    def composed(self) -> bool:
+        """Whether several flow files were composed into this one (`flowkit run A B`)."""
+        return len(self.sources) > 1
 
     @property
     def name(self) -> str:
@@ -73,9 +76,6 @@ class Flow:
     @property
     def inputs(self) -> dict[str, InputSpec]:
         return self.spec.inputs
-
-    def dependents(self) -> dict[str, list[str]]:
-        return {n: sorted(self.graph.successors(n)) for n in self.row_order}
 
 
 def when_clause(when: Any, ref_of: Any) -> list[tuple[Ref, bool, Any]] | None:

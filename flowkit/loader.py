@@ -461,13 +461,18 @@ def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     flow = ctx.build(raw, Path.cwd() / f"{name}.yaml", name)
     _raise(ctx, name)
     assert flow is not None
-    flow.sources, flow.composed = tuple(str(p) for p in paths), True
+    flow.sources = tuple(str(p) for p in paths)
     return flow
 
 
 def _raise(ctx: LoadContext, name: str) -> None:
     if ctx.diagnostics:
         raise ValidationError(ctx.diagnostics)
+
+
+def load_flows(flows: list[str | os.PathLike[str]]) -> Flow:
+    """One flow as it is, several composed into one run (the CLI's and workers' rule)."""
+    return load_flow(flows[0]) if len(flows) == 1 else compose(flows)
 
 
 def load_flow(flow: str | os.PathLike[str]) -> Flow:

@@ -14,8 +14,6 @@ _WHOLE = re.compile(r"^\$\{(?P<body>[^{}]*)\}$")
 _SEGMENT = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*)?(?P<idx>(?:\[-?\d+\])*)$")
 _INDEX = re.compile(r"\[(-?\d+)\]")
 
-FLOW_SECTIONS = ("inputs",)
-DATA_SECTIONS = ("data", "run")
 RUN_PARTS = ("outputs", "inputs")
 
 Path = tuple[str | int, ...]
@@ -36,10 +34,6 @@ class Ref:
 
     def __str__(self) -> str:
         return self.text
-
-
-def is_ref_like(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith("${") and value.endswith("}")
 
 
 def _split_path(body: str, text: str) -> list[str | int]:

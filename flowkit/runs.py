@@ -91,16 +91,6 @@ class RunWriter:
             self._outputs.write(self._buffer.pop(self._next))
             self._next += 1
 
-    def skip(self, index: int) -> None:
-        """Mark an index that will never produce a row (so later rows are not held back)."""
-        self._buffer[index] = b""
-        self.row_flush_order()
-
-    def row_flush_order(self) -> None:
-        while self._next in self._buffer:
-            self._outputs.write(self._buffer.pop(self._next))
-            self._next += 1
-
     def maybe_flush(self) -> bool:
         if time.monotonic() - self._last_flush < self._flush_seconds:
             return False

@@ -56,7 +56,10 @@ def register(cls: type[Kind]) -> type[Kind]:
 
 
 def get(kind: str) -> Kind:
-    # Imported here, not at the top, because the built-in kinds import the loader and executor.
-    from flowkit.kinds import embedding, flow, llm, python  # noqa: F401
+    try:
+        return KINDS[kind]
+    except KeyError:
+        # Imported on first use, not at the top: the built-in kinds import the loader.
+        from flowkit.kinds import embedding, flow, llm, python  # noqa: F401
 
-    return KINDS[kind]
+        return KINDS[kind]
