@@ -15,6 +15,13 @@ def run(*args, **kwargs):  # type: ignore[no-untyped-def]
     return _run(*args, **kwargs)
 
 
+def resume(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """Finish an interrupted or partly failed run; see :func:`flowkit.api.resume`."""
+    from flowkit.api import resume as _resume
+
+    return _resume(*args, **kwargs)
+
+
 __all__ = [
     "DataError",
     "FlowkitError",
@@ -22,5 +29,6 @@ __all__ = [
     "ValidationError",
     "__version__",
     "load_flow",
+    "resume",
     "run",
 ]

@@ -98,19 +98,19 @@ def _share(settings: Any, workers: int) -> Any:
 
 def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     """Run one chunk of mapped rows in this worker; return everything it produced."""
-    from flowkit.api import _needs_settings, _prepare_nodes
     from flowkit.cache import Cache, default_cache_dir
     from flowkit.context import RunContext
     from flowkit.executor import Executor
+    from flowkit.runner import needs_settings, prepare_nodes
 
     flow = _load(job)
     settings = None
-    if _needs_settings(flow):
+    if needs_settings(flow):
         from flowkit.llm.config import load_settings
 
         settings = _share(load_settings(model=job.model, connection=job.connection), job.workers)
     ctx = RunContext(job.options, settings)
-    _prepare_nodes(flow, ctx)
+    prepare_nodes(flow, ctx)
     cache = None
     if job.options.use_cache:
         directory = Path(job.cache_dir) if job.cache_dir else default_cache_dir()

@@ -54,13 +54,21 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @main.command()
-@click.argument("flows", nargs=-1, required=True)
+@click.argument("flows", nargs=-1)
 @click.option(
     "--data",
     "data",
-    required=True,
     type=click.Path(dir_okay=False),
     help="The rows: .jsonl, .json (a list) or .csv.",
+)
+@click.option(
+    "--resume",
+    "resume_run",
+    metavar="RUN",
+    help="Finish RUN in its folder: keep its finished rows, rerun failed and missing ones.",
+)
+@click.option(
+    "--strict", is_flag=True, help="Stop before running if any data row is bad (default: skip it)."
 )
 @click.option(
     "--map",
@@ -110,9 +118,16 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option(
+    "--otel",
+    is_flag=True,
+    help="At the end, export the run's traces to OpenTelemetry (as `flowkit export-otel`).",
+)
 def run(
     flows: tuple[str, ...],
-    data: str,
+    data: str | None,
+    resume_run: str | None,
+    strict: bool,
     maps: tuple[str, ...],
     prior_run: str | None,
     concurrency: int,
@@ -131,37 +146,67 @@ def run(
     workers: int,
     scheduler: str | None,
     quiet: bool,
+    otel: bool,
 ) -> None:
-    """Run FLOW (a path or a built-in name; several run together) over --data."""
+    """Run FLOW (a path or a built-in name; several run together) over --data.
+
+    With --resume RUN, finish an earlier run instead: its flow, data and options are reused.
+    """
+    from flowkit.api import resume as resume_flow
     from flowkit.api import run as run_flow
     from flowkit.loader import load_flows
+    from flowkit.runs import read_run_info, resolve_run_dir
 
     parsed_gates = [parse_gate(g) for g in gates]
-    flow = load_flows(list(flows))
-    total = count_rows(Path(data), limit)
-    with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
-        result = run_flow(
-            flow,
-            data,
-            mapping=_parse_maps(maps),
-            prior_run=prior_run,
-            concurrency=concurrency,
-            limit=limit,
-            use_cache=not no_cache,
-            refresh=list(refresh),
-            cache_dir=cache_dir,
-            output=output,
-            name=name,
-            model=model,
-            connection=connection,
-            timeout=timeout,
-            on_progress=on_progress,
-            backend=backend,
-            workers=workers,
-            scheduler=scheduler,
-        )
+    if otel:
+        from flowkit.otel import require
+
+        require()  # a missing extra is reported before the rows run, not after
+    if resume_run is not None:
+        _only_with_resume(click.get_current_context(), flows, data)
+        info = read_run_info(resolve_run_dir(resume_run))
+        limit = info.get("options", {}).get("limit")
+        total = count_rows(Path(info.get("invocation", {}).get("data", "")), limit)
+        with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
+            result = resume_flow(
+                resume_run,
+                concurrency=concurrency if _given("concurrency") else None,
+                on_progress=on_progress,
+            )
+    else:
+        if not flows or data is None:
+            raise UsageError(
+                "run needs a FLOW and --data (or --resume RUN)",
+                hint="e.g. flowkit run flows/f1_score.yaml --data examples/qa.jsonl",
+            )
+        flow = load_flows(list(flows))
+        total = count_rows(Path(data), limit)
+        with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
+            result = run_flow(
+                flow,
+                data,
+                mapping=_parse_maps(maps),
+                prior_run=prior_run,
+                concurrency=concurrency,
+                limit=limit,
+                use_cache=not no_cache,
+                refresh=list(refresh),
+                cache_dir=cache_dir,
+                output=output,
+                name=name,
+                model=model,
+                connection=connection,
+                timeout=timeout,
+                on_progress=on_progress,
+                backend=backend,
+                workers=workers,
+                scheduler=scheduler,
+                strict=strict,
+            )
     for notice in result.info.get("notices") or ():
         err_console.print(f"note: {escape(notice)}", highlight=False)
+    if result.counts.get("bad_input"):
+        _report_bad_rows(result)
     console.print(metrics_table(result.metrics, result.info))
     c = result.counts
     console.print(
@@ -169,6 +214,10 @@ def run(
         f"{c['bad_input']} bad input; cache hits {c['cache_hits']}"
     )
     console.print(f"run folder: {result.run_dir}")
+    if otel:  # before the gates, so a failing CI run is exported too
+        from flowkit.otel import export_run
+
+        err_console.print(str(export_run(result.run_dir)), highlight=False)
     if fail_on_error is not None and result.failed_ratio > fail_on_error:
         err_console.print(
             f"[bold red]error:[/] {result.failed_ratio:.1%} of rows failed, "
@@ -176,6 +225,57 @@ def run(
         )
         sys.exit(1)
     check_gates(parsed_gates, result.metrics, err_console)
+
+
+def _report_bad_rows(result: Any, shown: int = 5) -> None:
+    """Bad data rows were skipped, not run: say which, so they are not mistaken for scores."""
+    bad = [r for r in result.rows() if r.get("status") == "bad_input"]
+    err_console.print(
+        f"warning: {len(bad)} bad data row(s) were not run (--strict stops on them instead):",
+        highlight=False,
+    )
+    for row in bad[:shown]:
+        err_console.print(f"  {escape(str((row.get('error') or {}).get('message')))}")
+    if len(bad) > shown:
+        more = len(bad) - shown
+        err_console.print(f"  … and {more} more: flowkit trace {result.run_id} --failed")
+
+
+# Options that say what to run; a resume takes them from the run it finishes.
+_RUN_DEFINING = (
+    "maps",
+    "prior_run",
+    "limit",
+    "no_cache",
+    "refresh",
+    "cache_dir",
+    "output",
+    "name",
+    "model",
+    "connection",
+    "timeout",
+    "backend",
+    "workers",
+    "scheduler",
+    "strict",
+)
+
+
+def _given(param: str) -> bool:
+    source = click.get_current_context().get_parameter_source(param)
+    return source is not None and source != click.core.ParameterSource.DEFAULT
+
+
+def _only_with_resume(ctx: click.Context, flows: tuple[str, ...], data: str | None) -> None:
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    clashing = [flags[p] for p in _RUN_DEFINING if _given(p)]
+    if flows or data is not None:
+        clashing.insert(0, "FLOW/--data")
+    if clashing:
+        raise UsageError(
+            f"--resume reuses the run's own flow, data and options; drop {', '.join(clashing)}",
+            hint="to change them, start a new run (the cache keeps finished nodes free)",
+        )
 
 
 @main.command()
@@ -353,6 +453,83 @@ def compare(
         click.echo(result.to_json())
     else:
         console.print(render(result, dir_a, dir_b))
+
+
+@main.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option(
+    "--output",
+    "-o",
+    default="report.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The HTML file to write.",
+)
+@click.option("--compare", "compare_ref", metavar="RUN_B", help="Also compare RUN_B with RUN.")
+@click.option("--key", help="With --compare: pair rows by this input column instead of by line.")
+@click.option(
+    "--lower-is-better", multiple=True, metavar="NAME", help="With --compare: lower NAME is better."
+)
+@click.option("--top", default=10, show_default=True, help="Changed rows to list per output.")
+@click.option(
+    "--max-rows", default=20_000, show_default=True, help="Rows in the table (failed rows extra)."
+)
+@click.option(
+    "--max-trace-rows", default=1_000, show_default=True, help="Rows whose node trace is embedded."
+)
+@click.option("--max-chars", default=2_000, show_default=True, help="Fold longer trace texts.")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def report(
+    run_ref: str,
+    output: str,
+    compare_ref: str | None,
+    key: str | None,
+    lower_is_better: tuple[str, ...],
+    top: int,
+    max_rows: int,
+    max_trace_rows: int,
+    max_chars: int,
+    runs_dir: str,
+) -> None:
+    """Write RUN as one self-contained HTML page: metrics, charts, rows and their traces."""
+    from flowkit.report import Limits, write_report
+    from flowkit.runs import resolve_run_dir
+
+    run_dir = resolve_run_dir(run_ref, Path(runs_dir))
+    other = resolve_run_dir(compare_ref, Path(runs_dir)) if compare_ref else None
+    written = write_report(
+        run_dir,
+        Path(output),
+        compare_with=other,
+        key=key,
+        lower_is_better=lower_is_better,
+        top=top,
+        limits=Limits(max_rows=max_rows, max_trace_rows=max_trace_rows, max_chars=max_chars),
+    )
+    console.print(
+        f"report: {written.path} ({written.size / 1e6:.1f} MB; {written.rows_in_table:,} of "
+        f"{written.rows:,} rows in the table, traces for {written.rows_traced:,})",
+        highlight=False,
+    )
+
+
+@main.command(name="export-otel")
+@click.argument("run_ref", metavar="RUN")
+@click.option(
+    "--endpoint",
+    metavar="URL",
+    help="OTLP/HTTP collector, e.g. http://localhost:4318 (/v1/traces is added); "
+    "default: $OTEL_EXPORTER_OTLP_ENDPOINT.",
+)
+@click.option("--console", "to_console", is_flag=True, help="Print the spans as JSON lines.")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def export_otel(run_ref: str, endpoint: str | None, to_console: bool, runs_dir: str) -> None:
+    """Export a run's traces to OpenTelemetry: a span per run, row and node, with GenAI
+    attributes for models and tokens (needs `pip install 'flowkit[otel]'`)."""
+    from flowkit.otel import export_run
+
+    summary = export_run(run_ref, endpoint=endpoint, console=to_console, runs_root=runs_dir)
+    err_console.print(str(summary), highlight=False)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,21 @@
-"""Running a validated flow over rows: per-row DAG scheduling, the cache, traces and aggregates.
+"""Running a validated flow over rows: per-row DAG scheduling, the cache and traces.
 
 One asyncio loop runs everything. Within a row a node starts as soon as what it reads is done;
 nodes that only compute (python, cache hits) run inline, nodes that wait on I/O (model calls,
 slow functions) become tasks so other nodes and rows proceed meanwhile. Rows run concurrently up
 to ``concurrency``. A node that raises fails itself and what depends on it, in that row only.
+
+Rows are read a batch at a time so that the batch's cache entries can be fetched together (see
+flowkit.lookahead). The schedules come from flowkit.plan, the row values live in
+flowkit.scope; the aggregates run afterwards (flowkit.aggregation).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from flowkit import kinds
@@ -20,53 +24,21 @@ from flowkit.canonical import to_json_value
 from flowkit.context import RunContext, RunOptions, Stats
 from flowkit.graph import Flow, Node
 from flowkit.kinds import NodeResult
-from flowkit.refs import MissingValue, Ref, walk
+from flowkit.lookahead import Lookahead, Row
+from flowkit.plan import AggTask, Plan, Plans
+from flowkit.plan import collect as _collect
+from flowkit.refs import MissingValue
 from flowkit.runs import RunWriter
+from flowkit.scope import Scope, first_error, read_outputs, value_or_none, when_holds
+from flowkit.scope import has_invalid as _has_invalid
 from flowkit.trace import FAILED, OK, SKIPPED, UPSTREAM_FAILED, ErrorInfo, LlmCall, NodeRecord
 
+# Re-exported: flowkit.resume rebuilds scopes and aggregate columns the way a live run does.
+__all__ = ["AggTask", "Executor", "Scope", "_collect", "_has_invalid"]
 
-class Scope:
-    """One flow's values within one row; sub-flow nodes get child scopes."""
-
-    __slots__ = ("children", "errors", "inputs", "status", "values")
-
-    def __init__(self, inputs: dict[str, Any]) -> None:
-        self.inputs = inputs
-        self.values: dict[str, Any] = {}
-        self.status: dict[str, str] = {}
-        self.errors: list[tuple[str, ErrorInfo]] = []
-        self.children: dict[str, Scope] = {}
-
-    def get(self, ref: Ref) -> Any:
-        if ref.source == "node" and self.status.get(ref.name) == SKIPPED:
-            return None  # a skipped node's output is null, and so is every path into it
-        base = self.inputs[ref.name] if ref.source == "inputs" else self.values[ref.name]
-        return walk(base, ref.path, ref.text) if ref.path else base
-
-
-@dataclass
-class _Plan:
-    roots: list[str]
-    dep_counts: dict[str, int]
-    dependents: dict[str, list[str]]
-
-
-@dataclass
-class AggTask:
-    """An aggregate node somewhere in the flow tree, and the per-row values it collects."""
-
-    path: tuple[str, ...]
-    flow: Flow
-    node: Node
-    row_refs: list[Ref]
-    columns: list[tuple[Any, ...]] = field(default_factory=list)
-    left_out: int = 0
-    skipped: int = 0
-    """Of the rows left out, those where a `when` skipped what the aggregate reads."""
-
-    @property
-    def prefix(self) -> str:
-        return ".".join(self.path) if self.path else self.flow.name
+BATCH_ROWS = 256
+"""Rows read ahead at a time (more when the concurrency is higher): enough for one cache query
+to serve many rows, few enough that a row's wait before it starts is negligible."""
 
 
 class Executor:
@@ -88,58 +60,34 @@ class Executor:
         )
         self.stats = Stats()
         self.on_progress = on_progress
-        self._plans: dict[int, _Plan] = {}
-        self._nodes: list[Node] = []
-        self._tree_nodes: dict[int, list[Node]] = {}
-        self.aggregates: list[AggTask] = []
-        self._prepare(flow, ())
-
-    def _prepare(self, flow: Flow, path: tuple[str, ...]) -> list[Node]:
-        """Plan ``flow`` and its sub-flows; return the non-flow nodes of its whole tree."""
-        tree: list[Node] = []
-        if id(flow) not in self._plans:
-            counts = {n: len(flow.nodes[n].deps) for n in flow.row_order}
-            dependents: dict[str, list[str]] = {n: [] for n in flow.row_order}
-            for name in flow.row_order:
-                for dep in flow.nodes[name].deps:
-                    dependents[dep].append(name)
-            self._plans[id(flow)] = _Plan(
-                [n for n, c in counts.items() if c == 0], counts, dependents
-            )
-        for name in flow.row_order:
-            node = flow.nodes[name]
-            if node.kind == "flow":
-                tree += self._prepare(node.impl, (*path, name))
-            else:
-                tree.append(node)
-                self._nodes.append(node)
-        for name in flow.aggregate_order:
-            node = flow.nodes[name]
-            refs = [
-                r
-                for _, r, _ in node.inputs
-                if r is not None and r.source == "node" and not flow.nodes[r.name].is_aggregate
-            ]
-            refs += [r for _, r, _ in node.inputs if r is not None and r.source == "inputs"]
-            self.aggregates.append(AggTask(path, flow, node, refs))
-        self._tree_nodes[id(flow)] = tree
-        return tree
+        self._plans = Plans(flow)
+        self._nodes = self._plans.nodes
+        self.aggregates: list[AggTask] = self._plans.aggregates
+        self._outputs = list(flow.outputs.items())
+        self._lookahead = Lookahead(flow, cache, self._refreshed)
 
     # -- rows ---------------------------------------------------------------------------
-    async def run(self, rows: Iterable[tuple[int, dict[str, Any] | None, str | None]]) -> None:
+    async def run(self, rows: Iterable[Row]) -> None:
         tasks: set[asyncio.Task[None]] = set()
         last_report = 0.0
-        for line, inputs, error in rows:
-            if not tasks and not any(n.is_async for n in self._nodes):
-                await self._row(line, inputs, error)  # nothing waits on I/O: no task needed
-            else:
-                if len(tasks) >= self.options.concurrency:
-                    _, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                tasks.add(asyncio.create_task(self._row(line, inputs, error)))
-            now = time.monotonic()
-            if now - last_report > 0.1:
-                last_report = now
-                self._tick()
+        top = self._plans[self.flow]
+        for batch in _batches(rows, max(BATCH_ROWS, self.options.concurrency)):
+            self._lookahead.fetch(batch)
+            for line, inputs, error in batch:
+                if not tasks and not top.waits():
+                    # Nothing waits on I/O: the row runs to its end here, with no task and no
+                    # coroutine unless a function turns out slow during it.
+                    rest = self._row_now(line, inputs, error)
+                    if rest is not None:
+                        await rest
+                else:
+                    if len(tasks) >= self.options.concurrency:
+                        _, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                    tasks.add(asyncio.create_task(self._row(line, inputs, error)))
+                now = time.monotonic()
+                if now - last_report > 0.1:
+                    last_report = now
+                    self._tick()
         if tasks:
             await asyncio.gather(*tasks)
         self._tick()
@@ -152,22 +100,51 @@ class Executor:
 
     async def _row(self, line: int, inputs: dict[str, Any] | None, error: str | None) -> None:
         if inputs is None:
-            self.stats.rows += 1
-            self.stats.bad_input += 1
-            self.writer.row(
-                line,
-                {
-                    "line": line,
-                    "status": "bad_input",
-                    "inputs": None,
-                    "outputs": None,
-                    "error": {"type": "DataError", "message": error},
-                },
-            )
+            self._bad_row(line, error)
             return
-        scope = await self.run_scope(self.flow, inputs, line, "")
-        outputs = {name: _value_or_none(scope, ref) for name, ref in self.flow.outputs.items()}
-        failed = _first_error(scope, "")
+        self._end_row(line, inputs, await self.run_scope(self.flow, inputs, line, ""))
+
+    def _row_now(
+        self, line: int, inputs: dict[str, Any] | None, error: str | None
+    ) -> Coroutine[Any, Any, None] | None:
+        """Run a row whose nodes do not wait; return what is left to await if one came to."""
+        if inputs is None:
+            self._bad_row(line, error)
+            return None
+        scope = Scope(inputs)
+        stop = self._run_inline(self._plans[self.flow], scope, line, "", 0)
+        if stop is None:
+            self._end_row(line, inputs, scope)
+            return None
+        return self._finish_row(line, inputs, scope, stop)
+
+    async def _finish_row(
+        self,
+        line: int,
+        inputs: dict[str, Any],
+        scope: Scope,
+        stop: tuple[int, Coroutine[Any, Any, None]],
+    ) -> None:
+        await self._resume_inline(self._plans[self.flow], scope, line, "", stop)
+        self._end_row(line, inputs, scope)
+
+    def _bad_row(self, line: int, error: str | None) -> None:
+        self.stats.rows += 1
+        self.stats.bad_input += 1
+        self.writer.row(
+            line,
+            {
+                "line": line,
+                "status": "bad_input",
+                "inputs": None,
+                "outputs": None,
+                "error": {"type": "DataError", "message": error},
+            },
+        )
+
+    def _end_row(self, line: int, inputs: dict[str, Any], scope: Scope) -> None:
+        outputs = read_outputs(scope, self._outputs)
+        failed = first_error(scope, "") if scope.errors else None
         record: dict[str, Any] = {
             "line": line,
             "status": "failed" if failed else "ok",
@@ -187,9 +164,38 @@ class Executor:
         for agg in self.aggregates:
             _collect(agg, scope)
 
+    def _run_inline(
+        self, plan: Plan, scope: Scope, line: int, prefix: str, begin: int
+    ) -> tuple[int, Coroutine[Any, Any, None]] | None:
+        """Run the plan's nodes from ``begin`` in its order while none waits. The ready queue
+        would only replay that order; a node that does wait (a function found slow during this
+        very row) stops the loop, and its position and coroutine are returned."""
+        order = plan.order
+        for i in range(begin, len(order)):
+            coro = self._start(order[i], scope, line, prefix)
+            if coro is not None:
+                return i, coro
+        return None
+
+    async def _resume_inline(
+        self,
+        plan: Plan,
+        scope: Scope,
+        line: int,
+        prefix: str,
+        stop: tuple[int, Coroutine[Any, Any, None]] | None,
+    ) -> None:
+        while stop is not None:
+            await stop[1]
+            stop = self._run_inline(plan, scope, line, prefix, stop[0] + 1)
+
     async def run_scope(self, flow: Flow, inputs: dict[str, Any], line: int, prefix: str) -> Scope:
         scope = Scope(inputs)
-        plan = self._plans[id(flow)]
+        plan = self._plans[flow]
+        if not plan.waits():
+            stop = self._run_inline(plan, scope, line, prefix, 0)
+            await self._resume_inline(plan, scope, line, prefix, stop)
+            return scope
         remaining = dict(plan.dep_counts)
         ready = list(plan.roots)
         tasks: dict[asyncio.Task[None], str] = {}
@@ -234,11 +240,15 @@ class Executor:
                 self._done(node, scope, line, qual, UPSTREAM_FAILED, None, None, error=info)
                 return None
         start = time.time()
+        ahead = self._lookahead.take(line, qual)
         try:
-            if node.when is not None and not _when_holds(node.when, scope):
+            if node.when is not None and not when_holds(node.when, scope):
                 self._done(node, scope, line, qual, SKIPPED, None, None, start=start)
                 return None
-            inputs = {p: (scope.get(r) if r is not None else v) for p, r, v in node.inputs}
+            if ahead is not None:
+                inputs = ahead[0]
+            else:
+                inputs = {p: (scope.get(r) if r is not None else v) for p, r, v in node.inputs}
         except MissingValue as err:
             self._fail(node, scope, line, qual, None, err, start)
             return None
@@ -250,9 +260,10 @@ class Executor:
             return None
         key = None
         if self.cache is not None and node.spec.cache:
-            key = node_key(node.static_key, inputs)
+            key = ahead[1] if ahead is not None else node_key(node.static_key, inputs)
             # A refreshed node skips the lookup but still stores: the new result replaces the old.
-            hit = MISS if self._refreshed(node, qual) else self.cache.get(key)
+            refreshed = self.options.refresh and self._refreshed(node, qual)
+            hit = MISS if refreshed else self.cache.get(key)
             if hit is not MISS:
                 output, meta = hit  # type: ignore[misc]
                 self.stats.cache_hits += 1
@@ -304,8 +315,8 @@ class Executor:
         sub_inputs.update(inputs)
         child = await self.run_scope(sub, sub_inputs, line, qual + ".")
         scope.children[node.name] = child
-        output = {name: _value_or_none(child, ref) for name, ref in sub.outputs.items()}
-        failed = _first_error(child, qual + ".")
+        output = {name: value_or_none(child, ref) for name, ref in sub.outputs.items()}
+        failed = first_error(child, qual + ".")
         if failed:
             info = ErrorInfo("SubflowFailed", f"node {failed[0]!r} failed: {failed[1].message}")
             self._done(node, scope, line, qual, FAILED, inputs, output, start=start, error=info)
@@ -314,7 +325,7 @@ class Executor:
 
     def _waits(self, flow: Flow) -> bool:
         """Whether any node in ``flow``'s tree awaits I/O (flow nodes inherit from their tree)."""
-        return any(n.is_async for n in self._tree_nodes[id(flow)])
+        return self._plans[flow].waits()
 
     def _refreshed(self, node: Node, qual: str) -> bool:
         return bool(self.options.refresh) and (
@@ -379,21 +390,22 @@ class Executor:
             scope.errors.append((node.name, error))
         end = time.time()
         begin = start if start is not None else end
+        # Positional, in NodeRecord's field order: this runs once per node per row.
         self.writer.trace(
             NodeRecord(
-                run_id=self.writer.run_id,
-                line=line,
-                node=qual,
-                kind=node.kind,
-                status=status,
-                start=begin,
-                end=end,
-                duration=end - begin,
-                cache_hit=cache_hit,
-                inputs=inputs,
-                output=output,
-                error=error,
-                llm=LlmCall(**llm) if llm else None,
+                self.writer.run_id,
+                line,
+                qual,
+                node.kind,
+                status,
+                begin,
+                end,
+                end - begin,
+                cache_hit,
+                inputs,
+                output,
+                error,
+                LlmCall(**llm) if llm else None,
             )
         )
 
@@ -408,62 +420,18 @@ def _drive_now(coro: Coroutine[Any, Any, None]) -> None:
     raise RuntimeError("a sub-flow expected to run without waiting tried to suspend")
 
 
-def _when_holds(when: list[tuple[Ref, bool, Any]], scope: Scope) -> bool:
-    for ref, has_equals, expected in when:
-        if ref.source == "node" and scope.status.get(ref.name) != OK:
-            return False
-        value = scope.get(ref)
-        if not has_equals:
-            if not value:
-                return False
-        elif not (value in expected if isinstance(expected, list) else value == expected):
-            return False
-    return True
-
-
-def _value_or_none(scope: Scope, ref: Ref) -> Any:
-    if ref.source == "node" and scope.status.get(ref.name) != OK:
-        return None
-    try:
-        return scope.get(ref)
-    except MissingValue:
-        return None
-
-
-def _has_invalid(outputs: dict[str, Any]) -> bool:
-    """Whether a row's outputs (or a suite's per-metric outputs) hold result 'invalid'."""
-    if outputs.get("result") == "invalid":
-        return True
-    return any(isinstance(v, dict) and v.get("result") == "invalid" for v in outputs.values())
-
-
-def _first_error(scope: Scope, prefix: str) -> tuple[str, ErrorInfo] | None:
-    for name, info in scope.errors:
-        if info.type != "SubflowFailed":
-            return prefix + name, info
-        child = scope.children.get(name)
-        inner = _first_error(child, f"{prefix}{name}.") if child else None
-        return inner or (prefix + name, info)
-    return None
-
-
-def _collect(agg: AggTask, scope: Scope) -> None:
-    for step in agg.path:
-        child = scope.children.get(step)
-        if child is None:
-            agg.left_out += 1
-            agg.skipped += scope.status.get(step) == SKIPPED
-            return
-        scope = child
-    values: list[Any] = []
-    for ref in agg.row_refs:
-        if ref.source == "node" and scope.status.get(ref.name) != OK:
-            agg.left_out += 1
-            agg.skipped += scope.status.get(ref.name) == SKIPPED
-            return
+def _batches(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
+    """``rows`` in lists of ``size``. Should reading fail midway, the rows read before the
+    failure still run before it is raised, as they would have without reading ahead."""
+    it = iter(rows)
+    while True:
+        batch: list[Row] = []
         try:
-            values.append(scope.get(ref))
-        except MissingValue:
-            agg.left_out += 1
+            batch.extend(itertools.islice(it, size))
+        except BaseException:
+            if batch:
+                yield batch
+            raise
+        if not batch:
             return
-    agg.columns.append(tuple(values))
+        yield batch

@@ -228,8 +228,9 @@ def chunk_precision(
         return _record(raw, "no retrieved chunks to judge", verdicts=[])
     marks: list[int] = []
     notes: list[str] = []
-    for i, reply in enumerate(replies, start=1):
-        read = parse_score(reply, min=0, max=1, threshold=1, comparator=">=", mode="yes_no")
+    for i, verdict in enumerate(verdicts, start=1):
+        # The reply as the llm node gave it, so a dict saying it was cut off reads as invalid.
+        read = parse_score(verdict, min=0, max=1, threshold=1, comparator=">=", mode="yes_no")
         if read["score"] is None:
             return _record(raw, f"chunk {i}: {read['error']}", verdicts=None)
         marks.append(int(read["score"]))

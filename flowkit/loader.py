@@ -1,8 +1,8 @@
 """Loading a flow file: YAML → specs → compiled nodes → a checked DAG.
 
 Every problem is collected, not raised at the first one, and reported together with its file
-and line. `use:` nodes are merged here; `type: flow` nodes load their sub-flow through the same
-context, so one report covers the whole tree of files.
+and line. `use:` nodes are merged first (flowkit.use); `type: flow` nodes load their sub-flow
+through the same context, so one report covers the whole tree of files.
 """
 
 from __future__ import annotations
@@ -21,22 +21,26 @@ from flowkit.canonical import canonical_bytes
 from flowkit.errors import Diagnostic, ValidationError
 from flowkit.graph import Flow, Node, build_graph, find_cycle, ordered, when_clause
 from flowkit.refs import Ref, RefSyntaxError, parse_flow_ref
-from flowkit.source import YamlSyntaxError, YDict, YList, line_of, locate, read_yaml
-from flowkit.spec import NODE_MODELS, NODE_TYPES, FlowSpec, InputSpec, NodeSpec
-from flowkit.suggest import did_you_mean, one_of
+from flowkit.source import (
+    YamlSyntaxError,
+    YDict,
+    YList,
+    display,
+    is_file,
+    line_of,
+    locate,
+    read_yaml,
+)
+from flowkit.spec import FlowSpec, InputSpec, NodeSpec
+from flowkit.spec_messages import message as schema_message
+from flowkit.spec_messages import node_keys
+from flowkit.use import PATH_FIELDS, merge_use
+from flowkit.wiring import check_outputs, check_refs
+
+__all__ = ["LoadContext", "compose", "display", "load_flow", "load_flows", "static_key"]
 
 _NODE = TypeAdapter(NodeSpec)
-_PATH_FIELDS = ("prompt", "source", "flow")
-_KEY_EXCLUDE = {"name", "inputs", "when", "cache", "description", *_PATH_FIELDS}
-
-
-def display(path: Path) -> str:
-    """A path as a user would type it: relative to the working directory when inside it."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return str(path)
-    return str(path) if rel.startswith("..") else rel
+_KEY_EXCLUDE = {"name", "inputs", "when", "cache", "description", *PATH_FIELDS}
 
 
 class LoadContext:
@@ -48,7 +52,7 @@ class LoadContext:
         self._loaded: dict[Path, Flow | None] = {}
         self._raw: dict[int, YDict] = {}
         self._file: dict[int, str] = {}
-        self._broken: set[str] = set()
+        self.broken: set[str] = set()
         """Nodes already reported as invalid: references to them raise no second error."""
 
     # -- reporting ------------------------------------------------------------------------
@@ -68,7 +72,15 @@ class LoadContext:
 
     # -- loading --------------------------------------------------------------------------
     def load(self, path: Path) -> Flow | None:
-        path = path.resolve()
+        try:
+            path = path.resolve()
+        except (OSError, ValueError) as err:  # a NUL in the name, a loop of symlinks
+            if self._stack:
+                message = f"cannot open sub-flow '{_shown(path)}': {_why(err)}"
+                self.report(display(self._stack[-1]), 0, None, message)
+            else:
+                self.report(_shown(path), 0, None, f"cannot open: {_why(err)}")
+            return None
         if path in self._stack:
             chain = " → ".join(display(p) for p in [*self._stack[self._stack.index(path) :], path])
             self.report(display(self._stack[-1]), 0, None, f"flows include each other: {chain}")
@@ -85,7 +97,7 @@ class LoadContext:
 
     def _load(self, path: Path) -> Flow | None:
         file = display(path)
-        if not path.is_file():
+        if not is_file(path):
             self.report(file, 0, None, "flow file does not exist")
             return None
         try:
@@ -95,6 +107,9 @@ class LoadContext:
             return None
         except UnicodeDecodeError as err:
             self.report(file, 0, None, f"flow file is not UTF-8 text ({err.reason})")
+            return None
+        except OSError as err:
+            self.report(file, 0, None, f"cannot read flow file: {err.strerror or err}")
             return None
         if not isinstance(raw, YDict):
             self.report(
@@ -111,8 +126,8 @@ class LoadContext:
         if spec is None:
             return None
         spec = spec.model_copy(update={"nodes": [n.spec for n in nodes.values()]})
-        outputs = self._outputs(spec, raw, nodes, file)
-        self._check_refs(spec, nodes)
+        outputs = check_outputs(self, spec, raw, nodes, file)
+        check_refs(self, spec, nodes)
         graph = build_graph(nodes)
         if (cycle := find_cycle(graph)) is not None:
             first = nodes[cycle[0]]
@@ -194,7 +209,7 @@ class LoadContext:
         for e in err.errors():
             loc = (*prefix, *e["loc"])
             _, line = locate(raw, loc)
-            self.report(file, line, node, _message({**e, "loc": loc}, allowed))
+            self.report(file, line, node, schema_message({**e, "loc": loc}, allowed))
 
     def _nodes(self, raw_nodes: list[Any], path: Path, file: str) -> dict[str, Node]:
         nodes: dict[str, Node] = {}
@@ -214,57 +229,22 @@ class LoadContext:
             if name is not None:
                 seen[name] = line
             if "use" in raw:
-                merged = self._merge_use(raw, path, file, name)
+                merged = merge_use(self, raw, path, file, name)
                 if merged is None:
                     continue
                 raw = merged
             try:
                 spec = _NODE.validate_python(raw)
             except PydanticError as err:
-                self._pydantic(err, raw, file, name, _node_keys(raw), ())
+                self._pydantic(err, raw, file, name, node_keys(raw), ())
                 if name:
-                    self._broken.add(name)
+                    self.broken.add(name)
                 continue
             node = Node(spec.name, spec.type, spec, file, line, inputs=[])
             self._raw[id(node)], self._file[id(node)] = raw, file
             nodes[spec.name] = node
             self._compile(node, path.parent)
         return nodes
-
-    def _merge_use(
-        self, raw: dict[str, Any], path: Path, file: str, name: str | None
-    ) -> YDict | None:
-        target = raw["use"]
-        line = line_of(raw, "use")
-        if not isinstance(target, str):
-            self.report(file, line, name, "'use' takes the path of a node file")
-            return None
-        used = (path.parent / target).resolve()
-        try:
-            base = read_yaml(used, display(used)) if used.is_file() else None
-        except YamlSyntaxError as err:
-            self.diagnostics.append(err.diagnostic)
-            return None
-        if not isinstance(base, dict):
-            problem = "does not exist" if base is None else "is not a mapping of node fields"
-            self.report(file, line, name, f"node file {target!r} {problem}")
-            return None
-        merged = YDict()
-        merged.file, merged.line, merged.key_lines = file, getattr(raw, "line", 0), {}
-        for key, value in base.items():
-            if key in _PATH_FIELDS and isinstance(value, str):
-                value = str((used.parent / value).resolve())
-            merged[key], merged.key_lines[key] = value, line
-        for key, value in raw.items():
-            if key == "use":
-                continue
-            if key == "inputs" and isinstance(value, dict) and isinstance(merged.get(key), dict):
-                joined = YDict({**merged[key], **value})
-                joined.file, joined.line = file, line_of(raw, key)
-                joined.key_lines = {k: getattr(value, "key_lines", {}).get(k, line) for k in joined}
-                value = joined
-            merged[key], merged.key_lines[key] = value, line_of(raw, key)
-        return merged
 
     def _compile(self, node: Node, base_dir: Path) -> None:
         spec = node.spec
@@ -285,133 +265,12 @@ class LoadContext:
             self.error(node, str(err), key=key, sub=sub)
             return None, value
 
-    def _outputs(
-        self, spec: FlowSpec, raw: YDict, nodes: dict[str, Node], file: str
-    ) -> dict[str, Ref]:
-        outputs: dict[str, Ref] = {}
-        raw_out = raw.get("outputs") or {}
-        for name, value in spec.outputs.items():
-            line = line_of(raw_out, name) or raw.line_of("outputs")
-            try:
-                ref = parse_flow_ref(value)
-            except RefSyntaxError as err:
-                self.report(file, line, None, f"output {name!r}: {err}")
-                continue
-            if ref is None:
-                self.report(
-                    file,
-                    line,
-                    None,
-                    f"output {name!r} must be a reference such as "
-                    "${node.output} or ${inputs.name}",
-                )
-                continue
-            problem = self._target_problem(ref, spec, nodes)
-            if problem is None and ref.name in nodes and nodes[ref.name].is_aggregate:
-                problem = (
-                    f"reads aggregate node {ref.name!r}; outputs are per row, and "
-                    "aggregate results go to metrics.json"
-                )
-            if problem:
-                self.report(file, line, None, f"output {name!r} {problem}")
-            else:
-                outputs[name] = ref
-        return outputs
-
-    def _check_refs(self, spec: FlowSpec, nodes: dict[str, Node]) -> None:
-        for node in nodes.values():
-            for param, ref, _ in node.inputs:
-                if ref is not None:
-                    self._check_one(node, ref, spec, nodes, "inputs", param)
-            for cond in node.when or ():
-                self._check_one(node, cond[0], spec, nodes, "when", None)
-
-    def _check_one(
-        self, node: Node, ref: Ref, spec: FlowSpec, nodes: dict[str, Node], key: str, sub: Any
-    ) -> None:
-        problem = self._target_problem(ref, spec, nodes)
-        if problem is None and ref.source == "node" and ref.name in nodes:
-            if ref.name == node.name:
-                problem = "reads its own output"
-            elif nodes[ref.name].is_aggregate and not node.is_aggregate:
-                problem = (
-                    f"reads aggregate node {ref.name!r}, which runs once after all rows; "
-                    "only aggregate nodes may read it"
-                )
-        if problem:
-            self.error(node, f"{ref.text} {problem}", key=key, sub=sub)
-
-    def _target_problem(self, ref: Ref, spec: FlowSpec, nodes: dict[str, Node]) -> str | None:
-        if ref.source == "inputs":
-            if ref.name not in spec.inputs:
-                return (
-                    f"refers to unknown input {ref.name!r}{did_you_mean(ref.name, spec.inputs)}"
-                    f"; the flow's inputs are: {one_of(spec.inputs)}"
-                )
-            return None
-        if ref.name not in nodes:
-            if ref.name in self._broken:
-                return None
-            if ref.name in ("data", "run"):
-                return (
-                    "reads data directly; declare a flow input and map the column to it "
-                    "(the default mapping is input x ← ${data.x})"
-                )
-            return (
-                f"refers to unknown node {ref.name!r}"
-                f"{did_you_mean(ref.name, [*nodes, *self._broken, 'inputs'])}"
-            )
-        target = nodes[ref.name]
-        if target.kind == "flow" and ref.path and target.impl is not None:
-            outs = target.impl.spec.outputs
-            if isinstance(ref.path[0], str) and ref.path[0] not in outs:
-                return (
-                    f"refers to unknown output {ref.path[0]!r} of sub-flow "
-                    f"{target.impl.name!r}{did_you_mean(ref.path[0], outs)}; it has: {one_of(outs)}"
-                )
-        return None
-
 
 def _must_ref(text: str) -> Ref:
     ref = parse_flow_ref(text)
     if ref is None:
         raise ValueError(f"{text!r} is not a reference; write ${{node.output}} or ${{inputs.x}}")
     return ref
-
-
-def _node_keys(raw: dict[str, Any]) -> list[str]:
-    model = NODE_MODELS.get(raw.get("type"), NODE_MODELS["python"])
-    return [*model.model_fields, "use"]
-
-
-def _message(e: dict[str, Any], allowed: list[str]) -> str:
-    kind, loc = e["type"], e["loc"]
-    field = str(loc[-1]) if loc else ""
-    if kind == "extra_forbidden":
-        return f"unknown key {field!r}{did_you_mean(field, allowed)}"
-    if kind == "union_tag_invalid":
-        tag = e.get("ctx", {}).get("tag", "")
-        hint = did_you_mean(tag, NODE_TYPES)
-        return f"unknown node type {tag!r}{hint}; expected one of {', '.join(NODE_TYPES)}"
-    if kind == "union_tag_not_found":
-        return f"node has no 'type' (one of {', '.join(NODE_TYPES)}) and no 'use'"
-    if kind == "literal_error" and field == "type" and len(loc) == 3 and loc[0] == "inputs":
-        from flowkit.spec import InputType
-
-        types = InputType.__args__
-        given = str(e.get("input"))
-        hint = did_you_mean(given, types)
-        return f"input {loc[1]!r}: unknown type {given!r}{hint}; one of {', '.join(types)}"
-    if kind == "missing":
-        return f"missing required key {field!r}"
-    if kind == "string_pattern_mismatch" and field == "name":
-        return (
-            f"name {e.get('input')!r} must start with a letter or '_' and hold only "
-            "letters, digits and '_'"
-        )
-    where = ".".join(str(p) for p in loc if p not in NODE_TYPES)
-    msg = e["msg"].removeprefix("Value error, ")
-    return f"{where}: {msg}" if where else msg
 
 
 def static_key(node: Node) -> str:
@@ -423,7 +282,7 @@ def static_key(node: Node) -> str:
 def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     """Several flows as one: each becomes a sub-flow node, their inputs joined by name."""
     ctx = LoadContext()
-    paths = [resolve_flow_path(f).resolve() for f in flows]
+    paths = [_flow_path(f) for f in flows]
     subs = [ctx.load(p) for p in paths]
     _raise(ctx, name)
     inputs: dict[str, Any] = {}
@@ -470,6 +329,31 @@ def _raise(ctx: LoadContext, name: str) -> None:
         raise ValidationError(ctx.diagnostics)
 
 
+def _flow_path(flow: str | os.PathLike[str]) -> Path:
+    """The flow's file (a path, or a built-in flow's name); a name the OS refuses is reported."""
+    try:
+        return resolve_flow_path(flow).resolve()
+    except (OSError, ValueError) as err:
+        raise ValidationError(
+            [Diagnostic(_shown(flow), 0, None, f"cannot open: {_why(err)}")]
+        ) from None
+
+
+def _shown(path: str | os.PathLike[str]) -> str:
+    """A path fit for a message: control characters escaped, at most 80 characters."""
+    text = (
+        str(path).encode("unicode_escape").decode("ascii")
+        if not str(path).isprintable()
+        else str(path)
+    )
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _why(err: Exception) -> str:
+    """An OS error's reason without the (perhaps huge) file name it repeats."""
+    return getattr(err, "strerror", None) or str(err)
+
+
 def load_flows(flows: list[str | os.PathLike[str]]) -> Flow:
     """One flow as it is, several composed into one run (the CLI's and workers' rule)."""
     return load_flow(flows[0]) if len(flows) == 1 else compose(flows)
@@ -478,7 +362,7 @@ def load_flows(flows: list[str | os.PathLike[str]]) -> Flow:
 def load_flow(flow: str | os.PathLike[str]) -> Flow:
     """Load and validate a flow (a path, or a built-in flow's name); raise every problem at once."""
     ctx = LoadContext()
-    path = resolve_flow_path(flow)
+    path = _flow_path(flow)
     loaded = ctx.load(path)
     if ctx.diagnostics or loaded is None:
         raise ValidationError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flowkit.data import coerce
+from flowkit.coerce import coerce
 from flowkit.errors import Diagnostic, UsageError, ValidationError
 from flowkit.graph import Flow
 from flowkit.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk

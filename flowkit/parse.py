@@ -23,6 +23,7 @@ COMPARATORS = (">", ">=", "<", "<=", "==")
 COMBINES = ("mean", "majority")
 DEFAULT_LEVELS = ("very low", "low", "medium", "high")
 DEFAULT_YES_NO: dict[str, float] = {"yes": 1, "no": 0}
+CUT_OFF = "reply cut off at the token limit (finish_reason 'length'); raise max_tokens"
 
 # --------------------------------------------------------------------------- public helpers
 
@@ -109,19 +110,36 @@ def _threshold(threshold: Any, levels: Sequence[str]) -> float:
         raise UsageError(f"threshold {threshold!r} is neither a number nor a level") from None
 
 
-def _unpack(text: Any) -> tuple[str, list[str], Any]:
-    """Normalise the three input forms into (raw, samples, top_logprobs)."""
+def _cut_off(value: Any) -> bool:
+    """Whether an llm node's output says the reply stopped at the token limit."""
+    return isinstance(value, Mapping) and value.get("finish_reason") == "length"
+
+
+def _unpack(text: Any) -> tuple[str, list[str], Any, list[bool]]:
+    """Normalise the input forms into (raw, samples, top_logprobs, which samples were cut off).
+
+    An llm node's reply that hit the token limit comes as a dict with ``finish_reason:
+    "length"``; only its first sample is known to be cut (the API reports the first choice's).
+    """
     if isinstance(text, Mapping):
         choices = [str(c) for c in text.get("choices") or [] if c is not None]
         body = text.get("text")
         samples = choices or ([str(body)] if body is not None else [])
         raw = str(body) if body is not None else "\n---\n".join(choices)
-        return raw, samples, text.get("top_logprobs")
+        cut = [_cut_off(text) and i == 0 for i in range(len(samples))]
+        return raw, samples, text.get("top_logprobs"), cut
     if isinstance(text, list | tuple):
-        samples = ["" if t is None else str(t) for t in text]
-        return "\n---\n".join(samples), samples, None
+        samples = ["" if t is None else _sample_text(t) for t in text]
+        return "\n---\n".join(samples), samples, None, [_cut_off(t) for t in text]
     raw = "" if text is None else str(text)
-    return raw, [raw], None
+    return raw, [raw], None, [False]
+
+
+def _sample_text(value: Any) -> str:
+    if isinstance(value, Mapping):  # one for_each reply in the dict form
+        body = value.get("text")
+        return "" if body is None else str(body)
+    return str(value)
 
 
 def parse_score(
@@ -147,15 +165,21 @@ def parse_score(
     _require(comparator, COMPARATORS, "comparator")
     _require(combine, COMBINES, "combine")
     cut = _threshold(threshold, cfg.levels if severity else ())
-    raw, samples, top_logprobs = _unpack(text)
+    raw, samples, top_logprobs, truncated = _unpack(text)
     out: dict[str, Any] = {"score": None, "result": "invalid", "reason": None, "raw": raw}
     out.update({"samples": 0, "error": None, **({"severity": None} if severity else {})})
 
-    readings = [read_one(s, cfg) for s in samples]
+    # A reply cut off by the token limit is invalid even when a number can be read from it:
+    # the verdict may well have been in the part that was never written.
+    readings = [
+        Reading(error=CUT_OFF) if is_cut else read_one(s, cfg)
+        for s, is_cut in zip(samples, truncated, strict=True)
+    ]
     # Logprobs weigh the judge's whole belief, so they beat the one sampled token. A refusal
-    # stays invalid: renormalising a sliver of digit mass under "I'm sorry" would invent a score.
-    refused = bool(readings) and readings[0].error == REFUSED
-    if top_logprobs and not severity and not refused:
+    # (or a cut-off reply) stays invalid: renormalising a sliver of digit mass under "I'm
+    # sorry" would invent a score.
+    unusable = bool(readings) and readings[0].error in (REFUSED, CUT_OFF)
+    if top_logprobs and not severity and not unusable:
         weighted = score_from_top_logprobs(top_logprobs, cfg.lo, cfg.hi)
         if weighted is not None:
             readings = [Reading(score=weighted, reason=readings[0].reason if readings else None)]

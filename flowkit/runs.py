@@ -8,13 +8,17 @@ finished.
 
 from __future__ import annotations
 
+import glob
+import heapq
 import json
 import os
 import secrets
+import socket
 import time
+from collections.abc import Collection, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from flowkit.canonical import dumps, loads
 from flowkit.errors import UsageError
@@ -50,9 +54,21 @@ def write_json(path: Path, value: Any) -> None:
 
 
 class RunWriter:
-    """Owns the files of one run while it executes."""
+    """Owns the files of one run while it executes.
 
-    def __init__(self, directory: Path, info: dict[str, Any], *, flush_seconds: float = 1.0):
+    A resumed run (see flowkit.resumption) opens its files only once the folder has been cut back to
+    the kept rows, which are in order: new rows are appended, and ``close`` merges the two
+    sorted parts into one.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        info: dict[str, Any],
+        *,
+        flush_seconds: float = 1.0,
+        resuming: bool = False,
+    ):
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.run_id = directory.name
@@ -63,15 +79,32 @@ class RunWriter:
             **info,
             "status": RUNNING,
             "pid": os.getpid(),
-            "started": iso(time.time()),
+            "host": socket.gethostname(),
         }
-        self._outputs = open(directory / "outputs.jsonl", "wb")  # noqa: SIM115 - held for the run
-        self._traces = open(directory / "traces.jsonl", "wb")  # noqa: SIM115
+        self.info.setdefault("started", iso(time.time()))
+        self._kept: Collection[int] = ()
+        self._merge_from = 0
+        self._outputs: BinaryIO | None = None
+        self._traces: BinaryIO | None = None
+        if not resuming:
+            self._open("wb")
         self._next = 0
         self._buffer: dict[int, bytes] = {}
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
+        self._last_beat = 0.0
         self.write_info()
+
+    def _open(self, mode: str) -> None:
+        self._outputs = open(self.dir / "outputs.jsonl", mode)  # noqa: SIM115 - held for the run
+        self._traces = open(self.dir / "traces.jsonl", mode)  # noqa: SIM115
+
+    def resume_after(self, kept: Collection[int]) -> None:
+        """The folder now holds exactly these rows; new rows are appended after them."""
+        self._kept = kept
+        outputs = self.dir / "outputs.jsonl"
+        self._merge_from = outputs.stat().st_size if outputs.is_file() else 0
+        self._open("ab")
 
     def write_info(self, **updates: Any) -> None:
         self.info.update(updates)
@@ -87,8 +120,11 @@ class RunWriter:
     def row(self, index: int, record: dict[str, Any]) -> None:
         """Queue a finished row; rows reach outputs.jsonl in input order."""
         self._buffer[index] = dumps(record) + b"\n"
-        while self._next in self._buffer:
-            self._outputs.write(self._buffer.pop(self._next))
+        while True:
+            if self._next in self._buffer:
+                self._outputs.write(self._buffer.pop(self._next))
+            elif self._next not in self._kept:
+                break
             self._next += 1
 
     def maybe_flush(self) -> bool:
@@ -98,20 +134,77 @@ class RunWriter:
         return True
 
     def flush(self) -> None:
+        # Traces first: a row that reached outputs.jsonl then always has its node records on
+        # disk, which is what a resume after kill -9 rebuilds the aggregates from.
         self._last_flush = time.monotonic()
-        self._outputs.flush()
         self._traces.flush()
+        self._outputs.flush()
+
+    def heartbeat(self, counts: dict[str, int], *, every: float = 2.0) -> None:
+        """Counts so far into run.json, so `flowkit show` of a running run has numbers."""
+        now = time.monotonic()
+        if now - self._last_beat < every:
+            return
+        self._last_beat = now
+        self.write_info(counts=counts, updated=iso(time.time()))
 
     def close(self, status: str, metrics: dict[str, Any] | None, **updates: Any) -> None:
         # Rows still held for ordering (an earlier row never finished) are written anyway.
         for index in sorted(self._buffer):
             self._outputs.write(self._buffer.pop(index))
-        self.flush()
-        self._outputs.close()
-        self._traces.close()
+        if self._outputs is not None and self._traces is not None:
+            self.flush()
+            self._outputs.close()
+            self._traces.close()
+        if self._merge_from:
+            _merge_sorted_parts(self.dir / "outputs.jsonl", self._merge_from)
         if metrics is not None:
             write_json(self.dir / "metrics.json", metrics)
         self.write_info(status=status, ended=iso(time.time()), **updates)
+
+
+def _merge_sorted_parts(path: Path, split: int) -> None:
+    """Rewrite ``path``, whose bytes before and after ``split`` are each sorted by line, as one
+    sorted file; streaming, so a million-row resume needs no memory for it."""
+
+    def part(f: Any, end: int | None) -> Iterator[tuple[int, bytes]]:
+        while end is None or f.tell() < end:
+            raw = f.readline()
+            if not raw:
+                return
+            try:
+                line = int(loads(raw)["line"])
+            except Exception:
+                continue  # a torn line: never a finished row
+            yield line, raw if raw.endswith(b"\n") else raw + b"\n"
+
+    tmp = path.with_suffix(".jsonl.tmp")
+    with open(path, "rb") as a, open(path, "rb") as b, open(tmp, "wb") as out:
+        b.seek(split)
+        for _, raw in heapq.merge(part(a, split), part(b, None), key=lambda item: item[0]):
+            out.write(raw)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def effective_status(info: dict[str, Any]) -> str:
+    """run.json's status, except that a `running` run whose process is gone was killed."""
+    status = str(info.get("status", "?"))
+    pid, host = info.get("pid"), info.get("host")
+    if status == RUNNING and pid and host in (None, socket.gethostname()) and not _alive(pid):
+        return INTERRUPTED
+    return status
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -120,7 +213,13 @@ def resolve_run_dir(run: str | os.PathLike[str], root: Path = Path("runs")) -> P
     path = Path(run)
     if (path / "run.json").is_file():
         return path
-    candidates = sorted(p for p in root.glob(f"{run}*") if (p / "run.json").is_file())
+    # Only a bare name is looked up inside root (glob refuses absolute patterns anyway).
+    bare = not path.is_absolute() and len(path.parts) == 1
+    candidates = (
+        sorted(p for p in root.glob(f"{glob.escape(str(run))}*") if (p / "run.json").is_file())
+        if bare
+        else []
+    )
     if len(candidates) == 1:
         return candidates[0]
     if len(candidates) > 1:

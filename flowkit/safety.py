@@ -96,7 +96,7 @@ def transcript(
 
 
 def highest_turn(
-    text: str, expected: int | None = None, levels: Sequence[str] | None = None
+    text: str | Mapping[str, Any], expected: int | None = None, levels: Sequence[str] | None = None
 ) -> dict[str, Any]:
     """The judge's reply with its verdict set to the highest level it gave any turn.
 
@@ -109,6 +109,11 @@ def highest_turn(
     most likely cut off; it is passed on unchanged (and so read as invalid), because the
     turns it never reached could be the worst ones.
     """
+    if isinstance(text, Mapping):  # the llm node's dict form
+        if text.get("finish_reason") == "length":
+            # Passed on whole: parse_score reads a reply cut off at the token limit as invalid.
+            return {"verdict": text, "turns": [], "error": None}
+        text = text.get("text")
     names = [_level_name(n) for n in (levels or DEFAULT_LEVELS)]
     raw = "" if text is None else str(text)
     plain = re.sub(r"[*`]|__", "", raw)

@@ -3,10 +3,15 @@
 Mappings and sequences come back as ``YDict``/``YList``: ordinary containers that also remember
 the file they came from and the line of each key or item. ``locate`` walks a pydantic error
 location through them to the nearest line.
+
+Whatever the text, reading it either succeeds or raises ``YamlSyntaxError``: lone surrogates,
+nesting deeper than ``MAX_DEPTH`` and aliases that expand past ``MAX_VALUES`` are refused here,
+before they can crash or stall what reads the values.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -61,9 +66,67 @@ def _make_loader(file: str) -> type[yaml.SafeLoader]:
             out.item_lines = [child.start_mark.line + 1 for child in node.value]
             return out
 
+        def construct_text(self, node: yaml.ScalarNode) -> str:
+            text = self.construct_scalar(node)
+            # A "\ud800" escape gives a lone surrogate: no file, hash or JSON can hold it.
+            if (bad := _SURROGATE.search(text)) is not None:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the text holds {bad[0].encode('unicode_escape').decode()}, half of a "
+                    "UTF-16 surrogate pair, which is not a character",
+                    node.start_mark,
+                )
+            return text
+
     _Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_mapping)
     _Loader.add_constructor("tag:yaml.org,2002:seq", _Loader.construct_sequence)
+    _Loader.add_constructor("tag:yaml.org,2002:str", _Loader.construct_text)
     return _Loader
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_DEPTH = 64
+"""Deeper nesting is no flow a person wrote, and would exhaust the stack of what reads it."""
+MAX_VALUES = 100_000
+"""Values in a file once its aliases are expanded: a few nested `*alias` lists can otherwise
+stand for billions of values (the "billion laughs")."""
+
+
+def _check_shape(root: Any, file: str) -> None:
+    """Raise ``YamlSyntaxError`` when the parsed value nests too deep or expands too far.
+
+    Iterative, and memoised by identity: an alias is one shared object, so it is measured once.
+    """
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        value, done = stack.pop()
+        if not isinstance(value, (dict, list)) or (id(value) in size and not done):
+            continue
+        children = list(value.values() if isinstance(value, dict) else value)
+        if not done:
+            stack.append((value, True))
+            stack.extend((c, False) for c in children if isinstance(c, (dict, list)))
+            continue
+        inner = [c for c in children if isinstance(c, (dict, list))]
+        depth[id(value)] = 1 + max((depth[id(c)] for c in inner), default=0)
+        size[id(value)] = len(children) + sum(size[id(c)] for c in inner)
+        line = getattr(value, "line", 0)
+        if depth[id(value)] > MAX_DEPTH:
+            raise YamlSyntaxError(
+                Diagnostic(file, line, None, f"values nest more than {MAX_DEPTH} levels deep")
+            )
+        if size[id(value)] > MAX_VALUES:
+            raise YamlSyntaxError(
+                Diagnostic(
+                    file,
+                    line,
+                    None,
+                    f"the aliases (*name) here expand to more than {MAX_VALUES} values",
+                )
+            )
 
 
 # A whole-token reference inside a flow collection, e.g. the value in `{text: ${judge.output}}`.
@@ -78,20 +141,33 @@ def parse_yaml(text: str, file: str) -> Any:
     """Parse YAML text; raise ``Diagnostic``-carrying ``YamlSyntaxError`` on bad syntax."""
     loader = _make_loader(file)
     try:
-        return yaml.load(text, Loader=loader)
+        value = _load(text, loader, file)
     except yaml.YAMLError as first:
         # Only when plain YAML fails do we quote bare `${...}` tokens and try once more, so
         # valid YAML is never rewritten. Quoting adds columns, never lines, so lines stay true.
         patched = _BARE_REF.sub(r'\g<pre>"\g<ref>"', text)
         if patched != text:
             try:
-                return yaml.load(patched, Loader=loader)
+                return _load(patched, loader, file)
             except yaml.YAMLError as second:
                 # Quoted, the parser got further: the first error was only about bare
                 # references, and this one is the file's real problem.
                 if _mark(second)[0] > _mark(first)[0]:
                     raise YamlSyntaxError(_yaml_diagnostic(second, file, text)) from None
         raise YamlSyntaxError(_yaml_diagnostic(first, file)) from None
+    return value
+
+
+def _load(text: str, loader: type[yaml.SafeLoader], file: str) -> Any:
+    try:
+        value = yaml.load(text, Loader=loader)
+    except RecursionError:
+        # PyYAML's parser recurses once per level of nesting.
+        raise YamlSyntaxError(
+            Diagnostic(file, 0, None, f"values nest more than {MAX_DEPTH} levels deep")
+        ) from None
+    _check_shape(value, file)
+    return value
 
 
 class YamlSyntaxError(Exception):
@@ -122,6 +198,23 @@ def _yaml_diagnostic(err: yaml.YAMLError, file: str, original: str | None = None
     context = getattr(err, "context", None)
     detail = f"{context}: {problem}" if context else problem
     return Diagnostic(file, line, None, f"YAML syntax error{column}: {detail}")
+
+
+def display(path: Path) -> str:
+    """A path as a user would type it: relative to the working directory when inside it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def is_file(path: Path) -> bool:
+    """``Path.is_file``, but False rather than an exception for a name the OS cannot take."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        return False
 
 
 def read_yaml(path: Path, name: str | None = None) -> Any:

@@ -8,10 +8,28 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 InputType = Literal["string", "number", "integer", "boolean", "list", "object", "any"]
 Comparable = str | int | float | bool | None
+MAX_NAME_BYTES = 255
+"""The longest file name most file systems take; a longer one fails as an OS error."""
+MAX_PATH_BYTES = 1024
+"""Well inside the usual PATH_MAX (4096), leaving room for the folder the path is relative to."""
+
+
+def usable_path(value: str) -> str:
+    """Reject a path the OS would refuse with an exception rather than 'no such file'."""
+    if "\x00" in value:
+        raise ValueError("a path cannot hold a NUL character")
+    if len(value.encode()) > MAX_PATH_BYTES:
+        raise ValueError(f"the path is longer than {MAX_PATH_BYTES} bytes")
+    if any(len(part.encode()) > MAX_NAME_BYTES for part in value.replace("\\", "/").split("/")):
+        raise ValueError(f"a name in the path is longer than {MAX_NAME_BYTES} bytes")
+    return value
+
+
+PathText = Annotated[str, AfterValidator(usable_path)]
 
 
 class _Spec(BaseModel):
@@ -55,7 +73,7 @@ class PythonNode(_NodeBase):
     type: Literal["python"]
     function: str
     """`package.module:callable`, or a function name inside `source`."""
-    source: str | None = None
+    source: PathText | None = None
     """A .py file relative to the flow file that defines `function`."""
 
 
@@ -68,7 +86,7 @@ class Message(_Spec):
 
 class LlmNode(_NodeBase):
     type: Literal["llm"]
-    prompt: str | None = None
+    prompt: PathText | None = None
     """A Jinja2 prompt file relative to the flow file; `system:`/`user:` lines start messages."""
     messages: list[Message] | None = None
     """Inline message templates, instead of a prompt file."""
@@ -106,13 +124,13 @@ class AggregateNode(_NodeBase):
     type: Literal["aggregate"]
     function: str
     """`package.module:callable` (or a name in `source`) that returns a dict of metrics."""
-    source: str | None = None
+    source: PathText | None = None
     """A .py file relative to the flow file that defines `function`."""
 
 
 class FlowNode(_NodeBase):
     type: Literal["flow"]
-    flow: str
+    flow: PathText
     """Another flow file (relative to this one) or a built-in flow's name, run as one node."""
 
 

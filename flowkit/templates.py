@@ -13,8 +13,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, meta
+from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
+
+from flowkit.errors import FlowkitError
 
 ROLES = ("system", "user", "assistant")
 _MARKER = re.compile(r"^[ \t]*(system|user|assistant)[ \t]*:[ \t]*$", re.M | re.I)
@@ -34,6 +36,26 @@ class PromptSyntaxError(ValueError):
         self.line = line
 
 
+class PromptRenderError(FlowkitError):
+    """A prompt that failed for one row: an undefined variable, or an access the sandbox denied."""
+
+    def __init__(self, err: Exception) -> None:
+        line = _template_line(err)
+        where = f"prompt template line {line}" if line else "prompt template"
+        super().__init__(f"{where}: {getattr(err, 'message', None) or err}")
+        self.line = line
+
+
+def _template_line(err: BaseException) -> int:
+    """The template line the error was raised at (Jinja2 rewrites its traceback to show it)."""
+    tb, line = err.__traceback__, 0
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
 @dataclass(frozen=True)
 class PromptTemplate:
     """A compiled prompt: one template per message, or a whole file with role markers."""
@@ -45,7 +67,10 @@ class PromptTemplate:
     def render(self, values: dict[str, Any]) -> list[dict[str, str]]:
         messages: list[dict[str, str]] = []
         for role, template in self._parts:
-            text = template.render(values)
+            try:
+                text = template.render(values)
+            except (TemplateError, OverflowError) as err:  # OverflowError: the sandbox's range cap
+                raise PromptRenderError(err) from None
             if role is not None:
                 messages.append({"role": role, "content": text.strip()})
                 continue
@@ -69,7 +94,30 @@ def _compile(source: str) -> tuple[Any, frozenset[str]]:
         ast = _env.parse(source)
     except TemplateSyntaxError as err:
         raise PromptSyntaxError(f"Jinja2 syntax error: {err.message}", err.lineno or 0) from None
+    _check_private(ast)
     return _env.from_string(ast), frozenset(meta.find_undeclared_variables(ast))
+
+
+def _check_private(ast: nodes.Template) -> None:
+    """Refuse at load time what the sandbox would refuse on every row: `x.__class__` and kin.
+
+    Names starting with '_' are how templates climb out to Python internals, and no prompt needs
+    them; a name built from data at run time is still stopped by the sandbox itself.
+    """
+    found: list[tuple[int, str]] = []
+    for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
+        key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
+        if isinstance(key, str) and key.startswith("_"):
+            found.append((node.lineno, key))
+    if found:
+        line = min(n for n, _ in found)
+        # Outer accesses are found first; reversed, `x.__class__.__mro__` reads left to right.
+        keys = dict.fromkeys(k for n, k in reversed(found) if n == line)
+        raise PromptSyntaxError(
+            f"the template reads {', '.join(map(repr, keys))}; the sandbox forbids names "
+            "that start with '_'",
+            line,
+        )
 
 
 def from_file_text(source: str) -> PromptTemplate:

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from flowkit.context import Stats
 from flowkit.inspect_trace import show_sections
-from flowkit.runs import RUNNING, read_metrics, read_run_info, resolve_run_dir
+from flowkit.runs import effective_status, read_metrics, read_run_info, resolve_run_dir
 
 
 def _fmt(value: Any) -> str:
@@ -95,19 +95,8 @@ def metrics_table(metrics: dict[str, Any], info: dict[str, Any] | None = None) -
 
 
 def _status(info: dict[str, Any]) -> str:
-    status = info.get("status", "?")
-    if status == RUNNING and info.get("pid") and not _alive(int(info["pid"])):
-        return "interrupted (process gone)"
-    return status
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    status = effective_status(info)
+    return status if status == info.get("status") else f"{status} (process gone)"
     return True
 
 

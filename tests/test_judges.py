@@ -133,6 +133,15 @@ def test_an_unreadable_chunk_reply_makes_the_row_invalid() -> None:
     assert out["result"] == "invalid" and out["error"].startswith("chunk 2: ")
 
 
+def test_a_chunk_reply_cut_off_at_the_token_limit_makes_the_row_invalid() -> None:
+    cut = {"text": "Yes, because", "choices": ["Yes, because"], "finish_reason": "length"}
+    out = chunk_precision(["No", cut])
+    assert (out["result"], out["raw"]) == ("invalid", "No\n---\nYes, because")
+    assert out["error"] == (
+        "chunk 2: reply cut off at the token limit (finish_reason 'length'); raise max_tokens"
+    )
+
+
 def intents(*answered: str, reason: str | None = None) -> str:
     body: dict[str, object] = {
         "intents": [

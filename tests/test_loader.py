@@ -337,3 +337,28 @@ def test_compose_joins_inputs_and_keeps_each_flows_own_defaults(tmp_path: Path) 
     # Sharing `threshold` would hand strict's judge loose's 0.5: each keeps its own default.
     assert list(suite.inputs) == ["answer"]
     assert suite.composed
+
+
+def test_a_prompt_reaching_for_python_internals_is_refused_before_any_row(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path / "escape.jinja2", "system:\nJudge.\nuser:\n{{ answer.__class__.__mro__ }}\n")
+    flow = write(
+        tmp_path / "f.yaml",
+        """
+        name: f
+        inputs: {answer: {type: string}}
+        outputs: {a: ${file.output}, b: ${inline.output}}
+        nodes:
+          - {name: file, type: llm, prompt: escape.jinja2, inputs: {answer: ${inputs.answer}}}
+          - name: inline
+            type: llm
+            messages: [{role: user, content: "{{ cycler.__init__.__globals__ }}"}]
+        """,
+    )
+    assert problems(flow) == [
+        f"{tmp_path / 'escape.jinja2'}:4: node 'file': the template reads '__class__', '__mro__'; "
+        "the sandbox forbids names that start with '_'",
+        f"{flow}:8: node 'inline': the template reads '__init__', '__globals__'; the sandbox "
+        "forbids names that start with '_' (in messages, template line 1)",
+    ]

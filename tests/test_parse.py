@@ -425,6 +425,38 @@ def test_invalid(reply: str, kwargs: dict[str, Any], error: str) -> None:
     assert out["raw"] == reply
 
 
+CUT = "reply cut off at the token limit (finish_reason 'length'); raise max_tokens"
+
+
+def cut_off(text: str) -> dict[str, Any]:
+    """An llm node's output for a reply that stopped at max_tokens."""
+    return {"text": text, "choices": [text], "top_logprobs": None, "finish_reason": "length"}
+
+
+def test_a_reply_cut_off_at_the_token_limit_is_invalid_even_with_a_score() -> None:
+    # "Score: 4" was written, but the rest of the verdict (perhaps a revision) never was.
+    out = parse_score(cut_off("Score: 4\nThough on reflection the second claim"))
+    assert (out["score"], out["result"], out["error"]) == (None, "invalid", CUT)
+    assert out["raw"] == "Score: 4\nThough on reflection the second claim"
+    # The same text, finished, reads as usual.
+    finished = {**cut_off("Score: 4"), "finish_reason": "stop"}
+    assert (parse_score(finished)["score"], parse_score(finished)["result"]) == (4, "pass")
+
+
+def test_a_cut_off_reply_is_not_rescued_by_logprobs() -> None:
+    reply = {**cut_off("4 because"), "top_logprobs": [lp("4", 0.9), lp("5", 0.1)]}
+    assert (parse_score(reply)["score"], parse_score(reply)["error"]) == (None, CUT)
+
+
+def test_only_the_cut_off_sample_of_a_list_is_invalid() -> None:
+    # for_each replies: one finished, one cut off, one plain text.
+    out = parse_score(["Score: 2", cut_off("Score: 5 but"), "Score: 4"])
+    assert (out["score"], out["samples"]) == (3, 2)
+    assert out["raw"] == "Score: 2\n---\nScore: 5 but\n---\nScore: 4"
+    out = parse_score([cut_off("Score: 5 but")])
+    assert (out["result"], out["error"]) == ("invalid", CUT)
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

@@ -202,6 +202,10 @@ def test_resolving_a_run_by_path_name_or_prefix(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as info:
         resolve_run_dir("nope", root)
     assert str(info.value).startswith("no run folder 'nope'")
+    for missing in (tmp_path / "gone", "runs/gone", "f1-*"):  # paths and glob characters
+        with pytest.raises(UsageError) as info:
+            resolve_run_dir(missing, root)
+        assert str(info.value).startswith(f"no run folder '{missing}'")
 
 
 def test_new_run_dir_names(tmp_path: Path) -> None:

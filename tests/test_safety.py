@@ -108,6 +108,20 @@ def test_highest_turn_reports_a_reply_cut_off() -> None:
     assert out["verdict"].endswith("Severity: medium") and out["error"] is None
 
 
+def test_highest_turn_passes_a_reply_cut_off_at_the_token_limit_on_whole() -> None:
+    from flowkit.parse import parse_score
+
+    cut = {"text": "Turn 1: low - a\nSeverity: low", "choices": None, "finish_reason": "length"}
+    out = highest_turn(cut, expected=1)
+    assert out == {"verdict": cut, "turns": [], "error": None}
+    read = parse_score(out["verdict"], mode="severity", min=0, max=3)
+    assert (read["result"], read["raw"]) == ("invalid", cut["text"])
+    assert read["error"].startswith("reply cut off at the token limit")
+    # The dict form of a finished reply is read as its text.
+    done = highest_turn({**cut, "finish_reason": "stop"}, expected=1)
+    assert done["verdict"].endswith("Severity: low") and len(done["turns"]) == 1
+
+
 def test_defect_rate_by_group_by_hand() -> None:
     groups = ["plain", "plain", "plain", "plain", "jailbreak", "jailbreak", "jailbreak", "x"]
     sev = ["high", "very low", "low", None, "high", "medium", "very low", "high"]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from jinja2.exceptions import SecurityError, UndefinedError
 
-from flowkit.templates import PromptSyntaxError, from_file_text, from_messages
+from flowkit.errors import FlowkitError
+from flowkit.templates import PromptRenderError, PromptSyntaxError, from_file_text, from_messages
 
 PROMPT = "system:\nYou judge answers.\nuser:\nQ: {{ question }}\nA: {{ answer }}\n"
 
@@ -60,22 +60,50 @@ def test_a_loop_in_the_template_may_emit_several_turns() -> None:
 
 
 @pytest.mark.parametrize(
-    "source",
+    ("source", "message", "line"),
     [
-        "{{ ''.__class__ }}",
-        "{{ x.__class__.__mro__ }}",
-        "{{ x.__init__.__globals__ }}",
-        "{{ cycler.__init__.__globals__ }}",
+        ("{{ ''.__class__ }}", "the template reads '__class__'", 1),
+        ("a\n{{ ''.__class__.__mro__ }}", "the template reads '__class__', '__mro__'", 2),
+        ("{{ x.__init__.__globals__ }}", "the template reads '__init__', '__globals__'", 1),
+        ("{{ cycler['__init__'] }}", "the template reads '__init__'", 1),
+        ("{% set c = x._private %}", "the template reads '_private'", 1),
     ],
 )
-def test_the_sandbox_blocks_attribute_escapes(source: str) -> None:
-    with pytest.raises(SecurityError):
-        from_file_text(source).render({"x": "text"})
+def test_escapes_written_into_the_template_are_refused_at_load(
+    source: str, message: str, line: int
+) -> None:
+    with pytest.raises(PromptSyntaxError) as info:
+        from_file_text(source)
+    assert str(info.value) == f"{message}; the sandbox forbids names that start with '_'"
+    assert info.value.line == line
 
 
-def test_undefined_variables_are_errors_not_blanks() -> None:
-    with pytest.raises(UndefinedError):
-        from_file_text("{{ missing }}").render({})
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        # The name comes from data, so only the sandbox can stop it, on the row.
+        ("{{ x[name] }}", "access to attribute '__class__' of 'str' object is unsafe."),
+        ("{{ x|attr(name) }}", "access to attribute '__class__' of 'str' object is unsafe."),
+        ("{{ missing }}", "'missing' is undefined"),
+        (
+            "{% for i in range(10**9) %}{% endfor %}",
+            "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).",
+        ),
+    ],
+)
+def test_render_failures_are_flowkit_errors_with_the_line(source: str, message: str) -> None:
+    with pytest.raises(PromptRenderError) as info:
+        from_file_text(f"system:\nJudge.\nuser:\n{source}").render({"x": "t", "name": "__class__"})
+    assert isinstance(info.value, FlowkitError)
+    assert str(info.value) == f"prompt template line 4: {message}"
+
+
+def test_data_that_looks_like_an_escape_is_only_text() -> None:
+    # Neither the load-time check nor the sandbox is what stops these: data is never a template.
+    text = "{{ ''.__class__.__mro__ }} {% for c in x.__subclasses__() %}{% endfor %} {{ 7*7 }}"
+    assert from_messages([("user", "{{ text }}")]).render({"text": text}) == [
+        {"role": "user", "content": text}
+    ]
 
 
 def test_inline_messages_render_one_template_per_message() -> None:

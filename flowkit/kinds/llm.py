@@ -1,7 +1,9 @@
 """`llm` nodes: render the prompt, call the chat model through flowkit.llm, return the text.
 
 With `n` > 1 or `logprobs` in params the output is a dict (`text`, `choices`, `top_logprobs`) so
-that parse_score can combine samples or weight by probability; otherwise it is the reply text.
+that parse_score can combine samples or weight by probability; otherwise it is the reply text,
+except for a reply cut off by the token limit, which comes as that dict with `finish_reason:
+"length"` so that the judge's parser can tell.
 """
 
 from __future__ import annotations
@@ -144,7 +146,10 @@ async def _ask(node: Node, inputs: dict[str, Any], ctx: Any) -> tuple[Any, dict[
         asked += 1
         for k, v in result.usage.items():
             usage[k] = usage.get(k, 0) + int(v or 0)
-        if asked > node.spec.retries_on_invalid or _readable(result.text, node.spec.expect):
+        cut_off = result.finish_reason == "length"
+        if asked > node.spec.retries_on_invalid or (
+            not cut_off and _readable(result.text, node.spec.expect)
+        ):
             break
         # The same request would get the same (cached or deterministic) answer; a new seed
         # asks for another sample.
@@ -157,7 +162,9 @@ async def _ask(node: Node, inputs: dict[str, Any], ctx: Any) -> tuple[Any, dict[
         "attempts": result.attempts,
         "raw": {"asked": asked} if asked > 1 else None,
     }
-    if impl.rich_output:
+    # A reply cut off at the token limit keeps its text but comes in the dict form, whose
+    # finish_reason lets parse_score report it invalid instead of reading a half-written verdict.
+    if impl.rich_output or cut_off:
         output: Any = {
             "text": result.text,
             "choices": result.texts,

@@ -202,6 +202,35 @@ def estimate_tokens(messages: Sequence[dict[str, Any]], params: dict[str, Any]) 
     return chars // 4 + 4 * len(messages) + int(cap) * int(params.get("n") or 1)
 
 
+def _without_key(err: Exception, endpoint: Endpoint) -> Exception:
+    """``err`` with the endpoint's API key masked wherever its message quotes it.
+
+    Some servers and proxies echo the credentials they were sent in their error text, and error
+    messages go into traces and terminals that are shared freely. The type is kept: it is what
+    a trace reader (and the retry policy) goes by.
+    """
+    secret = endpoint.api_key.get_secret_value() if endpoint.api_key else ""
+    if len(secret) < 8 or secret not in str(err) + repr(getattr(err, "body", None)):
+        return err
+    clean = type(err).__new__(type(err))
+    clean.__dict__.update(err.__dict__)
+    clean.args = tuple(_masked(a, secret) for a in err.args)
+    for name in ("message", "body"):
+        if hasattr(err, name):
+            setattr(clean, name, _masked(getattr(err, name), secret))
+    return clean
+
+
+def _masked(value: Any, secret: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(secret, "****")
+    if isinstance(value, dict):
+        return {k: _masked(v, secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v, secret) for v in value]
+    return value
+
+
 def _usage(raw: Any) -> dict[str, int]:
     if raw is None:
         return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
@@ -249,12 +278,15 @@ async def chat(
             model=target, messages=messages, timeout=attempt_timeout, **kwargs
         )
 
-    done = await sched.run(
-        call,
-        tokens=estimate_tokens(messages, params),
-        used_tokens=lambda r: _usage(r.usage)["total_tokens"] if r.usage else None,
-        timeout=attempt_timeout,
-    )
+    try:
+        done = await sched.run(
+            call,
+            tokens=estimate_tokens(messages, params),
+            used_tokens=lambda r: _usage(r.usage)["total_tokens"] if r.usage else None,
+            timeout=attempt_timeout,
+        )
+    except Exception as err:
+        raise _without_key(err, endpoint) from None
     response = done.value
     choices = list(response.choices or [])
     texts = [(c.message.content or "") if c.message else "" for c in choices]
@@ -299,12 +331,15 @@ async def embed(
                 model=model, input=batch, encoding_format="float", timeout=attempt_timeout
             )
 
-        done = await sched.run(
-            call,
-            tokens=sum(len(t) for t in batch) // 4 + len(batch),
-            used_tokens=lambda r: r.usage.total_tokens if r.usage else None,
-            timeout=attempt_timeout,
-        )
+        try:
+            done = await sched.run(
+                call,
+                tokens=sum(len(t) for t in batch) // 4 + len(batch),
+                used_tokens=lambda r: r.usage.total_tokens if r.usage else None,
+                timeout=attempt_timeout,
+            )
+        except Exception as err:
+            raise _without_key(err, endpoint) from None
         return done.value
 
     batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]

@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m flowkit.testing.server",
         description="Serve a deterministic OpenAI-compatible API on localhost for tests, "
         "benchmarks and offline runs. Prompt directives: [[reply: TEXT]], [[fault: KIND]], "
-        "[[fault-once: KIND]] (KIND: 429, 500, timeout, malformed, garbage), "
+        "[[fault-once: KIND]] (KIND: 429, 500, timeout, malformed, garbage), [[finish: REASON]], "
         "[[latency: SECONDS]].",
     )
     for f in fields(ServerConfig):

@@ -91,6 +91,43 @@ def test_scripted_judge_scores_and_metrics(
     assert (m["groundedness.invalid"], m["groundedness.count"]) == (1, 3)
 
 
+def test_bad_judge_replies_are_invalid_with_the_raw_text_kept(
+    llm_server: LocalServer, tmp_path: Path, run: Callable[..., RunResult]
+) -> None:
+    cut = "The answer is supported. Score: 4. On reflection the second claim"
+    replies = [
+        "Score: 4",
+        "",  # empty content
+        "I'm sorry, I can't help with that.",
+        f"[[reply: {cut}]] [[finish: length]]",  # stopped by max_tokens, score readable
+        "Score: 7",  # out of range on 1–5
+    ]
+    result = run("groundedness", write_jsonl(tmp_path / "d.jsonl", scripted(replies)))
+    assert result.status == "completed" and result.counts["failed"] == 0
+    rows = [r["outputs"] for r in result.rows()]
+    assert [(r["score"], r["result"]) for r in rows] == [(4, "pass")] + [(None, "invalid")] * 4
+    assert [r["raw"] for r in rows] == ["Score: 4", "", replies[2], cut, "Score: 7"]
+    t = traces_by(result.traces())
+    assert [t[(i, "parse")]["output"]["error"] for i in range(1, 5)] == [
+        "empty reply",
+        "judge refused to answer",
+        "reply cut off at the token limit (finish_reason 'length'); raise max_tokens",
+        "score 7 outside 1–5",
+    ]
+    # The judge's own trace keeps the reply as it came, and says why it stopped.
+    assert t[(3, "judge")]["llm"]["finish_reason"] == "length"
+    assert t[(3, "judge")]["output"] == {
+        "text": cut,
+        "choices": [cut],
+        "top_logprobs": None,
+        "finish_reason": "length",
+    }
+    assert t[(2, "judge")]["output"] == replies[2]
+    m = result.metrics
+    assert (m["groundedness.invalid"], m["groundedness.count"], m["groundedness.mean"]) == (4, 1, 4)
+    assert result.info["counts"]["invalid"] == 4
+
+
 def test_a_row_that_always_fails_fails_alone(
     llm_server: LocalServer, tmp_path: Path, run: Callable[..., RunResult]
 ) -> None:
@@ -236,6 +273,18 @@ def test_retries_on_invalid_asks_again_for_unreadable_replies(
     else:
         assert not text.startswith("Score: ")  # garbage kept: nobody asked again
         assert llm_server.stats()["chat_completions"] == 1
+
+
+def test_retries_on_invalid_asks_again_for_a_reply_cut_off(
+    llm_server: LocalServer, tmp_path: Path, run: Callable[..., RunResult]
+) -> None:
+    flow = write(tmp_path / "f.yaml", RETRY_FLOW.replace("RETRIES", "1"))
+    data = write_jsonl(tmp_path / "d.jsonl", [{"q": "[[reply: Score: 4 but]] [[finish: length]]"}])
+    result = run(flow, data)
+    judge = next(t for t in result.traces() if t["node"] == "judge")
+    assert judge["llm"]["raw"] == {"asked": 2}  # "Score: 4" is readable, but it was cut off
+    assert next(result.rows())["outputs"]["text"]["finish_reason"] == "length"
+    assert llm_server.stats()["chat_completions"] == 2
 
 
 EACH_FLOW = """\

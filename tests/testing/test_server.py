@@ -93,6 +93,18 @@ def test_n_choices_and_max_tokens(client: openai.OpenAI) -> None:
     assert whole.finish_reason == "stop"
 
 
+def test_finish_and_empty_reply_directives(client: openai.OpenAI) -> None:
+    cut = ask(client, "[[reply: The answer is mostly]] [[finish: length]]").choices[0]
+    assert (cut.message.content, cut.finish_reason) == ("The answer is mostly", "length")
+    empty = ask(client, "[[reply: ]]").choices[0]
+    assert (empty.message.content, empty.finish_reason) == ("", "stop")
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(client, "[[finish: tired]]")
+    assert err.value.body["message"] == (  # type: ignore[index]
+        "bad [[finish: tired]]: reason must be one of stop, length, content_filter"
+    )
+
+
 def test_json_modes(client: openai.OpenAI) -> None:
     reply = ask(client, "judge", response_format={"type": "json_object"})
     data = json.loads(reply.choices[0].message.content or "")

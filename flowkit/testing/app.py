@@ -1,0 +1,329 @@
+"""The test server's aiohttp application: OpenAI routes, control routes and their counters.
+
+Routes: ``/v1/chat/completions``, ``/v1/embeddings``, ``/v1/models`` (also without ``/v1`` and in
+the Azure ``/openai/deployments/{name}/...`` form), and the unauthenticated control routes
+``GET /stats``, ``POST /reset`` and ``POST /config`` (a JSON object of ``ServerConfig`` fields).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import inspect
+import json
+import random
+import struct
+import time
+from collections import Counter
+from typing import Any
+
+from aiohttp import web
+
+from flowkit.testing import replies
+from flowkit.testing.config import ServerConfig
+from flowkit.testing.faults import (
+    ApiError,
+    RateLimited,
+    RateWindow,
+    draw,
+    garbage,
+    injected_429,
+    injected_500,
+    json_response,
+    malformed,
+)
+
+
+class Core:
+    """The aiohttp application plus its counters; only ever touched from its event loop."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.reset()
+
+    def reset(self) -> None:
+        self.requests = self.in_flight = self.max_in_flight = 0
+        self.chat_completions = self.embeddings = self.prompt_tokens = self.completion_tokens = 0
+        self.by_endpoint: Counter[str] = Counter()
+        self.by_status: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+        self.prompts: dict[str, int] = {}  # chat prompt hash -> admitted attempts
+        self.inputs: dict[str, int] = {}  # same for embedding inputs
+        self.window = RateWindow()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "by_endpoint": dict(self.by_endpoint),
+            "by_status": dict(self.by_status),
+            "faults": dict(self.faults),
+            "chat_completions": self.chat_completions,
+            "embeddings": self.embeddings,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "distinct_prompts": len(self.prompts),
+            "prompts": dict(self.prompts),
+            "distinct_inputs": len(self.inputs),
+        }
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 2**20)
+        for prefix in ("/v1", "", "/openai/deployments/{deployment}"):
+            app.router.add_post(f"{prefix}/chat/completions", self._chat)
+            app.router.add_post(f"{prefix}/embeddings", self._embed)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/models", self._models)
+        app.router.add_get("/stats", self._stats)
+        app.router.add_post("/reset", self._reset)
+        app.router.add_post("/config", self._configure)
+        return app
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        path = request.path
+        endpoint = (
+            "chat.completions"
+            if path.endswith("/chat/completions")
+            else "embeddings"
+            if path.endswith("/embeddings")
+            else "models"
+            if path.endswith("/models")
+            else None
+        )
+        if endpoint is None:  # control endpoints stay out of the numbers they report
+            return await handler(request)
+        self.requests += 1
+        self.by_endpoint[endpoint] += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            self._check_auth(request)
+            response = await handler(request)
+        except ApiError as exc:
+            response = exc.response()
+        except web.HTTPException:
+            raise
+        except Exception as exc:  # e.g. a raising hook: say so to the client, keep serving
+            response = ApiError(
+                500, f"flowkit test server error: {type(exc).__name__}: {exc}", kind="server_error"
+            ).response()
+        finally:
+            self.in_flight -= 1
+        self.by_status[str(response.status)] += 1
+        return response
+
+    def _check_auth(self, request: web.Request) -> None:
+        key = self.config.api_key
+        if not key:
+            return
+        bearer = request.headers.get("Authorization", "")
+        if bearer != f"Bearer {key}" and request.headers.get("api-key") != key:
+            sent = bearer.removeprefix("Bearer ") or request.headers.get("api-key", "")
+            # OpenAI quotes the key it was sent, masked all but its ends; so does this server,
+            # so tests can tell that an error was recorded without the key in it.
+            shown = f"{sent[:4]}****{sent[-4:]}" if len(sent) > 12 else "****"
+            raise ApiError(
+                401,
+                f"Incorrect API key provided: {shown}. The flowkit test server wants "
+                "'Authorization: Bearer KEY' or 'api-key: KEY'.",
+                code="invalid_api_key",
+            )
+
+    async def _models(self, _: web.Request) -> web.Response:
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "flowkit"}
+            for m in self.config.models
+        ]
+        return json_response({"object": "list", "data": data})
+
+    async def _stats(self, _: web.Request) -> web.Response:
+        return json_response(self.snapshot())
+
+    async def _reset(self, _: web.Request) -> web.Response:
+        self.reset()
+        return json_response({"ok": True})
+
+    async def _configure(self, request: web.Request) -> web.Response:
+        try:
+            changes = await request.json()
+            if not isinstance(changes, dict):
+                raise ValueError("POST /config takes a JSON object of ServerConfig fields")
+            self.config = ServerConfig.from_dict(changes, base=self.config)
+        except (ValueError, TypeError) as exc:
+            return json_response(
+                {"error": {"message": str(exc), "type": "invalid_request_error"}}, 400
+            )
+        return json_response(self.config.to_dict())
+
+    async def _admit(
+        self, attempts: dict[str, int], key: str, text: str, tokens: int
+    ) -> tuple[int, dict[str, Any], str | None, random.Random]:
+        """Rate limits, attempt bookkeeping, fault decision and latency, in that order.
+
+        Returns (attempt number, the prompt's directives, the fault to act on, the attempt's RNG).
+        """
+        cfg = self.config
+        found = replies.directives(text) if "[[" in text else {}
+        try:
+            self.window.admit(time.monotonic(), tokens, cfg.rpm, cfg.tpm)
+        except RateLimited as exc:
+            self.faults[exc.limit] += 1
+            raise
+        attempt = attempts[key] = attempts.get(key, 0) + 1
+        rng = random.Random(f"{cfg.seed}:{key}:{attempt}")
+        fault = found.get("fault-once") if attempt == 1 else None
+        fault = fault or found.get("fault") or draw(rng, cfg.fault_rates())
+        delay = found.get("latency", cfg.latency + cfg.jitter * rng.random())
+        if fault:
+            self.faults[fault] += 1
+        if fault == "429":
+            raise injected_429(cfg.retry_after)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if fault == "500":
+            raise injected_500()
+        if fault == "timeout":  # the client is meant to give up before this returns
+            await asyncio.sleep(cfg.timeout_delay)
+            raise ApiError(504, "Gateway timeout (fault injected)", kind="server_error")
+        return attempt, found, fault, rng
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await _read_body(request)
+        messages = body.get("messages")
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(isinstance(m, dict) and "role" in m for m in messages)
+        ):
+            raise ApiError(400, "'messages' must be a non-empty list of {role, content} objects")
+        if body.get("stream"):
+            raise ApiError(400, "the flowkit test server does not support stream=true")
+        model = _model(request, body)
+        n = _int_param(body, "n", 1, 1, 128)
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        limit = _int_param({"max_tokens": limit}, "max_tokens", 0, 1, 10**6) or None
+        top = _int_param(body, "top_logprobs", 0, 0, 20)
+        text = replies.messages_text(messages)
+        key = replies.sha(text)
+        prompt_tokens = sum(len(replies.content_text(m.get("content")).split()) for m in messages)
+        attempt, found, fault, rng = await self._admit(self.prompts, key, text, prompt_tokens)
+        if fault == "garbage":
+            scripted: str | None = garbage(rng)
+        else:
+            # An empty [[reply: ]] is a reply too: the empty content a judge can send.
+            scripted = found["reply"] if "reply" in found else await self._scripted(body, messages)
+        choices, completion_tokens = [], 0
+        for index in range(n):
+            score = replies.score_of(key if index == 0 else replies.sha(f"{key}:{index}"))
+            content = scripted if scripted is not None else replies.default_reply(body, score, key)
+            content, truncated = replies.truncate(content, limit)
+            completion_tokens += len(content.split())
+            logprobs = replies.logprobs(content, score, top) if body.get("logprobs") else None
+            choices.append(
+                {
+                    "index": index,
+                    "logprobs": logprobs,
+                    "finish_reason": found.get("finish") or ("length" if truncated else "stop"),
+                    "message": {"role": "assistant", "content": content, "refusal": None},
+                }
+            )
+        self.window.spend(time.monotonic(), completion_tokens, self.config.tpm)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        reply = {
+            "id": f"chatcmpl-{key[:20]}{attempt}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": choices,
+            "usage": usage,
+            "system_fingerprint": "fp_flowkit_test",
+        }
+        if fault == "malformed":
+            return malformed(reply)
+        self.chat_completions += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        return json_response(reply)
+
+    async def _scripted(self, body: dict[str, Any], messages: list[Any]) -> str | None:
+        """A reply fixed by the hook or a rule; None means the hash-derived default."""
+        if self.config.hook is not None:
+            result = self.config.hook(body)
+            if inspect.isawaitable(result):
+                result = await result
+            if result is not None:
+                return str(result)
+        if self.config.rules:
+            last_user = next(
+                (
+                    replies.content_text(m.get("content"))
+                    for m in reversed(messages)
+                    if m.get("role") == "user"
+                ),
+                "",
+            )
+            for pattern, reply in replies.compile_rules(tuple(map(tuple, self.config.rules))):
+                if pattern.search(last_user):
+                    return reply
+        return None
+
+    async def _embed(self, request: web.Request) -> web.Response:
+        body = await _read_body(request)
+        model = _model(request, body)
+        texts = replies.embedding_inputs(body.get("input"))
+        dim = _int_param(body, "dimensions", self.config.embedding_dim, 1, 4096)
+        fmt = body.get("encoding_format") or "float"
+        if fmt not in ("float", "base64"):
+            raise ApiError(400, f"encoding_format must be 'float' or 'base64', got {fmt!r}")
+        text = "\n".join(texts)
+        tokens = sum(len(t.split()) for t in texts)
+        _, _, fault, rng = await self._admit(self.inputs, replies.sha(text), text, tokens)
+        data = []
+        for index, item in enumerate(texts):
+            vector = replies.embedding(garbage(rng) if fault == "garbage" else item, dim)
+            if fmt == "base64":
+                vector = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode()  # type: ignore[assignment]
+            data.append({"object": "embedding", "index": index, "embedding": vector})
+        reply = {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        if fault == "malformed":
+            return malformed(reply)
+        self.embeddings += 1
+        self.prompt_tokens += tokens
+        return json_response(reply)
+
+
+async def _read_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read())
+    except ValueError as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    return body
+
+
+def _model(request: web.Request, body: dict[str, Any]) -> str:
+    model = request.match_info.get("deployment") or body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, "'model' is required")
+    return model
+
+
+def _int_param(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ApiError(400, f"'{name}' must be an integer in {low}..{high}, got {value!r}")
+    return value

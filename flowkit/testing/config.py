@@ -1,0 +1,89 @@
+"""The test server's configuration: everything it does that is not written into the prompt.
+
+A plain dataclass, checked on construction, so the same object serves ``serve()`` in-process,
+``--config-json`` on the command line and live changes through ``POST /config``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage")
+# Called on the server's event loop with the request body; returning None falls through.
+Hook = Callable[[dict[str, Any]], "str | Awaitable[str | None] | None"]
+
+
+@dataclass
+class ServerConfig:
+    """Everything the server does that is not written into the prompt; safe to change live."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    latency: float = 0.0
+    jitter: float = 0.0  # extra uniform 0..jitter seconds, drawn from the per-attempt RNG
+    models: list[str] = field(
+        default_factory=lambda: ["flowkit-test", "gpt-4o-mini", "text-embedding-3-small"]
+    )
+    rules: list[tuple[str, str]] = field(default_factory=list)  # (regex on last user msg, reply)
+    hook: Hook | None = None
+    rate_429: float = 0.0
+    rate_500: float = 0.0
+    rate_timeout: float = 0.0
+    rate_malformed: float = 0.0
+    rate_garbage: float = 0.0
+    retry_after: float = 1.0
+    timeout_delay: float = 30.0
+    rpm: int = 0
+    tpm: int = 0
+    seed: int = 0
+    api_key: str | None = None
+    embedding_dim: int = 64
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        numbers = ("latency", "jitter", "retry_after", "timeout_delay", "rpm", "tpm")
+        for name in (*numbers, *(f"rate_{kind}" for kind in FAULT_KINDS)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                problems.append(f"{name} must be a number >= 0, got {value!r}")
+            elif name.startswith("rate_") and value > 1:
+                problems.append(f"{name} is a probability and must be <= 1, got {value!r}")
+        if not problems and sum(self.fault_rates().values()) > 1:
+            problems.append("the fault rates add up to more than 1")
+        if not self.models or not all(isinstance(m, str) and m for m in self.models):
+            problems.append(f"models must be a non-empty list of names, got {self.models!r}")
+        if not isinstance(self.embedding_dim, int) or not 1 <= self.embedding_dim <= 4096:
+            problems.append(f"embedding_dim must be an int in 1..4096, got {self.embedding_dim!r}")
+        for rule in self.rules:
+            if (
+                not isinstance(rule, (list, tuple))
+                or len(rule) != 2
+                or not all(isinstance(part, str) for part in rule)
+            ):
+                problems.append(f"a rule must be a (regex, reply) pair of strings, got {rule!r}")
+                continue
+            try:
+                re.compile(rule[0])
+            except re.error as exc:
+                problems.append(f"rule regex {rule[0]!r} does not compile: {exc}")
+        if problems:
+            raise ValueError("invalid ServerConfig: " + "; ".join(problems))
+        self.rules = [tuple(rule) for rule in self.rules]  # type: ignore[misc]  # JSON gives lists
+
+    def fault_rates(self) -> dict[str, float]:
+        return {kind: getattr(self, f"rate_{kind}") for kind in FAULT_KINDS}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able part: a hook is live Python and cannot leave the process."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "hook"}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], base: ServerConfig | None = None) -> ServerConfig:
+        known = {f.name for f in fields(cls)} - {"hook"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown ServerConfig field(s) {unknown}; known: {sorted(known)}")
+        return replace(base or cls(), **data)
