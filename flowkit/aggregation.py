@@ -24,7 +24,8 @@ AGGREGATE_LINE = -1
 
 
 def _inputs(agg: AggTask, done: dict[tuple[tuple[str, ...], str], Any]) -> dict[str, Any]:
-    columns = list(zip(*agg.columns, strict=True)) if agg.columns else [()] * len(agg.row_refs)
+    rows = agg.ordered()
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(agg.row_refs)
     by_ref = {ref.text: list(col) for ref, col in zip(agg.row_refs, columns, strict=True)}
     inputs: dict[str, Any] = {}
     for param, ref, literal in agg.node.inputs:

@@ -43,7 +43,8 @@ class ChunkResult:
     rows: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     traces: list[bytes] = field(default_factory=list)
     cache: dict[str, bytes] = field(default_factory=dict)
-    aggregates: list[tuple[list[tuple[Any, ...]], int, int]] = field(default_factory=list)
+    aggregates: list[tuple[list[tuple[Any, ...]], Any, int, int]] = field(default_factory=list)
+    """Per aggregate: its columns, their rows' lines, rows left out, rows skipped."""
     stats: Any = None
 
 
@@ -125,7 +126,7 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         writer.rows,
         writer.traces,
         cache.take_pending() if cache else {},
-        [(a.columns, a.left_out, a.skipped) for a in executor.aggregates],
+        [(a.columns, a.lines, a.left_out, a.skipped) for a in executor.aggregates],
         executor.stats,
     )
     if cache is not None:
@@ -166,6 +167,12 @@ def _parallel_config(backend: str, scheduler: str | None) -> Any:
         except ImportError:
             raise UsageError("--backend ray needs ray", hint="pip install 'ray[default]'") from None
         register_ray()
+        if scheduler:
+            import ray
+
+            # A running cluster's address (ray://host:10001 or host:6379); without one, Ray
+            # starts a local instance on first use, or joins the one RAY_ADDRESS names.
+            ray.init(address=scheduler, ignore_reinit_error=True)
         return joblib.parallel_config(backend="ray"), None
     return joblib.parallel_config(backend=backend), None
 
@@ -180,7 +187,6 @@ def run_distributed(
     chunk_size: int,
 ) -> None:
     """Send ``rows`` to joblib workers in chunks and fold their results into ``executor``."""
-    import joblib
 
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
@@ -188,18 +194,33 @@ def run_distributed(
     writer, cache, stats = executor.writer, executor.cache, executor.stats
     try:
         with config:
-            parallel = joblib.Parallel(
-                n_jobs=job.workers, return_as="generator", pre_dispatch="2*n_jobs"
-            )
-            results = parallel(
-                joblib.delayed(run_chunk)(job, chunk) for chunk in _chunks(rows, chunk_size)
-            )
-            for result in results:
+            chunks = _chunks(rows, chunk_size)
+            for result in _results(job, chunks):
                 _fold(result, writer, cache, executor, stats)
                 executor._tick()
     finally:
         if client is not None:
             client.close()
+
+
+def _results(job: WorkerJob, chunks: Iterator[list[Any]]) -> Iterator[ChunkResult]:
+    """Chunk results in input order, with at most a few chunks out at a time, so memory stays
+    flat however many rows there are."""
+    import joblib
+
+    tasks = (joblib.delayed(run_chunk)(job, chunk) for chunk in chunks)
+    try:
+        parallel = joblib.Parallel(
+            n_jobs=job.workers, return_as="generator", pre_dispatch="2*n_jobs"
+        )
+    except ValueError:
+        # Ray's joblib backend returns whole lists only: hand it a window of chunks at a time.
+        window = 2 * job.workers
+        with joblib.Parallel(n_jobs=job.workers) as batches:
+            while part := list(itertools.islice(tasks, window)):
+                yield from batches(part)
+        return
+    yield from parallel(tasks)
 
 
 def _fold(result: ChunkResult, writer: Any, cache: Any, executor: Any, stats: Any) -> None:
@@ -209,10 +230,11 @@ def _fold(result: ChunkResult, writer: Any, cache: Any, executor: Any, stats: An
         writer.row(index, record)
     if cache is not None and result.cache:
         cache.put_encoded(result.cache)
-    for agg, (columns, left_out, skipped) in zip(
+    for agg, (columns, lines, left_out, skipped) in zip(
         executor.aggregates, result.aggregates, strict=True
     ):
         agg.columns.extend(columns)
+        agg.lines.extend(lines)
         agg.left_out += left_out
         agg.skipped += skipped
     stats.merge(result.stats)

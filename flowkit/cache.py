@@ -44,7 +44,7 @@ def default_cache_dir() -> Path:
 
 
 def node_key(static_key: str, inputs: dict[str, Any]) -> str:
-    # = digest(static, inputs), in one call: this runs for every node of every row.
+    """The sha256 of the node's static key followed by its inputs as canonical JSON."""
     return hashlib.sha256(static_key.encode() + canonical_bytes(inputs)).hexdigest()
 
 
@@ -57,9 +57,9 @@ class Cache:
         self._db = sqlite3.connect(
             self.path, timeout=30, isolation_level=None, check_same_thread=False
         )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=30000")
+        _use_wal(self._db, 30.0)
+        self._db.execute("PRAGMA synchronous=NORMAL")
         # Keys are hashes, so each write lands on its own page of the key index. More pages
         # held in memory (16 MiB, not 2) and fewer checkpoints (every 40 MB of log, not 4) cut
         # the cost of writing an entry to a third in a cache of a few hundred thousand entries.
@@ -201,6 +201,20 @@ class Cache:
             self.flush()
         finally:
             self._db.close()
+
+
+def _use_wal(db: sqlite3.Connection, timeout: float) -> None:
+    """Switch to WAL, waiting out another process doing the same to a new file: that takes
+    an exclusive lock, and SQLite reports it held at once instead of applying busy_timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _create(db: sqlite3.Connection) -> None:

@@ -7,7 +7,6 @@ user's function may return from numpy are turned into plain numbers and lists fi
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import msgspec
@@ -34,13 +33,6 @@ _decoder = msgspec.json.Decoder()
 
 def canonical_bytes(value: Any) -> bytes:
     return _canonical.encode(value)
-
-
-def digest(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part)
-    return h.hexdigest()
 
 
 def dumps(value: Any) -> bytes:

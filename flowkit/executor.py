@@ -1,4 +1,5 @@
-"""Running a validated flow over rows: per-row DAG scheduling, the cache and traces.
+"""Running a validated flow over rows: reading them, running them concurrently, the order of
+the nodes within a row, sub-flows, and each row's output record.
 
 One asyncio loop runs everything. Within a row a node starts as soon as what it reads is done;
 nodes that only compute (python, cache hits) run inline, nodes that wait on I/O (model calls,
@@ -6,8 +7,9 @@ slow functions) become tasks so other nodes and rows proceed meanwhile. Rows run
 to ``concurrency``. A node that raises fails itself and what depends on it, in that row only.
 
 Rows are read a batch at a time so that the batch's cache entries can be fetched together (see
-flowkit.lookahead). The schedules come from flowkit.plan, the row values live in
-flowkit.scope; the aggregates run afterwards (flowkit.aggregation).
+flowkit.lookahead). Each node is run by flowkit.node_runner; the schedules come from
+flowkit.plan, the row values live in flowkit.scope; the aggregates run afterwards
+(flowkit.aggregation).
 """
 
 from __future__ import annotations
@@ -18,20 +20,17 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
-from flowkit import kinds
-from flowkit.cache import MISS, Cache, node_key
-from flowkit.canonical import to_json_value
+from flowkit.cache import Cache
 from flowkit.context import RunContext, RunOptions, Stats
 from flowkit.graph import Flow, Node
-from flowkit.kinds import NodeResult
 from flowkit.lookahead import Lookahead, Row
+from flowkit.node_runner import NodeRunner
 from flowkit.plan import AggTask, Plan, Plans
 from flowkit.plan import collect as _collect
-from flowkit.refs import MissingValue
 from flowkit.runs import RunWriter
-from flowkit.scope import Scope, first_error, read_outputs, value_or_none, when_holds
+from flowkit.scope import Scope, first_error, read_outputs, value_or_none
 from flowkit.scope import has_invalid as _has_invalid
-from flowkit.trace import FAILED, OK, SKIPPED, UPSTREAM_FAILED, ErrorInfo, LlmCall, NodeRecord
+from flowkit.trace import FAILED, OK, ErrorInfo
 
 # Re-exported: flowkit.resume rebuilds scopes and aggregate columns the way a live run does.
 __all__ = ["AggTask", "Executor", "Scope", "_collect", "_has_invalid"]
@@ -41,7 +40,10 @@ BATCH_ROWS = 256
 to serve many rows, few enough that a row's wait before it starts is negligible."""
 
 
-class Executor:
+class Executor(NodeRunner):
+    """Runs a flow over rows: a batch at a time, concurrently, each row's nodes in dependency
+    order (the nodes themselves: NodeRunner)."""
+
     def __init__(
         self,
         flow: Flow,
@@ -51,45 +53,56 @@ class Executor:
         ctx: RunContext,
         on_progress: Callable[[Stats], None] | None = None,
     ) -> None:
-        self.flow, self.options, self.cache, self.writer, self.ctx = (
-            flow,
-            options,
-            cache,
-            writer,
-            ctx,
-        )
+        self.flow, self.options, self.cache = flow, options, cache
+        self.writer, self.ctx = writer, ctx
         self.stats = Stats()
         self.on_progress = on_progress
         self._plans = Plans(flow)
-        self._nodes = self._plans.nodes
         self.aggregates: list[AggTask] = self._plans.aggregates
         self._outputs = list(flow.outputs.items())
         self._lookahead = Lookahead(flow, cache, self._refreshed)
 
     # -- rows ---------------------------------------------------------------------------
     async def run(self, rows: Iterable[Row]) -> None:
-        tasks: set[asyncio.Task[None]] = set()
+        # A slot per row in flight. A semaphore, not asyncio.wait over the running rows: that
+        # re-registers a callback on every one of them each time a row ends, which at a
+        # concurrency of 128 costs more than the row's own bookkeeping.
+        slots = asyncio.Semaphore(self.options.concurrency)
+        running: set[asyncio.Task[None]] = set()
+        broken: list[BaseException] = []
+
+        def finished(task: asyncio.Task[None]) -> None:
+            running.discard(task)
+            slots.release()
+            if not task.cancelled() and task.exception() is not None:
+                broken.append(task.exception())  # type: ignore[arg-type]
+
         last_report = 0.0
         top = self._plans[self.flow]
         for batch in _batches(rows, max(BATCH_ROWS, self.options.concurrency)):
             self._lookahead.fetch(batch)
             for line, inputs, error in batch:
-                if not tasks and not top.waits():
+                if not running and not top.waits():
                     # Nothing waits on I/O: the row runs to its end here, with no task and no
                     # coroutine unless a function turns out slow during it.
                     rest = self._row_now(line, inputs, error)
                     if rest is not None:
                         await rest
                 else:
-                    if len(tasks) >= self.options.concurrency:
-                        _, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                    tasks.add(asyncio.create_task(self._row(line, inputs, error)))
+                    await slots.acquire()
+                    if broken:
+                        raise broken[0]
+                    task = asyncio.create_task(self._row(line, inputs, error))
+                    running.add(task)
+                    task.add_done_callback(finished)
                 now = time.monotonic()
                 if now - last_report > 0.1:
                     last_report = now
                     self._tick()
-        if tasks:
-            await asyncio.gather(*tasks)
+        if running:
+            await asyncio.gather(*running)
+        if broken:
+            raise broken[0]
         self._tick()
 
     def _tick(self) -> None:
@@ -162,7 +175,7 @@ class Executor:
         self.stats.rows += 1
         self.writer.row(line, record)
         for agg in self.aggregates:
-            _collect(agg, scope)
+            _collect(agg, scope, line)
 
     def _run_inline(
         self, plan: Plan, scope: Scope, line: int, prefix: str, begin: int
@@ -229,84 +242,6 @@ class Executor:
                     release(tasks.pop(task))
         return scope
 
-    def _start(
-        self, node: Node, scope: Scope, line: int, prefix: str
-    ) -> Coroutine[Any, Any, None] | None:
-        """Run ``node`` now if it needs no waiting; otherwise return the coroutine that will."""
-        qual = prefix + node.name
-        for dep in node.deps:
-            if scope.status.get(dep) in (FAILED, UPSTREAM_FAILED):
-                info = ErrorInfo("UpstreamFailed", f"upstream node {prefix + dep!r} failed")
-                self._done(node, scope, line, qual, UPSTREAM_FAILED, None, None, error=info)
-                return None
-        start = time.time()
-        ahead = self._lookahead.take(line, qual)
-        try:
-            if node.when is not None and not when_holds(node.when, scope):
-                self._done(node, scope, line, qual, SKIPPED, None, None, start=start)
-                return None
-            if ahead is not None:
-                inputs = ahead[0]
-            else:
-                inputs = {p: (scope.get(r) if r is not None else v) for p, r, v in node.inputs}
-        except MissingValue as err:
-            self._fail(node, scope, line, qual, None, err, start)
-            return None
-        if node.kind == "flow":
-            coro = self._subflow(node, scope, inputs, line, qual, start)
-            if self._waits(node.impl):
-                return coro
-            _drive_now(coro)
-            return None
-        key = None
-        if self.cache is not None and node.spec.cache:
-            key = ahead[1] if ahead is not None else node_key(node.static_key, inputs)
-            # A refreshed node skips the lookup but still stores: the new result replaces the old.
-            refreshed = self.options.refresh and self._refreshed(node, qual)
-            hit = MISS if refreshed else self.cache.get(key)
-            if hit is not MISS:
-                output, meta = hit  # type: ignore[misc]
-                self.stats.cache_hits += 1
-                self._done(
-                    node,
-                    scope,
-                    line,
-                    qual,
-                    OK,
-                    inputs,
-                    output,
-                    start=start,
-                    cache_hit=True,
-                    llm=meta,
-                )
-                return None
-        if not node.is_async:
-            try:
-                result = kinds.get(node.kind).run_sync(node, inputs, self.ctx)
-            except Exception as err:
-                self._fail(node, scope, line, qual, inputs, err, start)
-                return None
-            self._succeed(node, scope, line, qual, inputs, result, key, start)
-            return None
-        return self._run_async(node, scope, inputs, line, qual, key, start)
-
-    async def _run_async(
-        self,
-        node: Node,
-        scope: Scope,
-        inputs: dict[str, Any],
-        line: int,
-        qual: str,
-        key: str | None,
-        start: float,
-    ) -> None:
-        try:
-            result = await kinds.get(node.kind).run(node, inputs, self.ctx)
-        except Exception as err:
-            self._fail(node, scope, line, qual, inputs, err, start)
-            return
-        self._succeed(node, scope, line, qual, inputs, result, key, start)
-
     async def _subflow(
         self, node: Node, scope: Scope, inputs: dict[str, Any], line: int, qual: str, start: float
     ) -> None:
@@ -326,98 +261,6 @@ class Executor:
     def _waits(self, flow: Flow) -> bool:
         """Whether any node in ``flow``'s tree awaits I/O (flow nodes inherit from their tree)."""
         return self._plans[flow].waits()
-
-    def _refreshed(self, node: Node, qual: str) -> bool:
-        return bool(self.options.refresh) and (
-            qual in self.options.refresh or node.name in self.options.refresh
-        )
-
-    def _succeed(
-        self,
-        node: Node,
-        scope: Scope,
-        line: int,
-        qual: str,
-        inputs: dict[str, Any],
-        result: NodeResult,
-        key: str | None,
-        start: float,
-    ) -> None:
-        try:
-            output = to_json_value(result.output)
-        except TypeError as err:
-            self._fail(node, scope, line, qual, inputs, err, start)
-            return
-        self.stats.node_runs += 1
-        if result.llm and result.llm.get("usage"):
-            self.stats.add_usage(qual, result.llm["usage"], result.llm.get("model"))
-        if key is not None and self.cache is not None:
-            self.cache.put(key, output, result.llm)
-        self._done(node, scope, line, qual, OK, inputs, output, start=start, llm=result.llm)
-
-    def _fail(
-        self,
-        node: Node,
-        scope: Scope,
-        line: int,
-        qual: str,
-        inputs: dict[str, Any] | None,
-        err: BaseException,
-        start: float,
-    ) -> None:
-        self.stats.node_failures += 1
-        info = ErrorInfo.from_exception(err)
-        self._done(node, scope, line, qual, FAILED, inputs, None, start=start, error=info)
-
-    def _done(
-        self,
-        node: Node,
-        scope: Scope,
-        line: int,
-        qual: str,
-        status: str,
-        inputs: dict[str, Any] | None,
-        output: Any,
-        *,
-        start: float | None = None,
-        cache_hit: bool = False,
-        error: ErrorInfo | None = None,
-        llm: dict[str, Any] | None = None,
-    ) -> None:
-        scope.status[node.name] = status
-        scope.values[node.name] = output
-        if error is not None and status == FAILED:
-            scope.errors.append((node.name, error))
-        end = time.time()
-        begin = start if start is not None else end
-        # Positional, in NodeRecord's field order: this runs once per node per row.
-        self.writer.trace(
-            NodeRecord(
-                self.writer.run_id,
-                line,
-                qual,
-                node.kind,
-                status,
-                begin,
-                end,
-                end - begin,
-                cache_hit,
-                inputs,
-                output,
-                error,
-                LlmCall(**llm) if llm else None,
-            )
-        )
-
-
-def _drive_now(coro: Coroutine[Any, Any, None]) -> None:
-    """Run a coroutine that never suspends to its end, without the event loop's task machinery."""
-    try:
-        coro.send(None)
-    except StopIteration:
-        return
-    coro.close()
-    raise RuntimeError("a sub-flow expected to run without waiting tried to suspend")
 
 
 def _batches(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:

@@ -5,7 +5,9 @@ them waits; and the aggregate nodes with the per-row values each collects.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from flowkit.graph import Flow, Node
@@ -42,6 +44,8 @@ class AggTask:
     node: Node
     row_refs: list[Ref]
     columns: list[tuple[Any, ...]] = field(default_factory=list)
+    lines: array[int] = field(default_factory=lambda: array("q"))
+    """The row of each entry of ``columns`` (8 bytes a row, not an int object's 28+)."""
     left_out: int = 0
     skipped: int = 0
     """Of the rows left out, those where a `when` skipped what the aggregate reads."""
@@ -50,13 +54,21 @@ class AggTask:
     def prefix(self) -> str:
         return ".".join(self.path) if self.path else self.flow.name
 
+    def ordered(self) -> list[tuple[Any, ...]]:
+        """The columns in input order. Rows finish in any order when they wait on a model;
+        in input order, the aggregate's inputs, and so its cache key, are the same on every
+        run over the same rows."""
+        lines, columns = self.lines, self.columns
+        if len(lines) != len(columns) or all(a < b for a, b in pairwise(lines)):
+            return columns
+        return [columns[i] for i in sorted(range(len(lines)), key=lines.__getitem__)]
+
 
 class Plans:
-    """The plans of a flow tree, its non-flow nodes and its aggregate tasks."""
+    """The plans of a flow tree and its aggregate tasks."""
 
     def __init__(self, flow: Flow) -> None:
         self.by_flow: dict[int, Plan] = {}
-        self.nodes: list[Node] = []
         self.aggregates: list[AggTask] = []
         self._add(flow, ())
 
@@ -72,7 +84,6 @@ class Plans:
                 tree += self._add(node.impl, (*path, name))
             else:
                 tree.append(node)
-                self.nodes.append(node)
         if id(flow) not in self.by_flow:
             self.by_flow[id(flow)] = _schedule(flow, tree)
         for name in flow.aggregate_order:
@@ -105,8 +116,9 @@ def _schedule(flow: Flow, tree: list[Node]) -> Plan:
     return Plan(roots, counts, dependents, order, tree)
 
 
-def collect(agg: AggTask, scope: Scope) -> None:
-    """Add one finished row's values to an aggregate's columns, or count the row left out."""
+def collect(agg: AggTask, scope: Scope, line: int | None = None) -> None:
+    """Add one finished row's values (of row ``line``) to an aggregate's columns, or count the
+    row left out. Without a line, the columns keep the order they were collected in."""
     for step in agg.path:
         child = scope.children.get(step)
         if child is None:
@@ -126,3 +138,5 @@ def collect(agg: AggTask, scope: Scope) -> None:
             agg.left_out += 1
             return
     agg.columns.append(tuple(values))
+    if line is not None:
+        agg.lines.append(line)

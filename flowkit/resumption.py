@@ -83,7 +83,7 @@ def prepare(run_dir: Path, flow: Flow, executor: Executor) -> set[int]:
         stats.invalid += row.invalid
         scope = _scope(flow, row)
         for agg in executor.aggregates:
-            _collect(agg, scope)
+            _collect(agg, scope, line)
     return kept
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import sqlite3
 import sys
@@ -13,7 +14,7 @@ from support import traces_by, write, write_jsonl
 
 import flowkit
 from flowkit.api import RunResult
-from flowkit.cache import MISS, Cache, default_cache_dir, node_key
+from flowkit.cache import MISS, SCHEMA, Cache, default_cache_dir, node_key
 from flowkit.testing.server import LocalServer
 
 # ------------------------------------------------------------------------------ the store
@@ -58,6 +59,94 @@ def test_node_key_depends_on_inputs_not_their_order() -> None:
     assert node_key("s", {"a": 1}) != node_key("s", {"a": 2})
     assert node_key("s", {"a": 1}) != node_key("t", {"a": 1})
     assert node_key("s", {"a": 1}) != node_key("s", {"a": 1.5})
+
+
+def _statements(cache: Cache) -> list[str]:
+    """The SQL statements ``cache`` sends from now on."""
+    sent: list[str] = []
+    cache._db.set_trace_callback(sent.append)
+    return sent
+
+
+def _filled(path: Path, count: int) -> list[str]:
+    keys = [node_key("s", {"i": i}) for i in range(count)]
+    cache = Cache(path)
+    for i, key in enumerate(keys):
+        cache.put(key, {"i": i})
+    cache.close()
+    return keys
+
+
+def test_prefetch_answers_hits_and_misses_from_memory(tmp_path: Path) -> None:
+    keys = _filled(tmp_path, 10)
+    cache = Cache(tmp_path)
+    cache.prefetch({keys[2], keys[5], "absent"})
+    sent = _statements(cache)
+    assert cache.get(keys[2]) == ({"i": 2}, None)
+    assert cache.get(keys[5]) == ({"i": 5}, None)
+    assert cache.get("absent") is MISS
+    assert sent == [] and (cache.hits, cache.misses) == (2, 1)
+    assert cache.get(keys[7]) == ({"i": 7}, None)  # not prefetched: looked up on its own
+    assert len(sent) == 1
+    cache.close()
+
+
+def test_a_rerun_in_write_order_reads_ranges_not_keys(tmp_path: Path) -> None:
+    keys = _filled(tmp_path, 3000)
+    cache = Cache(tmp_path)
+    sent = _statements(cache)
+    for start in range(0, 3000, 300):
+        cache.prefetch(set(keys[start : start + 300]))
+        for i in range(start, start + 300):
+            assert cache.get(keys[i]) == ({"i": i}, None)
+    by_key = [s for s in sent if " IN (" in s]
+    assert len(by_key) == 1, "only the first batch, before there is a place to read from"
+    assert len(sent) == 10
+    cache.close()
+
+
+def test_prefetch_in_any_order_gives_what_get_alone_gives(tmp_path: Path) -> None:
+    keys = _filled(tmp_path, 1200)
+    rng = random.Random(1)
+    asked = [*rng.sample(keys, 900), *(node_key("other", {"i": i}) for i in range(100))]
+    rng.shuffle(asked)
+    ahead, alone = Cache(tmp_path), Cache(tmp_path)
+    for start in range(0, len(asked), 128):
+        batch = asked[start : start + 128]
+        ahead.prefetch(set(batch))
+        assert [ahead.get(k) for k in batch] == [alone.get(k) for k in batch]
+    assert (ahead.hits, ahead.misses) == (alone.hits, alone.misses) == (900, 100)
+    ahead.close()
+    alone.close()
+
+
+def test_a_key_missed_by_a_prefetch_is_found_once_written(tmp_path: Path) -> None:
+    cache = Cache(tmp_path, flush_every=1)
+    cache.prefetch({"k"})
+    assert cache.get("k") is MISS
+    cache.put("k", 1)  # flushed at once: no longer pending
+    assert cache.get("k") == (1, None)
+    cache.close()
+
+
+def test_a_cache_written_by_schema_1_is_migrated(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "cache.sqlite")
+    db.execute(
+        "CREATE TABLE entries (key TEXT PRIMARY KEY, value BLOB NOT NULL, created REAL NOT NULL)"
+        " WITHOUT ROWID"
+    )
+    db.execute("CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT)")
+    db.execute("INSERT INTO meta VALUES ('schema', '1')")
+    db.execute("INSERT INTO entries VALUES ('old', CAST('{\"o\":[1]}' AS BLOB), 1.0)")
+    db.commit()
+    db.close()
+    cache = Cache(tmp_path)
+    assert cache.get("old") == ([1], None)
+    tables = {r[0] for r in cache._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "entries" not in tables
+    assert cache._db.execute("SELECT v FROM meta WHERE k='schema'").fetchone() == (str(SCHEMA),)
+    cache.close()
+    assert Cache(tmp_path).get("old") == ([1], None)  # and opening it again changes nothing
 
 
 def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -251,6 +251,32 @@ def test_aggregates_use_the_rows_that_succeeded(tmp_path: Path, nodes: Path) -> 
     assert agg[0]["inputs"] == {"values": {"rows": 7, "first": [0, 1, 2, 4, 5]}}
 
 
+def test_aggregates_see_rows_in_input_order_whatever_order_they_finish_in(
+    tmp_path: Path, nodes: Path
+) -> None:
+    flow = write(
+        tmp_path / "late.yaml",
+        """
+        name: late
+        inputs: {x: {type: integer}, wait: {type: number}}
+        outputs: {y: ${n.output}}
+        nodes:
+          - {name: n, type: python, source: nodes.py, function: nap,
+             inputs: {x: ${inputs.x}, seconds: ${inputs.wait}}}
+          - {name: m, type: aggregate, source: nodes.py, function: mean,
+             inputs: {values: ${n.output}}}
+        """,
+    )
+    # Later rows wait less, so rows finish last to first.
+    data = write_jsonl(tmp_path / "d.jsonl", [{"x": i, "wait": 0.02 * (6 - i)} for i in range(6)])
+    first = run(flow, data, tmp_path)
+    records = [t for t in first.traces() if t["line"] == -1]
+    assert records[0]["inputs"] == {"values": {"rows": 6, "first": [0, 1, 2, 3, 4]}}
+    # So the aggregate's inputs, and its cache key, are the same on a rerun: it is a hit.
+    again = run(flow, data, tmp_path)
+    assert [t["cache_hit"] for t in again.traces() if t["line"] == -1] == [True]
+
+
 def test_a_failing_aggregate_is_reported_not_fatal(tmp_path: Path, nodes: Path) -> None:
     flow = write(
         tmp_path / "agg.yaml",
@@ -424,3 +450,18 @@ def test_use_nodes_run_with_their_overrides(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", [{"v": 2}])
     result = run(FIXTURES / "use_node.yaml", data, tmp_path)
     assert [r["outputs"] for r in result.rows()] == [{"default_factor": 20, "overridden": 6}]
+
+
+def test_rows_read_before_a_read_error_still_come_out_in_a_batch() -> None:
+    from flowkit.executor import _batches
+
+    def rows() -> Any:
+        for i in range(5):
+            yield i, {"x": i}, None
+        raise OSError("disk gone")
+
+    it = _batches(rows(), 3)
+    assert [line for line, _, _ in next(it)] == [0, 1, 2]
+    assert [line for line, _, _ in next(it)] == [3, 4]
+    with pytest.raises(OSError, match="disk gone"):
+        next(it)

@@ -111,10 +111,11 @@ def test_keys_never_reach_run_folders_the_cache_or_the_terminal(
     flowkit("runs")
     flowkit("compare", "file-ok", "env-ok")
     flowkit("compare", "file-ok", "file-denied", "--json")
-    if "report" in main.commands:  # the HTML report, where this flowkit has one
-        flowkit("report", "echoed", "-o", "echoed.html")
-        flowkit("report", "file-ok", "--compare", "env-ok", "-o", "compared.html")
-        assert "upstream refused the key ****" in (project / "echoed.html").read_text("utf-8")
+    flowkit("report", "echoed", "-o", "echoed.html")
+    flowkit("report", "file-ok", "--compare", "env-ok", "-o", "compared.html")
+    flowkit("export-otel", "echoed", "--console")  # the spans, printed
+    flowkit("export-otel", "file-ok", "--console")
+    assert "upstream refused the key ****" in (project / "echoed.html").read_text("utf-8")
 
     # A broken project file is reported without quoting its values.
     (project / "flowkit.yaml").write_text(
