@@ -56,7 +56,9 @@ def pages(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(pages: dict[str, Path]) -> Iterator[Any]:
+    # The pages (and the runs behind them) come first: the sync playwright API keeps an asyncio
+    # loop running in this thread, and a flow run inside it could not start its own.
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
