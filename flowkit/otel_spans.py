@@ -36,6 +36,18 @@ GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+# The chat params flowkit passes through, under the conventions' request attribute names.
+_REQUEST_PARAMS = {
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "max_tokens": "gen_ai.request.max_tokens",
+    "max_completion_tokens": "gen_ai.request.max_tokens",
+    "seed": "gen_ai.request.seed",
+    "frequency_penalty": "gen_ai.request.frequency_penalty",
+    "presence_penalty": "gen_ai.request.presence_penalty",
+    "stop": "gen_ai.request.stop_sequences",
+    "n": "gen_ai.request.choice.count",
+}
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 # Stable conventions for failures.
@@ -57,8 +69,14 @@ class _Error(msgspec.Struct):
     traceback: str | None = None
 
 
+class _Request(msgspec.Struct):
+    model: str = ""
+    params: dict[str, Any] = {}
+
+
 class _Llm(msgspec.Struct):
     model: str = ""
+    request: _Request | None = None
     usage: dict[str, int] = {}
     finish_reason: str | None = None
     attempts: int = 1
@@ -344,11 +362,16 @@ class SpanBuilder:
         if llm is None:  # failed before any reply: the trace keeps no model
             return attrs
         if llm.model:
-            # The trace keeps the model the server named in its reply (the requested name when
-            # it named none), which is the name the request was made with in all but dated
-            # aliases; it is the only model name a run folder has.
-            attrs[GEN_AI_REQUEST_MODEL] = llm.model
             attrs[GEN_AI_RESPONSE_MODEL] = llm.model
+        # Traces before `request` was recorded keep only the answering model; the request
+        # used the same name in all but dated aliases.
+        requested = llm.request.model if llm.request and llm.request.model else llm.model
+        if requested:
+            attrs[GEN_AI_REQUEST_MODEL] = requested
+        for param, value in (llm.request.params if llm.request else {}).items():
+            name = _REQUEST_PARAMS.get(param)
+            if name is not None and isinstance(value, (int, float, str, list)):
+                attrs[name] = value
         if llm.finish_reason:
             attrs[GEN_AI_RESPONSE_FINISH_REASONS] = [llm.finish_reason]
         if rec.kind == "llm":

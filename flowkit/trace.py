@@ -31,11 +31,14 @@ class ErrorInfo(msgspec.Struct, omit_defaults=True):
 
 class LlmCall(msgspec.Struct):
     model: str
+    """The model that answered, as the server named it."""
     messages: list[dict[str, Any]]
     usage: dict[str, int] = {}
     finish_reason: str | None = None
     attempts: int = 1
     raw: Any = None
+    request: dict[str, Any] | None = None
+    """What was asked for: the configured model name and the sampling params actually sent."""
 
 
 class NodeRecord(msgspec.Struct):

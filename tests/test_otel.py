@@ -163,6 +163,11 @@ def test_span_tree_timings_and_genai_attributes(judged: Any) -> None:
         assert attrs[gen_ai.GEN_AI_PROVIDER_NAME] == "openai"
         assert attrs[gen_ai.GEN_AI_REQUEST_MODEL] == rec["llm"]["model"] == "flowkit-test"
         assert attrs[gen_ai.GEN_AI_RESPONSE_MODEL] == "flowkit-test"
+        assert attrs[gen_ai.GEN_AI_REQUEST_TEMPERATURE] == 0  # both judges ask for 0
+        # The built-in groundedness judge also caps the reply; the top-level judge does not.
+        assert attrs.get(gen_ai.GEN_AI_REQUEST_MAX_TOKENS) == (
+            300 if rec["node"] == "g.judge" else None
+        )
         usage = rec["llm"]["usage"]
         assert attrs[gen_ai.GEN_AI_USAGE_INPUT_TOKENS] == usage["prompt_tokens"] > 0
         assert attrs[gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS] == usage["completion_tokens"] > 0
@@ -416,6 +421,10 @@ def test_attribute_names_are_the_semantic_conventions() -> None:
     assert otel.GEN_AI_RESPONSE_FINISH_REASONS == gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
     assert otel.GEN_AI_USAGE_INPUT_TOKENS == gen_ai.GEN_AI_USAGE_INPUT_TOKENS
     assert otel.GEN_AI_USAGE_OUTPUT_TOKENS == gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS
+    from flowkit.otel_spans import _REQUEST_PARAMS
+
+    known = {getattr(gen_ai, n) for n in dir(gen_ai) if n.startswith("GEN_AI_REQUEST_")}
+    assert set(_REQUEST_PARAMS.values()) <= known
     assert {o.value for o in gen_ai.GenAiOperationNameValues} >= {"chat", "embeddings"}
     assert "openai" in {p.value for p in gen_ai.GenAiProviderNameValues}
 

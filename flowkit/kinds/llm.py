@@ -122,6 +122,7 @@ class LlmKind(Kind):
                 usage[k] = usage.get(k, 0) + v
         meta = {
             "model": done[0][1]["model"] if done else node.impl.endpoint.model,
+            "request": done[0][1]["request"] if done else None,
             "messages": [{"item": i, "messages": m["messages"]} for i, (_, m) in enumerate(done)],
             "usage": usage,
             "finish_reason": done[-1][1]["finish_reason"] if done else None,
@@ -156,6 +157,7 @@ async def _ask(node: Node, inputs: dict[str, Any], ctx: Any) -> tuple[Any, dict[
         params["seed"] = int(params.get("seed") or 0) + 1
     meta = {
         "model": result.model,
+        "request": {"model": endpoint.model, "params": params},
         "messages": messages,
         "usage": usage,
         "finish_reason": result.finish_reason,
