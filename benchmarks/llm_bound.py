@@ -14,46 +14,14 @@ server's replies are too when it shares the cores.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
-import time
 from pathlib import Path
 
-import flowkit
-from flowkit.llm import load_settings, reset_schedulers
+from common import timed_groundedness, write_rows
+
 from flowkit.testing.server import ServerConfig, serve_subprocess
 
 TARGET = 0.90
-
-
-def make_data(path: Path, rows: int) -> None:
-    with open(path, "w") as f:
-        for i in range(rows):
-            f.write(json.dumps({"context": f"Fact {i}.", "answer": f"Answer {i}."}) + "\n")
-
-
-def run_at(concurrency: int, rows: int, base_url: str, root: Path) -> float:
-    """Seconds to run ``rows`` rows at ``concurrency``."""
-    folder = root / f"c{concurrency}"
-    folder.mkdir()
-    # The connection's own in-flight limit must not be the bottleneck being measured.
-    (folder / "flowkit.yaml").write_text(
-        "default_model: flowkit-test\nconnections:\n"
-        f"  local: {{base_url: '{base_url}', concurrency: {concurrency}, max_retries: 2}}\n"
-    )
-    reset_schedulers()
-    start = time.perf_counter()
-    result = flowkit.run(
-        "groundedness",
-        root / "rows.jsonl",
-        settings=load_settings(folder, env={}),
-        use_cache=False,
-        concurrency=concurrency,
-        output=folder / "run",
-    )
-    elapsed = time.perf_counter() - start
-    assert result.counts["succeeded"] == rows, result.counts
-    return elapsed
 
 
 def main() -> None:
@@ -65,11 +33,18 @@ def main() -> None:
     ratios = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        make_data(root / "rows.jsonl", args.rows)
+        data = write_rows(root / "rows.jsonl", args.rows)
         with serve_subprocess(ServerConfig(latency=args.latency)) as srv:
             for concurrency in args.concurrency:
                 srv.reset()
-                elapsed = run_at(concurrency, args.rows, srv.base_url, root)
+                elapsed = timed_groundedness(
+                    data,
+                    args.rows,
+                    root / f"c{concurrency}",
+                    srv.base_url,
+                    concurrency,
+                    max_retries=2,
+                )
                 requests = srv.stats()["chat_completions"]
                 assert requests == args.rows, (requests, args.rows)
                 rate = args.rows / elapsed

@@ -25,6 +25,7 @@ from flowkit.runner import Interrupted, RunResult, check_every_row, execute, mak
 from flowkit.runs import (
     RUNNING,
     RunWriter,
+    claimed,
     effective_status,
     iso,
     new_run_dir,
@@ -140,13 +141,24 @@ def resume(
     recomputed over all rows. The flow and the data must be what the run used.
     """
     run_dir = resolve_run_dir(run, Path(runs_root))
-    info = read_run_info(run_dir)
-    status = effective_status(info)
-    where = f"run {run_dir.name!r}"
-    if status == RUNNING:
-        raise UsageError(
-            f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
-        )
+    with claimed(run_dir):  # read run.json under the claim: another resume may just have ended
+        info = read_run_info(run_dir)
+        where = f"run {run_dir.name!r}"
+        if effective_status(info) == RUNNING:
+            raise UsageError(
+                f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
+            )
+        return _resume(run_dir, info, where, concurrency, settings, on_progress)
+
+
+def _resume(
+    run_dir: Path,
+    info: dict[str, Any],
+    where: str,
+    concurrency: int | None,
+    settings: Any,
+    on_progress: Callable[[Stats], None] | None,
+) -> RunResult:
     inv = info.get("invocation")
     if not inv:
         raise UsageError(f"{where} does not record how it was started, so it cannot be resumed")

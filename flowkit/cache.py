@@ -188,9 +188,13 @@ class Cache:
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
-        # Written now, so no longer misses (a later row with the same inputs must find them).
+        # Written now, so no longer misses (a later row with the same inputs must find them), and
+        # what was read ahead for these keys is stale (a --refresh replaced it).
         for absent in self._absent:
             absent.difference_update(self._pending)
+        for ahead in self._ahead:
+            for key in self._pending.keys() & ahead.keys():
+                ahead[key] = self._pending[key]
         self._pending.clear()
 
     def count(self) -> int:

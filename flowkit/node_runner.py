@@ -23,7 +23,7 @@ from flowkit.lookahead import Lookahead
 from flowkit.refs import MissingValue
 from flowkit.runs import RunWriter
 from flowkit.scope import Scope, when_holds
-from flowkit.trace import FAILED, OK, SKIPPED, UPSTREAM_FAILED, ErrorInfo, LlmCall, NodeRecord
+from flowkit.trace import FAILED, OK, SKIPPED, UPSTREAM_FAILED, ErrorInfo, NodeRecord, llm_call
 
 
 class NodeRunner:
@@ -203,7 +203,7 @@ class NodeRunner:
                 inputs,
                 output,
                 error,
-                LlmCall(**llm) if llm else None,
+                llm_call(llm) if llm else None,
             )
         )
 

@@ -102,6 +102,22 @@
     return el("ul", { class: "notes" + (info ? " info" : "") }, ...notes.map((n) => el("li", null, n)));
   }
 
+  // The small tables (comparison, errors, nodes) all take this one form: a plain table, a header
+  // row whose cells are right-aligned where isRight(index) says (over the numeric columns), and
+  // the rows the caller built. The rows table is not one of them: it sorts and redraws its head.
+  function plainTable(id, headers, isRight, rows) {
+    return el(
+      "table",
+      { class: "plain", id },
+      el(
+        "thead",
+        null,
+        el("tr", null, ...headers.map((h, i) => el("th", { class: isRight(i) ? "r" : null }, h))),
+      ),
+      el("tbody", null, ...rows),
+    );
+  }
+
   // -- metric cards -----------------------------------------------------------------------------
   const CHIP_KEYS = new Set(["pass_rate", "invalid"]);
 
@@ -309,25 +325,13 @@
     if (C.only_b) facts.push(`${plural(C.only_b, "row")} only in B.`);
     const parts = [el("p", { class: "muted" }, facts.join(" ")), noteList(C.notes)];
     if (C.metrics.length) {
-      const t = el("table", { class: "plain", id: "compare-metrics" });
-      t.append(
-        el(
-          "thead",
-          null,
-          el(
-            "tr",
-            null,
-            ...["output", "rows", "mean A", "mean B", "Δ (B − A)", C.confidence + " CI", "", "verdict"].map(
-              (h, i) => el("th", { class: i >= 1 && i <= 5 ? "r" : null }, h),
-            ),
-          ),
-        ),
-      );
-      const tb = el("tbody");
-      for (const m of C.metrics) {
-        const rows = m.n.toLocaleString("en-US") + (m.missing ? ` (${m.missing} lack a value)` : "");
-        tb.append(
-          el(
+      const t = plainTable(
+        "compare-metrics",
+        ["output", "rows", "mean A", "mean B", "Δ (B − A)", C.confidence + " CI", "", "verdict"],
+        (i) => i >= 1 && i <= 5,
+        C.metrics.map((m) => {
+          const rows = m.n.toLocaleString("en-US") + (m.missing ? ` (${m.missing} lack a value)` : "");
+          return el(
             "tr",
             { "data-output": m.name },
             el(
@@ -343,33 +347,20 @@
             el("td", { class: "r" }, m.ci),
             el("td", null, ciPlot(m)),
             el("td", null, pill(m.verdict, verdictClass[m.verdict] || "same")),
-          ),
-        );
-      }
-      t.append(tb);
+          );
+        }),
+      );
       parts.push(el("div", { class: "panel" }, t));
     }
     const side = el("div", { class: "grid2", style: "margin-top:14px" });
     if (C.changes.length) {
-      const t = el("table", { class: "plain", id: "compare-changes" });
-      t.append(
-        el(
-          "thead",
-          null,
-          el(
-            "tr",
-            null,
-            ...["output", C.key || "row", "A", "B", "Δ"].map((h, i) =>
-              el("th", { class: i >= 2 ? "r" : null }, h),
-            ),
-          ),
-        ),
-      );
-      const tb = el("tbody");
-      for (const ch of C.changes) {
-        const who = C.key ? `${ch.key} (row ${ch.line_a})` : "row " + ch.line_a;
-        tb.append(
-          el(
+      const t = plainTable(
+        "compare-changes",
+        ["output", C.key || "row", "A", "B", "Δ"],
+        (i) => i >= 2,
+        C.changes.map((ch) => {
+          const who = C.key ? `${ch.key} (row ${ch.line_a})` : "row " + ch.line_a;
+          return el(
             "tr",
             { class: "link", title: "open row " + ch.line_a + "'s trace", onclick: () => openRow(ch.line_a) },
             el("td", null, ch.metric),
@@ -377,26 +368,19 @@
             el("td", { class: "r" }, ch.a),
             el("td", { class: "r" }, ch.b),
             el("td", { class: "r " + (ch.regression ? "delta-bad" : "delta-good") }, ch.delta),
-          ),
-        );
-      }
-      t.append(tb);
+          );
+        }),
+      );
       side.append(
         el("div", { class: "panel" }, el("h3", null, "Rows that changed most (regressions first)"), t),
       );
     }
     if (C.aggregates.length) {
-      const t = el("table", { class: "plain", id: "compare-aggregates" });
-      t.append(
-        el(
-          "thead",
-          null,
-          el("tr", null, ...["metric", "A", "B", "Δ"].map((h, i) => el("th", { class: i ? "r" : null }, h))),
-        ),
-      );
-      const tb = el("tbody");
-      for (const g of C.aggregates) {
-        tb.append(
+      const t = plainTable(
+        "compare-aggregates",
+        ["metric", "A", "B", "Δ"],
+        (i) => i >= 1,
+        C.aggregates.map((g) =>
           el(
             "tr",
             null,
@@ -405,9 +389,8 @@
             el("td", { class: "r" }, g.b),
             el("td", { class: "r" }, g.delta),
           ),
-        );
-      }
-      t.append(tb);
+        ),
+      );
       side.append(el("div", { class: "panel" }, el("h3", null, "Metrics side by side"), t));
     }
     if (side.childNodes.length) parts.push(side);
@@ -417,24 +400,18 @@
   // -- errors and nodes --------------------------------------------------------------------------
   function errorsSection() {
     if (!DATA.errors.length) return null;
-    const t = el("table", { class: "plain", id: "errors" });
-    t.append(
-      el(
-        "thead",
-        null,
-        el("tr", null, ...["node", "type", "count", "rows", "example"].map((h) => el("th", null, h))),
-      ),
-    );
-    const tb = el("tbody");
-    for (const g of DATA.errors) {
-      const lines = el("td");
-      g.lines.forEach((line, i) => {
-        if (i) lines.append(", ");
-        lines.append(el("button", { class: "linklike", onclick: () => openRow(line) }, line));
-      });
-      if (g.count > g.lines.length) lines.append(", …");
-      tb.append(
-        el(
+    const t = plainTable(
+      "errors",
+      ["node", "type", "count", "rows", "example"],
+      () => false,
+      DATA.errors.map((g) => {
+        const lines = el("td");
+        g.lines.forEach((line, i) => {
+          if (i) lines.append(", ");
+          lines.append(el("button", { class: "linklike", onclick: () => openRow(line) }, line));
+        });
+        if (g.count > g.lines.length) lines.append(", …");
+        return el(
           "tr",
           null,
           el("td", { class: "mono" }, g.node),
@@ -442,33 +419,20 @@
           el("td", { class: "r" }, g.count),
           lines,
           el("td", { class: "delta-bad" }, g.example),
-        ),
-      );
-    }
-    t.append(tb);
+        );
+      }),
+    );
     return section("errors", "Errors", "grouped by node and type", el("div", { class: "panel" }, t));
   }
 
   function nodesSection() {
     const parts = [];
     if (DATA.slowest.length) {
-      const t = el("table", { class: "plain" });
-      t.append(
-        el(
-          "thead",
-          null,
-          el(
-            "tr",
-            null,
-            ...["node", "kind", "runs", "total s", "mean s"].map((h, i) =>
-              el("th", { class: i >= 2 ? "r" : null }, h),
-            ),
-          ),
-        ),
-      );
-      const tb = el("tbody");
-      for (const s of DATA.slowest) {
-        tb.append(
+      const t = plainTable(
+        null,
+        ["node", "kind", "runs", "total s", "mean s"],
+        (i) => i >= 2,
+        DATA.slowest.map((s) =>
           el(
             "tr",
             null,
@@ -478,30 +442,17 @@
             el("td", { class: "r" }, s.total.toFixed(3)),
             el("td", { class: "r" }, s.mean.toFixed(4)),
           ),
-        );
-      }
-      t.append(tb);
+        ),
+      );
       parts.push(el("div", { class: "panel" }, el("h3", null, "Slowest nodes (cache hits left out)"), t));
     }
     if (RUN.tokens_by_node.length) {
-      const t = el("table", { class: "plain" });
-      t.append(
-        el(
-          "thead",
-          null,
-          el(
-            "tr",
-            null,
-            ...["node", "model", "calls", "prompt", "completion", "≈ USD"].map((h, i) =>
-              el("th", { class: i >= 2 ? "r" : null }, h),
-            ),
-          ),
-        ),
-      );
-      const tb = el("tbody");
-      for (const u of RUN.tokens_by_node) {
-        const n = (v) => el("td", { class: "r" }, Number(v).toLocaleString("en-US"));
-        tb.append(
+      const n = (v) => el("td", { class: "r" }, Number(v).toLocaleString("en-US"));
+      const t = plainTable(
+        null,
+        ["node", "model", "calls", "prompt", "completion", "≈ USD"],
+        (i) => i >= 2,
+        RUN.tokens_by_node.map((u) =>
           el(
             "tr",
             null,
@@ -512,9 +463,8 @@
             n(u.completion),
             el("td", { class: "r" }, u.usd === null ? "—" : u.usd.toFixed(4)),
           ),
-        );
-      }
-      t.append(tb);
+        ),
+      );
       parts.push(el("div", { class: "panel" }, el("h3", null, "Tokens by node"), t));
     }
     if (!parts.length) return null;

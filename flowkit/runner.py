@@ -145,61 +145,51 @@ def make_job(
 
 
 def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
-    """Stream the rows through the executor, aggregate, and close the folder honestly."""
+    """Stream the rows through the executor, aggregate, and close the folder honestly.
+
+    The folder exists (status running) before this is called, so everything that can fail,
+    opening the cache included, happens inside the block that closes it with a true status.
+    """
     flow, options = job.flow, job.options
-    use_cache = options.use_cache
-    cache = (
-        Cache(Path(job.cache_dir) if job.cache_dir else default_cache_dir()) if use_cache else None
-    )
+    cache: Cache | None = None
+    executor: Executor | None = None
+    status, metrics, agg_info = FAILED, None, {}
+    ready = False  # the executor holds every kept row: aggregates over it are meaningful
+    t0 = time.monotonic()
 
     def progress(stats: Stats) -> None:
         writer.heartbeat(_counts(stats, cache))
         if job.on_progress is not None:
             job.on_progress(stats)
 
-    executor = Executor(flow, options, cache, writer, job.ctx, progress)
-    status, metrics, agg_info = FAILED, None, {}
-    t0 = time.monotonic()
     try:
+        if options.use_cache:
+            cache = Cache(Path(job.cache_dir) if job.cache_dir else default_cache_dir())
+        executor = Executor(flow, options, cache, writer, job.ctx, progress)
         done: set[int] = set()
         if kept is not None:
             done = prepare(kept, flow, executor)
             writer.resume_after(done)
-        rows = _mapped_rows(job.data_path, job.maps, job.limit, skip=done)
-        if job.backend == "local":
-            asyncio.run(_drive(executor, rows))
-        else:
-            from flowkit.backends import WorkerJob, run_distributed
-
-            worker_job = WorkerJob(
-                flow.sources,
-                options,
-                job.model,
-                job.connection,
-                job.cache_dir,
-                writer.run_id,
-                job.workers,
-            )
-            run_distributed(
-                executor,
-                rows,
-                worker_job,
-                backend=job.backend,
-                scheduler=job.scheduler,
-                chunk_size=job.chunk_size,
-            )
+        ready = True
+        _run_rows(job, executor, writer, _mapped_rows(job.data_path, job.maps, job.limit, done))
         status = COMPLETED
     except KeyboardInterrupt:
         status = INTERRUPTED
     finally:
         try:
-            if status != FAILED:
-                metrics, agg_info = run_aggregates(executor)
+            # After Ctrl-C the finished rows still get their metrics; after a crash, none.
+            if ready and status != FAILED:
+                metrics, agg_info = run_aggregates(executor)  # type: ignore[arg-type]
+        except KeyboardInterrupt:
+            status, metrics = INTERRUPTED, None
+        except BaseException:
+            status, metrics = FAILED, None
+            raise
         finally:
             if cache is not None:
                 cache.close()
             job.ctx.threads.shutdown(wait=False, cancel_futures=True)
-            stats = executor.stats
+            stats = executor.stats if executor is not None else Stats()
             counts = _counts(stats, cache)
             writer.close(
                 status,
@@ -213,8 +203,33 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             )
     if status == INTERRUPTED:
         raise Interrupted(writer.dir)
-    return RunResult(
-        writer.dir, status, metrics or {}, counts, executor.stats.token_totals(), writer.info
+    return RunResult(writer.dir, status, metrics or {}, counts, stats.token_totals(), writer.info)
+
+
+def _run_rows(
+    job: Job, executor: Executor, writer: RunWriter, rows: Iterator[tuple[int, Any, Any]]
+) -> None:
+    if job.backend == "local":
+        asyncio.run(_drive(executor, rows))
+        return
+    from flowkit.backends import WorkerJob, run_distributed
+
+    worker_job = WorkerJob(
+        job.flow.sources,
+        job.options,
+        job.model,
+        job.connection,
+        job.cache_dir,
+        writer.run_id,
+        job.workers,
+    )
+    run_distributed(
+        executor,
+        rows,
+        worker_job,
+        backend=job.backend,
+        scheduler=job.scheduler,
+        chunk_size=job.chunk_size,
     )
 
 

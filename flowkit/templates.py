@@ -101,13 +101,15 @@ def _compile(source: str) -> tuple[Any, frozenset[str]]:
 def _check_private(ast: nodes.Template) -> None:
     """Refuse at load time what the sandbox would refuse on every row: `x.__class__` and kin.
 
-    Names starting with '_' are how templates climb out to Python internals, and no prompt needs
-    them; a name built from data at run time is still stopped by the sandbox itself.
+    Dunder names are how templates climb out to Python internals, and no prompt needs them. A
+    single leading '_' is left alone: `doc._id` and `doc["_id"]` are ordinary keys of exported
+    data; a private attribute of an object, or a name built from data, is still stopped by the
+    sandbox itself, on the row.
     """
     found: list[tuple[int, str]] = []
     for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
         key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
-        if isinstance(key, str) and key.startswith("_"):
+        if isinstance(key, str) and key.startswith("__"):
             found.append((node.lineno, key))
     if found:
         line = min(n for n, _ in found)
@@ -115,7 +117,7 @@ def _check_private(ast: nodes.Template) -> None:
         keys = dict.fromkeys(k for n, k in reversed(found) if n == line)
         raise PromptSyntaxError(
             f"the template reads {', '.join(map(repr, keys))}; the sandbox forbids names "
-            "that start with '_'",
+            "that start with '__'",
             line,
         )
 

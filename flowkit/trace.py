@@ -60,6 +60,15 @@ class NodeRecord(msgspec.Struct):
     v: int = TRACE_VERSION
 
 
+_LLM_FIELDS = frozenset(LlmCall.__struct_fields__)
+
+
+def llm_call(meta: dict[str, Any]) -> LlmCall:
+    """An LlmCall from a call's metadata, which may come from a cache entry written by another
+    flowkit version: fields this version does not know are dropped, not fatal."""
+    return LlmCall(**{k: v for k, v in meta.items() if k in _LLM_FIELDS})
+
+
 _encoder = msgspec.json.Encoder(enc_hook=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
 _decoder = msgspec.json.Decoder(NodeRecord)
 

@@ -1,10 +1,15 @@
-"""Small helpers shared by the engine tests: writing flows and data, reading run folders."""
+"""Small helpers shared by the engine tests: writing flows and data, reading run folders,
+starting `flowkit` as a process of its own."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,25 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text("utf-8"))
+
+
+def start_flowkit(
+    cwd: Path, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """`flowkit ARGS` as a real process in ``cwd``, with ``env`` added to this environment and
+    this checkout's flowkit first on its path; stdout and stderr are captured as text."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [sys.executable, "-m", "flowkit.cli", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": path, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A process started with SIGINT ignored (as a background job is) keeps ignoring it, and
+        # the tests that send Ctrl-C need Python's KeyboardInterrupt: give the child the default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def traces_by(records: Iterable[dict[str, Any]]) -> dict[tuple[int, str], dict[str, Any]]:

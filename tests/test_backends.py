@@ -18,6 +18,7 @@ import pytest
 from support import read_json, read_jsonl, write_jsonl
 
 import flowkit
+from flowkit.api import RunResult
 from flowkit.testing.server import LocalServer
 
 WORDS = ["the", "a", "river", "city", "paris", "france", "water", "boils", "spider", "legs"]
@@ -36,7 +37,7 @@ def _qa_rows(count: int) -> list[dict[str, Any]]:
     ]
 
 
-def _same_results(local: flowkit.api.RunResult, remote: flowkit.api.RunResult) -> None:
+def _same_results(local: RunResult, remote: RunResult) -> None:
     """Outputs (in input order), metrics and counts as a local run has them."""
     assert read_jsonl(remote.run_dir / "outputs.jsonl") == read_jsonl(
         local.run_dir / "outputs.jsonl"
@@ -46,6 +47,18 @@ def _same_results(local: flowkit.api.RunResult, remote: flowkit.api.RunResult) -
         assert remote.counts[name] == local.counts[name], name
     traces = read_jsonl(remote.run_dir / "traces.jsonl")
     assert len(traces) == len(read_jsonl(local.run_dir / "traces.jsonl"))
+
+
+def _f1_here_and_on(backend: str, tmp_path: Path, rows: int, **options: Any) -> RunResult:
+    """Run f1_score over ``rows`` rows (tmp_path/qa.jsonl) locally, then on ``backend`` with
+    ``options`` and its own cache (tmp_path/cache); check the two agree; return the backend's."""
+    data = write_jsonl(tmp_path / "qa.jsonl", _qa_rows(rows))
+    local = flowkit.run("f1_score", data, cache_dir=tmp_path / "local-cache", output="local")
+    remote = flowkit.run(
+        "f1_score", data, cache_dir=tmp_path / "cache", output=backend, backend=backend, **options
+    )
+    _same_results(local, remote)
+    return remote
 
 
 @pytest.fixture(scope="module")
@@ -67,21 +80,18 @@ def dask_scheduler(_server: LocalServer) -> Iterator[str]:
 def test_dask_cluster_runs_a_python_flow_as_a_local_run_does(
     dask_scheduler: str, tmp_path: Path, workdir: Path
 ) -> None:
-    data = write_jsonl(tmp_path / "qa.jsonl", _qa_rows(700))
-    local = flowkit.run("f1_score", data, cache_dir=tmp_path / "local-cache", output="local")
-    remote = flowkit.run(
-        "f1_score",
-        data,
-        cache_dir=tmp_path / "cache",
-        output="dask",
-        backend="dask",
+    remote = _f1_here_and_on(
+        "dask",
+        tmp_path,
+        700,
         scheduler=dask_scheduler,
         chunk_size=256,  # three chunks, so the order they come back in matters
     )
-    _same_results(local, remote)
     assert remote.info["options"]["backend"] == "dask"
     # The driver wrote what the workers computed into its cache: a rerun computes nothing.
-    again = flowkit.run("f1_score", data, cache_dir=tmp_path / "cache", output="again")
+    again = flowkit.run(
+        "f1_score", tmp_path / "qa.jsonl", cache_dir=tmp_path / "cache", output="again"
+    )
     assert again.counts["node_runs"] == 0
     assert again.counts["cache_hits"] == remote.counts["node_runs"]
 
@@ -108,18 +118,7 @@ def test_dask_cluster_runs_an_llm_flow_calling_the_model_once_per_row(
 
 
 def test_threading_backend_folds_chunks_in_input_order(tmp_path: Path, workdir: Path) -> None:
-    data = write_jsonl(tmp_path / "qa.jsonl", _qa_rows(300))
-    local = flowkit.run("f1_score", data, cache_dir=tmp_path / "c1", output="local")
-    remote = flowkit.run(
-        "f1_score",
-        data,
-        cache_dir=tmp_path / "c2",
-        output="threads",
-        backend="threading",
-        workers=3,
-        chunk_size=40,
-    )
-    _same_results(local, remote)
+    _f1_here_and_on("threading", tmp_path, 300, workers=3, chunk_size=40)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
@@ -128,16 +127,6 @@ def test_ray_runs_a_python_flow_as_a_local_run_does(tmp_path: Path, workdir: Pat
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        data = write_jsonl(tmp_path / "qa.jsonl", _qa_rows(300))
-        local = flowkit.run("f1_score", data, cache_dir=tmp_path / "c1", output="local")
-        remote = flowkit.run(
-            "f1_score",
-            data,
-            cache_dir=tmp_path / "c2",
-            output="ray",
-            backend="ray",
-            chunk_size=128,
-        )
-        _same_results(local, remote)
+        _f1_here_and_on("ray", tmp_path, 300, chunk_size=128)
     finally:
         ray.shutdown()

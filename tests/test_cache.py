@@ -120,6 +120,16 @@ def test_prefetch_in_any_order_gives_what_get_alone_gives(tmp_path: Path) -> Non
     alone.close()
 
 
+def test_a_value_read_ahead_and_then_replaced_is_read_new(tmp_path: Path) -> None:
+    keys = _filled(tmp_path, 5)
+    cache = Cache(tmp_path)
+    cache.prefetch({keys[1]})
+    cache.put(keys[1], {"i": "new"})  # what --refresh does
+    cache.flush()
+    assert cache.get(keys[1]) == ({"i": "new"}, None)
+    cache.close()
+
+
 def test_a_key_missed_by_a_prefetch_is_found_once_written(tmp_path: Path) -> None:
     cache = Cache(tmp_path, flush_every=1)
     cache.prefetch({"k"})

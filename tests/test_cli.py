@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from support import EXAMPLES, REPO, read_json, write, write_jsonl
+from support import EXAMPLES, REPO, read_json, start_flowkit, write, write_jsonl
 
 from flowkit.cli import main
 from flowkit.testing.server import LocalServer
@@ -230,8 +230,6 @@ def test_show_and_runs(llm_server: LocalServer, workdir: Path) -> None:
 def test_ctrl_c_stops_promptly_keeps_finished_rows_and_marks_the_run(tmp_path: Path) -> None:
     import json
     import signal
-    import subprocess
-    import sys
     import time
 
     (tmp_path / "slow.py").write_text(
@@ -242,27 +240,10 @@ def test_ctrl_c_stops_promptly_keeps_finished_rows_and_marks_the_run(tmp_path: P
         "  - {name: n, type: python, source: slow.py, function: nap, inputs: {x: '${inputs.x}'}}\n"
     )
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"x": i}) + "\n" for i in range(500)))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flowkit.cli",
-            "run",
-            "f.yaml",
-            "--data",
-            "d.jsonl",
-            "--no-cache",
-            "--output",
-            "out",
-            "-q",
-            "--concurrency",
-            "4",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    proc = start_flowkit(
+        tmp_path,
+        *("run", "f.yaml", "--data", "d.jsonl", "--no-cache", "--output", "out", "-q"),
+        *("--concurrency", "4"),
     )
     out = tmp_path / "out" / "outputs.jsonl"
     deadline = time.monotonic() + 30

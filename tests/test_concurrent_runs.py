@@ -6,17 +6,15 @@ files. The flows' python node sleeps a little so that the runs truly overlap.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from support import REPO, read_json, read_jsonl, write, write_jsonl
+from support import read_json, read_jsonl, start_flowkit, write, write_jsonl
 
 from flowkit.cache import Cache, node_key
 from flowkit.loader import load_flow
@@ -54,20 +52,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def flowkit(project: Path, *args: str, nap: float = 0.0) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "NAP": str(nap),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "flowkit.cli", *args],
-        cwd=project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    return start_flowkit(project, *args, env={"NAP": str(nap)})
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:

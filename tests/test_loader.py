@@ -358,7 +358,7 @@ def test_a_prompt_reaching_for_python_internals_is_refused_before_any_row(
     )
     assert problems(flow) == [
         f"{tmp_path / 'escape.jinja2'}:4: node 'file': the template reads '__class__', '__mro__'; "
-        "the sandbox forbids names that start with '_'",
+        "the sandbox forbids names that start with '__'",
         f"{flow}:8: node 'inline': the template reads '__init__', '__globals__'; the sandbox "
-        "forbids names that start with '_' (in messages, template line 1)",
+        "forbids names that start with '__' (in messages, template line 1)",
     ]

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from support import read_json, read_jsonl, write, write_jsonl
+from support import read_json, read_jsonl, start_flowkit, write, write_jsonl
 
 import flowkit
 from flowkit.cli import main
 from flowkit.errors import UsageError
 from flowkit.loader import load_flows
-from flowkit.runs import effective_status, read_run_info
+from flowkit.runs import _process_start, effective_status, read_run_info
 
 ROWS = 60
 
@@ -152,18 +152,11 @@ def test_resume_of_a_finished_run_keeps_every_row_and_recomputes_the_metrics(
 
 
 def start_slow_run(project: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "FLOWKIT_TEST_SLEEP": "0.05"}
-    return subprocess.Popen(
-        [
-            *(sys.executable, "-m", "flowkit.cli", "run", "flaky.yaml", "f1_score"),
-            *("--data", "data.jsonl", "--name", "r1", "-q", "--concurrency", "2"),
-        ],
-        cwd=project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    return start_flowkit(
+        project,
+        *("run", "flaky.yaml", "f1_score", "--data", "data.jsonl", "--name", "r1", "-q"),
+        *("--concurrency", "2"),
+        env={"FLOWKIT_TEST_SLEEP": "0.05"},
     )
 
 
@@ -240,15 +233,38 @@ def test_resume_refuses_a_changed_flow_or_data_or_a_live_run(project: Path) -> N
     )
     nodes.write_text(original)
 
+    data = (project / "data.jsonl").read_bytes()
     with open(project / "data.jsonl", "a") as f:
         f.write('{"x": 99}\n')
     with pytest.raises(UsageError, match=r"data file .*data.jsonl is missing or changed"):
         flowkit.resume("r1")
 
-    info = read_run_info(project / "runs" / "r1")
-    write(project / "runs" / "r1" / "run.json", json.dumps({**info, "status": "running"}))
-    with pytest.raises(UsageError, match=r"run 'r1' is still running \(pid \d+\)"):
-        flowkit.resume("r1")
+    run_dir = project / "runs" / "r1"
+    info = read_run_info(run_dir)
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as other:
+        try:
+            alive = {
+                "status": "running",
+                "pid": other.pid,
+                "pid_started": _process_start(other.pid),
+            }
+            write(run_dir / "run.json", json.dumps({**info, **alive}))
+            with pytest.raises(UsageError, match=rf"run 'r1' is still running \(pid {other.pid}\)"):
+                flowkit.resume("r1")
+            # The same id, started at another time, is another process: the run was killed.
+            write(run_dir / "run.json", json.dumps({**alive, "pid_started": 1}))
+            assert effective_status(read_run_info(run_dir)) == "interrupted"
+            # A lock held by a live process: another resume is under way.
+            write(run_dir / "resume.lock", json.dumps({"pid": other.pid, "pid_started": None}))
+            with pytest.raises(UsageError, match=rf"being resumed by process {other.pid}"):
+                flowkit.resume("r1")
+        finally:
+            other.kill()
+    # The run.json of this very process, and a lock left by a dead one, are no obstacle.
+    write(run_dir / "run.json", json.dumps({**info, "status": "running", "pid": os.getpid()}))
+    (project / "data.jsonl").write_bytes(data)
+    assert flowkit.resume("r1").counts["rows"] == ROWS
+    assert not (run_dir / "resume.lock").exists()
 
 
 def test_cli_resume_takes_no_flow_data_or_run_defining_options(project: Path) -> None:

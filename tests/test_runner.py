@@ -9,6 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 import flowkit
+import flowkit.api
+import flowkit.runs
 from flowkit.cli import main
 from flowkit.errors import DataError
 
@@ -95,3 +97,30 @@ def test_an_empty_file_is_an_error_with_or_without_strict(workdir: Path) -> None
         assert result.stderr == (
             "error: data file 'd.jsonl' is empty\n  hint: add rows, or use another file\n"
         )
+
+
+def test_ctrl_c_in_the_aggregates_marks_the_run_interrupted(workdir: Path) -> None:
+    (workdir / "nodes.py").write_text(
+        "def score(x):\n    return x\n\n\ndef stop(values):\n    raise KeyboardInterrupt\n"
+    )
+    (workdir / "f.yaml").write_text(
+        "name: f\ninputs: {x: {type: integer}}\noutputs: {y: '${s.output}'}\nnodes:\n"
+        "  - {name: s, type: python, source: nodes.py, function: score,"
+        " inputs: {x: '${inputs.x}'}}\n"
+        "  - {name: a, type: aggregate, source: nodes.py, function: stop,"
+        " inputs: {values: '${s.output}'}}\n"
+    )
+    (workdir / "d.jsonl").write_text('{"x": 1}\n{"x": 2}\n')
+    with pytest.raises(flowkit.api.Interrupted):
+        flowkit.run("f.yaml", "d.jsonl", name="r")
+    info = flowkit.runs.read_run_info(workdir / "runs" / "r")
+    assert info["status"] == "interrupted" and info["counts"]["rows"] == 2
+    assert not (workdir / "runs" / "r" / "metrics.json").exists()
+
+
+def test_a_cache_that_cannot_be_opened_fails_the_run_honestly(workdir: Path) -> None:
+    (workdir / "d.jsonl").write_bytes(GOOD)
+    (workdir / "not-a-dir").write_text("")
+    with pytest.raises(OSError):
+        flowkit.run("f1_score", "d.jsonl", name="r", cache_dir=workdir / "not-a-dir")
+    assert flowkit.runs.read_run_info(workdir / "runs" / "r")["status"] == "failed"

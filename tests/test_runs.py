@@ -202,6 +202,8 @@ def test_resolving_a_run_by_path_name_or_prefix(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as info:
         resolve_run_dir("nope", root)
     assert str(info.value).startswith("no run folder 'nope'")
+    write(root / "judge-1-b" / "run.json", "{}")
+    assert resolve_run_dir("judge-1", root) == root / "judge-1"  # the exact name wins
     for missing in (tmp_path / "gone", "runs/gone", "f1-*"):  # paths and glob characters
         with pytest.raises(UsageError) as info:
             resolve_run_dir(missing, root)

@@ -66,7 +66,7 @@ def test_a_loop_in_the_template_may_emit_several_turns() -> None:
         ("a\n{{ ''.__class__.__mro__ }}", "the template reads '__class__', '__mro__'", 2),
         ("{{ x.__init__.__globals__ }}", "the template reads '__init__', '__globals__'", 1),
         ("{{ cycler['__init__'] }}", "the template reads '__init__'", 1),
-        ("{% set c = x._private %}", "the template reads '_private'", 1),
+        ("{% set c = x.__private %}", "the template reads '__private'", 1),
     ],
 )
 def test_escapes_written_into_the_template_are_refused_at_load(
@@ -74,8 +74,13 @@ def test_escapes_written_into_the_template_are_refused_at_load(
 ) -> None:
     with pytest.raises(PromptSyntaxError) as info:
         from_file_text(source)
-    assert str(info.value) == f"{message}; the sandbox forbids names that start with '_'"
+    assert str(info.value) == f"{message}; the sandbox forbids names that start with '__'"
     assert info.value.line == line
+
+
+def test_keys_with_one_leading_underscore_are_ordinary_data() -> None:
+    template = from_file_text('user:\n{{ doc._id }} {{ doc["_rev"] }}')
+    assert template.render({"doc": {"_id": "a1", "_rev": "r2"}})[-1]["content"] == "a1 r2"
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ up the other rows; `async def` functions are awaited.
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import time
 from pathlib import Path
@@ -73,10 +74,23 @@ def _compile_function(node: Node, base_dir: Path, ctx: LoadContext) -> None:
     node.key_parts = {"function": spec.function, "code": code_fingerprint(fn)}
 
 
+def _own(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs with every list and dict copied.
+
+    Values are shared: other nodes of the row read the same objects, the trace records them and
+    a cache key was computed from them (possibly before this node started). A function that
+    sorts or edits an input in place must change none of that, so it gets its own copy. Text
+    and numbers are immutable and cost nothing.
+    """
+    if not any(isinstance(v, (list, dict)) for v in inputs.values()):
+        return inputs
+    return {k: (copy.deepcopy(v) if isinstance(v, (list, dict)) else v) for k, v in inputs.items()}
+
+
 def _call(impl: _Callable, inputs: dict[str, Any]) -> Any:
     start = time.perf_counter()
     try:
-        return impl.fn(**inputs)
+        return impl.fn(**_own(inputs))
     finally:
         impl.calls += 1
         impl.seconds += time.perf_counter() - start
@@ -99,7 +113,7 @@ class PythonKind(Kind):
     async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
         if impl.is_coroutine:
-            return NodeResult(await impl.fn(**inputs))
+            return NodeResult(await impl.fn(**_own(inputs)))
         loop = asyncio.get_running_loop()
         return NodeResult(await loop.run_in_executor(ctx.threads, _call, impl, inputs))
 

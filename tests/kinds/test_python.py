@@ -65,6 +65,15 @@ async def async_summary(values, label):
     return {"label": label, "total": sum(values)}
 
 
+def sort_in_place(items):
+    items.sort()
+    return items[0]
+
+
+def first(items):
+    return items[0]
+
+
 def aligned(xs, ys):
     return {"pairs": [[x, y] for x, y in zip(xs, ys)]}
 """
@@ -228,3 +237,41 @@ def test_aggregates_get_aligned_lists_and_literals_and_may_be_async(project: Pat
     }
     t = traces_by(result.traces())
     assert t[(-1, "total")]["inputs"] == {"values": {"rows": 3, "first": [1, 2, 3]}, "label": "sum"}
+
+
+def test_a_function_that_edits_its_input_changes_nothing_else(project: Path) -> None:
+    # `a` sorts its list in place; `b` reads the same input and must see it as the data has it,
+    # with the cache on or off, alone or after `a` (its cache key is worked out before a runs).
+    both = write(
+        project / "both.yaml",
+        """
+        name: both
+        inputs: {items: {type: list}}
+        outputs: {low: ${a.output}, head: ${b.output}}
+        nodes:
+          - {name: a, type: python, source: nodes.py, function: sort_in_place,
+             inputs: {items: ${inputs.items}}}
+          - {name: b, type: python, source: nodes.py, function: first,
+             inputs: {items: ${inputs.items}}}
+        """,
+    )
+    alone = write(
+        project / "alone.yaml",
+        """
+        name: alone
+        inputs: {items: {type: list}}
+        outputs: {head: ${b.output}}
+        nodes:
+          - {name: b, type: python, source: nodes.py, function: first,
+             inputs: {items: ${inputs.items}}}
+        """,
+    )
+    data = write_jsonl(project / "items.jsonl", [{"items": [3, 1, 2]}])
+    for flow, use_cache in ((both, True), (alone, True), (both, False)):
+        result = flowkit.run(
+            flow, data, cache_dir=project / "cache", runs_root=project / "runs", use_cache=use_cache
+        )
+        row = next(result.rows())
+        assert row["outputs"]["head"] == 3, (flow.name, use_cache)
+        assert row["inputs"]["items"] == [3, 1, 2]
+        assert row["outputs"].get("low", 1) == 1
