@@ -80,7 +80,7 @@ class RunWriter:
             **info,
             "status": RUNNING,
             "pid": os.getpid(),
-            "pid_started": _process_start(os.getpid()),
+            "pid_started": process_start(os.getpid()),
             "host": socket.gethostname(),
         }
         self.info.setdefault("started", iso(time.time()))
@@ -205,7 +205,7 @@ def effective_status(info: dict[str, Any]) -> str:
     gone = (
         pid == os.getpid()  # this process is reading it, so it is not running it
         or not _alive(pid)
-        or (started is not None and _process_start(pid) not in (None, started))
+        or (started is not None and process_start(pid) not in (None, started))
     )
     return INTERRUPTED if gone else status
 
@@ -217,7 +217,7 @@ def claimed(run_dir: Path) -> Iterator[None]:
     An O_EXCL lock file names its holder; one left by a process that is gone is taken over.
     """
     lock = run_dir / "resume.lock"
-    me = {"pid": os.getpid(), "pid_started": _process_start(os.getpid())}
+    me = {"pid": os.getpid(), "pid_started": process_start(os.getpid())}
     for _ in range(3):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -257,7 +257,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _process_start(pid: int) -> int | None:
+def process_start(pid: int) -> int | None:
     """When the process started, in clock ticks since boot (Linux); None where unknown."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -29,6 +29,7 @@ import flowkit
 from flowkit import otel
 from flowkit.cli import main
 from flowkit.errors import UsageError
+from flowkit.runs import process_start
 from flowkit.testing.server import LocalServer
 
 KEY = "sk-local-test"  # what the llm_server fixture puts in OPENAI_API_KEY
@@ -237,15 +238,21 @@ def test_a_run_still_being_written(judged: Any, tmp_path: Path) -> None:
     result = judged()
     live = tmp_path / "live"
     shutil.copytree(result.run_dir, live)
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     info = read_json(live / "run.json")
-    info.update(status="running")
+    # Running in another process: this one reading it would mean the run had died.
+    info.update(status="running", pid=writer.pid, pid_started=process_start(writer.pid))
     info.pop("ended")
     (live / "run.json").write_text(json.dumps(info))
     lines = (live / "traces.jsonl").read_bytes().splitlines(keepends=True)
     kept = [x for x in lines if json.loads(x)["kind"] != "flow"]
     (live / "traces.jsonl").write_bytes(b"".join(kept) + lines[0][:40])
 
-    summary, spans = _export(live)
+    try:
+        summary, spans = _export(live)
+    finally:
+        writer.kill()
+        writer.wait()
     assert summary.nodes == len(kept)
     rows = {s.context.span_id: s for s in spans if s.name == "row"}
     inner = [s for s in spans if s.name == "g.judge"]

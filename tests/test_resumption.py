@@ -20,7 +20,7 @@ import flowkit
 from flowkit.cli import main
 from flowkit.errors import UsageError
 from flowkit.loader import load_flows
-from flowkit.runs import _process_start, effective_status, read_run_info
+from flowkit.runs import effective_status, process_start, read_run_info
 
 ROWS = 60
 
@@ -246,7 +246,7 @@ def test_resume_refuses_a_changed_flow_or_data_or_a_live_run(project: Path) -> N
             alive = {
                 "status": "running",
                 "pid": other.pid,
-                "pid_started": _process_start(other.pid),
+                "pid_started": process_start(other.pid),
             }
             write(run_dir / "run.json", json.dumps({**info, **alive}))
             with pytest.raises(UsageError, match=rf"run 'r1' is still running \(pid {other.pid}\)"):
