@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,8 @@ class WorkerJob:
     cache_dir: str | None
     run_id: str
     workers: int
+    flow_hash: str = ""
+    """The driver's flow content hash: a worker that loads anything else must not run it."""
 
 
 @dataclass
@@ -75,9 +78,19 @@ def _load(job: WorkerJob) -> Any:
     """Each worker process loads (and prepares) the flow once, then reuses it for every chunk."""
     from flowkit.loader import load_flows
 
-    if job.flows not in _flows:
-        _flows[job.flows] = load_flows(list(job.flows))
-    return _flows[job.flows]
+    # Keyed by the hash too: a long-lived worker (loky reuses its processes) must load an
+    # edited flow afresh, not keep running the version it first saw.
+    cached = (job.flows, job.flow_hash)
+    if cached not in _flows:
+        flow = load_flows(list(job.flows))
+        if job.flow_hash and flow.content_hash != job.flow_hash:
+            raise UsageError(
+                f"worker on {socket.gethostname()} loaded flow {flow.name!r} from "
+                f"{', '.join(job.flows)} and got different nodes, prompts or code than the driver",
+                hint="workers need the same flow files at the same paths as the driver",
+            )
+        _flows[cached] = flow
+    return _flows[cached]
 
 
 def _share(settings: Any, workers: int) -> Any:

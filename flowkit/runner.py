@@ -222,6 +222,7 @@ def _run_rows(
         job.cache_dir,
         writer.run_id,
         job.workers,
+        job.flow.content_hash,
     )
     run_distributed(
         executor,

@@ -130,3 +130,17 @@ def test_ray_runs_a_python_flow_as_a_local_run_does(tmp_path: Path, workdir: Pat
         _f1_here_and_on("ray", tmp_path, 300, chunk_size=128)
     finally:
         ray.shutdown()
+
+
+def test_a_worker_refuses_a_flow_that_differs_from_the_drivers(tmp_path: Path) -> None:
+    from flowkit.backends import WorkerJob, _load
+    from flowkit.context import RunOptions
+    from flowkit.errors import UsageError
+    from flowkit.loader import load_flow
+
+    flow = load_flow("f1_score")
+    job = WorkerJob(flow.sources, RunOptions(), None, None, None, "r", 2, flow.content_hash)
+    assert _load(job).content_hash == flow.content_hash
+    stale = WorkerJob(flow.sources, RunOptions(), None, None, None, "r", 2, "0" * 64)
+    with pytest.raises(UsageError, match="got different nodes, prompts or code than the driver"):
+        _load(stale)
