@@ -1,4 +1,5 @@
-"""Chat and embedding calls through one shared SDK client per endpoint and event loop.
+"""Chat and embedding calls through shared SDK clients: one per endpoint and event loop, or a
+few taken in turn when the endpoint allows many requests at once (see REQUESTS_PER_CLIENT).
 
 Creating an ``openai.AsyncOpenAI`` is measurably expensive (each one loads the system
 certificate store), so a process keeps one per endpoint.  But a client's connection pool
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -33,7 +35,7 @@ Client = openai.AsyncOpenAI
 # Worker threads (the threading backend) each run their own loop, hence the lock; it is
 # only ever held for dictionary bookkeeping, never across an await.
 _lock = threading.Lock()
-_clients: dict[tuple[tuple[str, ...], int], Client] = {}
+_clients: dict[tuple[tuple[str, ...], int, int], Client] = {}
 # Loop id -> (weak ref to the loop, its guard). The guard only knows the id, so holding it
 # here does not keep the loop alive.
 _loops: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncIterator[None]]] = {}
@@ -121,11 +123,20 @@ def _build(endpoint: Endpoint) -> Client:
     )
 
 
+# In-flight requests per client. The SDK's connection pool looks at every connection it holds
+# on every request, so one pool serving 128 requests at once spends more CPU on that than on
+# the requests; a few clients, each holding a share of the connections, keep it cheap.
+REQUESTS_PER_CLIENT = 16
+_turn = itertools.count()
+
+
 async def get_client(endpoint: Endpoint) -> Client:
-    """The client for ``endpoint`` in the running event loop, created on first use."""
+    """A client for ``endpoint`` in the running event loop, created on first use (one of a few,
+    in turn, when the endpoint allows many requests at once)."""
     global _created
     loop = asyncio.get_running_loop()
-    key = (endpoint.identity(), id(loop))
+    shards = -(-endpoint.limits.concurrency // REQUESTS_PER_CLIENT)
+    key = (endpoint.identity(), id(loop), next(_turn) % shards if shards > 1 else 0)
     guard: AsyncIterator[None] | None = None
     with _lock:
         client = _clients.get(key)

@@ -224,6 +224,25 @@ def test_one_client_per_endpoint_and_loop(server: LocalServer) -> None:
     assert seen[1].is_closed()
 
 
+def test_an_endpoint_with_many_requests_in_flight_spreads_them_over_a_few_clients(
+    server: LocalServer,
+) -> None:
+    from flowkit.llm.client import REQUESTS_PER_CLIENT
+
+    wide = endpoint(server, FAST.model_copy(update={"concurrency": 4 * REQUESTS_PER_CLIENT}))
+
+    async def body() -> tuple[int, int]:
+        before = clients_created()
+        clients = {id(await get_client(wide)) for _ in range(20)}
+        done = await asyncio.gather(
+            *(chat(wide, "flowkit-test", user(f"w{i}"), {}) for i in range(40))
+        )
+        assert all(r.text for r in done)
+        return len(clients), clients_created() - before
+
+    assert asyncio.run(body()) == (4, 4)
+
+
 def test_worker_threads_with_their_own_loops(server: LocalServer) -> None:
     ep = endpoint(server)
     results: dict[int, list[str]] = {}
