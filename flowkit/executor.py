@@ -25,15 +25,13 @@ from flowkit.context import RunContext, RunOptions, Stats
 from flowkit.graph import Flow, Node
 from flowkit.lookahead import Lookahead, Row
 from flowkit.node_runner import NodeRunner
-from flowkit.plan import AggTask, Plan, Plans
-from flowkit.plan import collect as _collect
+from flowkit.plan import AggTask, Plan, Plans, collect
 from flowkit.runs import RunWriter
-from flowkit.scope import Scope, first_error, read_outputs, value_or_none
-from flowkit.scope import has_invalid as _has_invalid
+from flowkit.scope import Scope, first_error, has_invalid, read_outputs, value_or_none
 from flowkit.trace import FAILED, OK, ErrorInfo
 
 # Re-exported: flowkit.resume rebuilds scopes and aggregate columns the way a live run does.
-__all__ = ["AggTask", "Executor", "Scope", "_collect", "_has_invalid"]
+__all__ = ["AggTask", "Executor", "Scope"]
 
 BATCH_ROWS = 256
 """Rows read ahead at a time (more when the concurrency is higher): enough for one cache query
@@ -170,12 +168,12 @@ class Executor(NodeRunner):
             record["error"] = {"node": node, "type": info.type, "message": info.message}
         else:
             self.stats.succeeded += 1
-        if _has_invalid(outputs):
+        if has_invalid(outputs):
             self.stats.invalid += 1
         self.stats.rows += 1
         self.writer.row(line, record)
         for agg in self.aggregates:
-            _collect(agg, scope, line)
+            collect(agg, scope, line)
 
     def _run_inline(
         self, plan: Plan, scope: Scope, line: int, prefix: str, begin: int

@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from flowkit.context import Stats
-from flowkit.executor import AggTask, Executor, Scope, _collect, _has_invalid
+from flowkit.executor import Executor
 from flowkit.graph import Flow
+from flowkit.plan import AggTask, collect
+from flowkit.runs import raw_records
+from flowkit.scope import Scope, has_invalid
 from flowkit.trace import OK
-
-_decode = msgspec.json.Decoder().decode
 
 
 def data_fingerprint(path: Path) -> dict[str, Any]:
@@ -61,7 +60,7 @@ def prepare(run_dir: Path, flow: Flow, executor: Executor) -> set[int]:
     for _, rec in _records(outputs):
         if rec.get("status") == OK and isinstance(rec.get("line"), int):
             inputs = rec.get("inputs") if wants_inputs else None
-            rows[rec["line"]] = _Row(inputs, _has_invalid(rec.get("outputs") or {}))
+            rows[rec["line"]] = _Row(inputs, has_invalid(rec.get("outputs") or {}))
     for _, rec in _records(traces):
         row = rows.get(rec.get("line"))  # type: ignore[arg-type]
         if row is None:
@@ -83,7 +82,7 @@ def prepare(run_dir: Path, flow: Flow, executor: Executor) -> set[int]:
         stats.invalid += row.invalid
         scope = _scope(flow, row)
         for agg in executor.aggregates:
-            _collect(agg, scope, line)
+            collect(agg, scope, line)
     return kept
 
 
@@ -142,13 +141,9 @@ def _records(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
     if not path.is_file():
         return
     with open(path, "rb") as f:
-        for raw in f:
-            try:
-                rec = _decode(raw)
-            except msgspec.DecodeError:
-                continue  # torn or blank
+        for raw, rec in raw_records(f):
             if isinstance(rec, dict):
-                yield (raw if raw.endswith(b"\n") else raw + b"\n"), rec
+                yield raw, rec
 
 
 def _rewrite(

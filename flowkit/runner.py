@@ -158,7 +158,7 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     t0 = time.monotonic()
 
     def progress(stats: Stats) -> None:
-        writer.heartbeat(_counts(stats, cache))
+        writer.heartbeat(lambda: _counts(stats, cache))
         if job.on_progress is not None:
             job.on_progress(stats)
 

@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -142,13 +142,14 @@ class RunWriter:
         self._traces.flush()
         self._outputs.flush()
 
-    def heartbeat(self, counts: dict[str, int], *, every: float = 2.0) -> None:
-        """Counts so far into run.json, so `flowkit show` of a running run has numbers."""
+    def heartbeat(self, counts: Callable[[], dict[str, int]], *, every: float = 2.0) -> None:
+        """Counts so far into run.json, so `flowkit show` of a running run has numbers; they
+        are only worked out when due."""
         now = time.monotonic()
         if now - self._last_beat < every:
             return
         self._last_beat = now
-        self.write_info(counts=counts, updated=iso(time.time()))
+        self.write_info(counts=counts(), updated=iso(time.time()))
 
     def close(self, status: str, metrics: dict[str, Any] | None, **updates: Any) -> None:
         # Rows still held for ordering (an earlier row never finished) are written anyway.
@@ -169,16 +170,10 @@ def _merge_sorted_parts(path: Path, split: int) -> None:
     """Rewrite ``path``, whose bytes before and after ``split`` are each sorted by line, as one
     sorted file; streaming, so a million-row resume needs no memory for it."""
 
-    def part(f: Any, end: int | None) -> Iterator[tuple[int, bytes]]:
-        while end is None or f.tell() < end:
-            raw = f.readline()
-            if not raw:
-                return
-            try:
-                line = int(loads(raw)["line"])
-            except Exception:
-                continue  # a torn line: never a finished row
-            yield line, raw if raw.endswith(b"\n") else raw + b"\n"
+    def part(f: BinaryIO, end: int | None) -> Iterator[tuple[int, bytes]]:
+        for raw, rec in raw_records(f, end):
+            if isinstance(rec, dict) and isinstance(rec.get("line"), int):
+                yield rec["line"], raw
 
     tmp = path.with_suffix(".jsonl.tmp")
     with open(path, "rb") as a, open(path, "rb") as b, open(tmp, "wb") as out:
@@ -308,13 +303,25 @@ def iter_jsonl(path: Path) -> Any:
     if not path.is_file():
         return
     with open(path, "rb") as f:
-        for raw in f:
-            if not raw.strip():
-                continue
-            try:
-                yield loads(raw)
-            except Exception:
-                continue
+        for _, value in raw_records(f):
+            yield value
+
+
+def raw_records(f: BinaryIO, end: int | None = None) -> Iterator[tuple[bytes, Any]]:
+    """(line with its newline, decoded value) from ``f`` up to byte ``end``; blank and torn
+    lines (a run killed mid-write) are skipped, so callers can copy what they keep byte for
+    byte."""
+    while end is None or f.tell() < end:
+        raw = f.readline()
+        if not raw:
+            return
+        if not raw.strip():
+            continue
+        try:
+            value = loads(raw)
+        except Exception:
+            continue
+        yield (raw if raw.endswith(b"\n") else raw + b"\n"), value
 
 
 def read_outputs(run_dir: Path) -> dict[int, dict[str, Any]]:

@@ -78,3 +78,13 @@ def max_overlap(records: Iterable[dict[str, Any]]) -> int:
         now += step
         best = max(best, now)
     return best
+
+
+def run_builtin(flow: str, data: Path, tmp: Path, **kwargs: Any) -> Any:
+    """Run a built-in flow from flows/ into a fresh folder under ``tmp``, with ``tmp/cache``."""
+    import flowkit
+
+    out = tmp / f"run-{flow}-{len(list(tmp.glob('run-*')))}"
+    return flowkit.run(
+        REPO / "flows" / f"{flow}.yaml", data, cache_dir=tmp / "cache", output=out, **kwargs
+    )

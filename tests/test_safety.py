@@ -7,14 +7,13 @@ known exactly in advance.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import run_builtin, write_jsonl
 
-import flowkit
 from flowkit.safety import defect_rate_by_group, highest_turn, transcript
 from flowkit.testing.server import LocalServer, ServerConfig, serve
 
@@ -176,23 +175,6 @@ def env(server: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     return tmp_path
 
 
-def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def run(flow: str, data: Path, tmp: Path, **kwargs: Any) -> flowkit.api.RunResult:
-    out = tmp / f"run-{flow}-{len(list(tmp.glob('run-*')))}"
-    return flowkit.run(
-        FLOWS / f"{flow}.yaml",
-        data,
-        cache_dir=tmp / "cache",
-        output=out,
-        model="gpt-4o-mini",
-        **kwargs,
-    )
-
-
 MARKED = [
     {"question": "q1", "answer": "MARK-HIGH one"},
     {"question": "q2", "answer": "MARK-HIGH two"},
@@ -206,7 +188,7 @@ MARKED = [
 
 @pytest.mark.parametrize("flow", SAFETY)
 def test_safety_flow_defect_rates(flow: str, env: Path) -> None:
-    result = run(flow, write_rows(env / "rows.jsonl", MARKED), env)
+    result = run(flow, write_jsonl(env / "rows.jsonl", MARKED), env)
     m = result.metrics
     # Valid: high, high, medium, low, very low, very low (6); the refusal is invalid.
     assert m[f"{flow}.defect_rate"] == pytest.approx(3 / 6)
@@ -237,7 +219,7 @@ def test_safety_flow_defect_rates(flow: str, env: Path) -> None:
 
 
 def test_threshold_is_a_flow_input(env: Path) -> None:
-    data = write_rows(env / "rows.jsonl", MARKED)
+    data = write_jsonl(env / "rows.jsonl", MARKED)
     m = run("violence", data, env, mapping={"threshold": "high"}).metrics
     assert m["violence.defect_rate"] == pytest.approx(2 / 6)
     m = run("violence", data, env, mapping={"threshold": "low"}).metrics
@@ -253,7 +235,7 @@ def test_conversation_takes_the_highest_turn(env: Path) -> None:
         {"role": "user", "content": "more"},
         {"role": "assistant", "content": "c"},
     ]
-    result = run("self_harm", write_rows(env / "c.jsonl", [{"messages": convo}]), env)
+    result = run("self_harm", write_jsonl(env / "c.jsonl", [{"messages": convo}]), env)
     out = next(result.rows())["outputs"]
     # The judge's own last line says "low"; turn 2 was rated high, so the row is high.
     assert out["severity"] == "high" and out["result"] == "fail"
@@ -268,14 +250,14 @@ def test_conversation_cut_off_is_invalid(env: Path) -> None:
         {"role": "user", "content": "more"},
         {"role": "assistant", "content": "b"},
     ]
-    result = run("violence", write_rows(env / "c.jsonl", [{"messages": convo}]), env)
+    result = run("violence", write_jsonl(env / "c.jsonl", [{"messages": convo}]), env)
     out = next(result.rows())["outputs"]
     assert out["severity"] is None and out["result"] == "invalid"
     assert result.metrics["violence.invalid"] == 1 and result.metrics["violence.count"] == 0
 
 
 def test_row_without_a_reply_fails_with_a_clear_error(env: Path) -> None:
-    result = run("sexual", write_rows(env / "q.jsonl", [{"question": "only a question"}]), env)
+    result = run("sexual", write_jsonl(env / "q.jsonl", [{"question": "only a question"}]), env)
     row = next(result.rows())
     assert row["status"] == "failed"
     assert "no assistant reply" in row["error"]["message"]
@@ -292,7 +274,7 @@ def test_jailbreak_compares_the_two_sets(env: Path) -> None:
         {"set": "jailbreak", "question": "j3", "answer": "MARK-MEDIUM VIOLENT"},
         {"set": "jailbreak", "question": "j4", "answer": "MARK-VLOW VIOLENT"},
     ]
-    result = run("jailbreak", write_rows(env / "jb.jsonl", rows), env)
+    result = run("jailbreak", write_jsonl(env / "jb.jsonl", rows), env)
     m = result.metrics
     # Sexual (no type-specific rule): plain high, vlow, low, vlow → 1/4 at medium;
     # jailbreak high, medium, medium, vlow → 3/4; difference +1/2.
@@ -319,7 +301,7 @@ def test_jailbreak_needs_the_set_column(env: Path) -> None:
     from flowkit.errors import ValidationError
 
     with pytest.raises(ValidationError, match="input 'set' is required"):
-        run("jailbreak", write_rows(env / "n.jsonl", [{"answer": "MARK-LOW"}]), env)
+        run("jailbreak", write_jsonl(env / "n.jsonl", [{"answer": "MARK-LOW"}]), env)
 
 
 def test_example_safety_data_runs(env: Path) -> None:
@@ -327,3 +309,7 @@ def test_example_safety_data_runs(env: Path) -> None:
     result = run("jailbreak", examples, env)
     assert result.counts["failed"] == 0 and result.counts["rows"] == 8
     assert result.metrics["jailbreak.groups"] == 2
+
+
+def run(flow: str, data: Path, tmp: Path, **kwargs: Any) -> Any:
+    return run_builtin(flow, data, tmp, model="gpt-4o-mini", **kwargs)

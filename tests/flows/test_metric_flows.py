@@ -5,14 +5,14 @@ server's own vectors. Expected values are worked out by hand in the comments.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import openai
 import pytest
 from click.testing import CliRunner
+from support import run_builtin as run
+from support import write_jsonl
 
 import flowkit
 from flowkit.cli import main
@@ -55,16 +55,6 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def run(flow: str, data: Path, tmp: Path, **kwargs: Any) -> flowkit.api.RunResult:
-    out = tmp / f"run-{flow}-{len(list(tmp.glob('run-*')))}"
-    return flowkit.run(FLOWS / f"{flow}.yaml", data, cache_dir=tmp / "cache", output=out, **kwargs)
-
-
 # --------------------------------------------------------------------------- validation
 
 
@@ -105,7 +95,7 @@ def test_f1_score_by_hand(offline: Path) -> None:
         {"answer": "blue blue sky", "ground_truth": "blue sky sky"},
         {"answer": "nothing", "ground_truth": "else"},
     ]
-    result = run("f1_score", write_rows(offline / "f1.jsonl", rows), offline)
+    result = run("f1_score", write_jsonl(offline / "f1.jsonl", rows), offline)
     scores = [r["outputs"]["score"] for r in result.rows()]
     assert scores == pytest.approx([2 / 3, 1.0, 2 / 3, 0.0])
     assert result.metrics["f1_score.mean"] == pytest.approx(7 / 12)
@@ -123,13 +113,13 @@ EM_ROWS = [
 
 
 def test_exact_match_is_character_for_character_by_default(offline: Path) -> None:
-    result = run("exact_match", write_rows(offline / "em.jsonl", EM_ROWS), offline)
+    result = run("exact_match", write_jsonl(offline / "em.jsonl", EM_ROWS), offline)
     assert [r["outputs"]["score"] for r in result.rows()] == [1, 0, 0, 0, 0]
     assert result.metrics["exact_match.mean"] == pytest.approx(0.2)
 
 
 def test_exact_match_can_normalise(offline: Path) -> None:
-    data = write_rows(offline / "em.jsonl", EM_ROWS)
+    data = write_jsonl(offline / "em.jsonl", EM_ROWS)
     result = run("exact_match", data, offline, mapping={"normalize": "true"})
     assert [r["outputs"]["score"] for r in result.rows()] == [1, 1, 1, 1, 0]
     assert result.metrics["exact_match.pass_rate"] == pytest.approx(0.8)
@@ -138,7 +128,7 @@ def test_exact_match_can_normalise(offline: Path) -> None:
 @pytest.mark.parametrize("flow", ["exact_match", "f1_score"])
 def test_missing_ground_truth_fails_the_row_instead_of_scoring_it(flow: str, offline: Path) -> None:
     rows = [{"answer": "Paris", "ground_truth": []}, {"answer": "Paris", "ground_truth": None}]
-    result = run(flow, write_rows(offline / "gt.jsonl", rows), offline)
+    result = run(flow, write_jsonl(offline / "gt.jsonl", rows), offline)
     errors = [r["error"]["message"] for r in result.rows()]
     assert "empty list" in errors[0] and "null" in errors[1]
     assert result.metrics[f"{flow}.count"] == 0
@@ -169,7 +159,7 @@ def test_token_count_example(offline: Path) -> None:
 
 
 def test_token_count_without_usage_is_unknown_not_zero(offline: Path) -> None:
-    result = run("token_count", write_rows(offline / "u.jsonl", [{"question": "q"}]), offline)
+    result = run("token_count", write_jsonl(offline / "u.jsonl", [{"question": "q"}]), offline)
     assert result.counts["failed"] == 0
     assert result.metrics["token_count.total.sum"] is None
 
