@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowkit.cache import MISS, Cache
-from flowkit.canonical import dumps
+from flowkit.cache.canonical import dumps
+from flowkit.cache.store import MISS, Cache
 
 BATCH = 512
 

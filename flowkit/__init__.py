@@ -5,7 +5,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from flowkit.errors import DataError, FlowkitError, UsageError, ValidationError
-from flowkit.loader import load_flow
+from flowkit.flow.loader import load_flow
 
 
 def run(*args, **kwargs):  # type: ignore[no-untyped-def]

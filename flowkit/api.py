@@ -3,7 +3,7 @@ skin over this.
 
 A run checks everything before the first row (flow, mapping against the data's columns, model
 configuration), then streams rows through the executor, then aggregates, then closes the run
-folder (flowkit.runner). Whatever happens after the folder exists, it ends with an honest status.
+folder (flowkit.runs.job). Whatever happens after the folder exists, it ends with an honest status.
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from flowkit import __version__
-from flowkit.context import RunOptions, Stats
-from flowkit.errors import UsageError
-from flowkit.graph import Flow
-from flowkit.loader import display, load_flow, load_flows
-from flowkit.mapping import Mapping
-from flowkit.resumption import data_fingerprint
-from flowkit.runner import Interrupted, RunResult, check_every_row, execute, make_job
-from flowkit.runs import (
+from flowkit.data.mapping import Mapping
+from flowkit.engine.context import RunOptions, Stats
+from flowkit.errors import UsageError, display
+from flowkit.flow.graph import Flow
+from flowkit.flow.loader import load_flow, load_flows
+from flowkit.runs.folder import (
     RUNNING,
     RunWriter,
     claimed,
@@ -32,6 +30,8 @@ from flowkit.runs import (
     read_run_info,
     resolve_run_dir,
 )
+from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
+from flowkit.runs.resume import data_fingerprint
 
 __all__ = ["Interrupted", "RunResult", "resume", "run"]
 

@@ -5,7 +5,11 @@ User errors print as ``error: …`` without a traceback; anything else is a bug.
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 class FlowkitError(Exception):
@@ -65,3 +69,24 @@ class GateError(FlowkitError):
     """A CI gate on a metric did not hold; the run itself is kept."""
 
     exit_code = 1
+
+
+# -- how messages name things ---------------------------------------------------------------
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """A hint suffix like " (did you mean 'judge'?)", or '' when nothing is close."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def one_of(choices: Iterable[str]) -> str:
+    names = sorted(str(c) for c in choices)
+    return ", ".join(names) if names else "none"
+
+
+def display(path: Path) -> str:
+    """A path as a user would type it: relative to the working directory when inside it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel

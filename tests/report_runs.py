@@ -12,11 +12,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from support import write, write_jsonl
-
 import flowkit
 from flowkit.llm import reset_schedulers
 from flowkit.testing.server import LocalServer
+from tests.support import write, write_jsonl
 
 NODES = """
 def check(answer, x):
@@ -48,12 +47,12 @@ nodes:
     inputs: {question: ${inputs.question}, answer: ${inputs.answer}}
   - name: parse
     type: python
-    function: flowkit.parse:parse_score
+    function: flowkit.metrics.scores:parse_score
     inputs: {text: ${judge.output}, min: 1, max: 5, threshold: 3}
   - {name: check, type: flow, flow: check.yaml, inputs: {answer: ${inputs.answer}, x: ${inputs.x}}}
   - name: summary
     type: aggregate
-    function: flowkit.aggregate:score_summary
+    function: flowkit.metrics.aggregate:score_summary
     inputs: {scores: ${parse.output.score}, threshold: 3}
 """
 HTML = "<img src=x onerror=\"document.title='pwned'\"></script><!-- <b>bold</b>"

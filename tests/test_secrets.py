@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from support import read_jsonl, write_jsonl
 
-from flowkit.cli import main
+from flowkit.cli.main import main
 from flowkit.testing.server import LocalServer
+from tests.support import read_jsonl, write_jsonl
 
 KEY_FILE = "sk-flowkit-file-4e1f0c7a9b3d2e5f"
 KEY_ENV = "sk-flowkit-env-8c2d6a1f3e9b7c04"

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from flowkit.graph import Node
-    from flowkit.loader import LoadContext
+    from flowkit.flow.graph import Node
+    from flowkit.flow.loader import LoadContext
 
 
 @dataclass(slots=True)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from flowkit.kinds import Kind, NodeResult, register
 
 if TYPE_CHECKING:
-    from flowkit.graph import Node
-    from flowkit.loader import LoadContext
+    from flowkit.flow.graph import Node
+    from flowkit.flow.loader import LoadContext
 
 BATCH_WAIT_SECONDS = 0.01
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flowkit.builtin import builtin_flows
+from flowkit.errors import did_you_mean, one_of
+from flowkit.flow.builtin import builtin_flows
 from flowkit.kinds import Kind, register
-from flowkit.suggest import did_you_mean, one_of
 
 if TYPE_CHECKING:
-    from flowkit.graph import Node
-    from flowkit.loader import LoadContext
+    from flowkit.flow.graph import Node
+    from flowkit.flow.loader import LoadContext
 
 
 @register

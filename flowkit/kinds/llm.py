@@ -12,13 +12,13 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flowkit.errors import did_you_mean, one_of
+from flowkit.flow.templates import PromptSyntaxError, from_file_text, from_messages
 from flowkit.kinds import Kind, NodeResult, register
-from flowkit.suggest import did_you_mean, one_of
-from flowkit.templates import PromptSyntaxError, from_file_text, from_messages
 
 if TYPE_CHECKING:
-    from flowkit.graph import Node
-    from flowkit.loader import LoadContext
+    from flowkit.flow.graph import Node
+    from flowkit.flow.loader import LoadContext
 
 
 class LlmImpl:
@@ -31,7 +31,7 @@ class LlmImpl:
 
 def compile_prompt(node: Node, base_dir: Path, ctx: LoadContext) -> Any:
     """The node's prompt template, or None after reporting why it cannot be used."""
-    from flowkit.loader import display
+    from flowkit.errors import display
 
     spec = node.spec
     if spec.messages is not None:
@@ -69,7 +69,7 @@ def check_variables(node: Node, variables: frozenset[str], ctx: LoadContext) -> 
 
 
 def _readable(text: str, expect: dict[str, Any]) -> bool:
-    from flowkit.parse import parse_score
+    from flowkit.metrics.scores import parse_score
 
     return parse_score(text, **expect)["result"] != "invalid"
 

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowkit.fingerprint import ImportProblem, code_fingerprint, load_function
+from flowkit.cache.fingerprint import ImportProblem, code_fingerprint, load_function
 from flowkit.kinds import Kind, NodeResult, register
 
 if TYPE_CHECKING:
-    from flowkit.graph import Node
-    from flowkit.loader import LoadContext
+    from flowkit.flow.graph import Node
+    from flowkit.flow.loader import LoadContext
 
 SLOW_CALL_SECONDS = 0.005
 """A sync call slower than this on average is moved off the event loop's thread."""
@@ -60,7 +60,7 @@ def _compile_function(node: Node, base_dir: Path, ctx: LoadContext) -> None:
     if not impl.var_kw:
         unknown = sorted(set(spec.inputs) - impl.params)
         for name in unknown:
-            from flowkit.suggest import did_you_mean
+            from flowkit.errors import did_you_mean
 
             ctx.error(
                 node,

@@ -312,7 +312,7 @@ def scheduler_for(endpoint: Endpoint) -> Scheduler:
 
     Normally that is one per endpoint for the whole process.  The threading backend runs
     an event loop per worker thread, and each worker is given its share of the budgets
-    (``flowkit.backends``), so each thread gets its own scheduler, as each process would.
+    (``flowkit.runs.backends``), so each thread gets its own scheduler, as each process would.
     """
     key = (endpoint.identity(), threading.get_ident())
     with _lock:

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import EXAMPLES, read_json, traces_by, write, write_jsonl
 
 import flowkit
 from flowkit.api import RunResult
 from flowkit.errors import UsageError
 from flowkit.testing.server import LocalServer
+from tests.support import EXAMPLES, read_json, traces_by, write, write_jsonl
 
 
 @pytest.fixture

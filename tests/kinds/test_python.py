@@ -6,16 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import traces_by, write, write_jsonl
 
 import flowkit
 from flowkit import kinds
 from flowkit.api import RunResult
-from flowkit.context import RunContext, RunOptions
+from flowkit.cache.fingerprint import code_fingerprint
+from flowkit.engine.context import RunContext, RunOptions
 from flowkit.errors import ValidationError
-from flowkit.fingerprint import code_fingerprint
+from flowkit.flow.loader import load_flow
 from flowkit.kinds.python import CALLS_BEFORE_JUDGING
-from flowkit.loader import load_flow
+from tests.support import traces_by, write, write_jsonl
 
 NODES = """
 import asyncio
@@ -193,13 +193,13 @@ def test_functions_from_packages_are_fingerprinted_by_their_file(project: Path) 
         flow_with(
             project,
             "{name: n, type: python, function: "
-            "flowkit.textmetrics:normalize, inputs: {text: 'The A!'}}",
+            "flowkit.metrics.text:normalize, inputs: {text: 'The A!'}}",
         )
     )
-    from flowkit import textmetrics
+    from flowkit.metrics import text as textmetrics
 
     assert flow.nodes["n"].key_parts == {
-        "function": "flowkit.textmetrics:normalize",
+        "function": "flowkit.metrics.text:normalize",
         "code": code_fingerprint(textmetrics.normalize),
     }
     assert outputs(run(project, flow)) == [""]

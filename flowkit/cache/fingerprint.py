@@ -1,0 +1,117 @@
+"""Importing user functions and fingerprinting their code for the cache key.
+
+The fingerprint is the sha256 of the whole source file that defines the function, not just the
+function's own lines: editing a helper in the same file must re-run the node too. Functions
+without a readable source fall back to their qualified name and their package's version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from flowkit.errors import did_you_mean, display
+
+_SOURCE_DIGEST = "__flowkit_source_digest__"
+"""Set on modules loaded from a flow's `source:` file: the sha256 of the text that was run."""
+
+
+class ImportProblem(Exception):
+    """Why a node's function could not be loaded, in words a user can act on."""
+
+
+def load_function(function: str, source: str | None, base_dir: Path) -> Callable[..., Any]:
+    """Resolve `package.module:callable`, or `name` inside the file `source`."""
+    if source is not None:
+        return _from_file(base_dir / source, function)
+    module_name, sep, attr = function.partition(":")
+    if not sep or not module_name or not attr:
+        raise ImportProblem(
+            f"function {function!r} must be written 'package.module:callable' "
+            "(or give 'source: file.py' and the function's name)"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and module_name.startswith(err.name):
+            raise ImportProblem(f"cannot import module {module_name!r}: {err}") from None
+        raise ImportProblem(f"importing {module_name!r} failed: {_last_line(err)}") from None
+    except Exception as err:  # a user module that raises on import
+        raise ImportProblem(f"importing {module_name!r} failed: {_last_line(err)}") from None
+    return _attr(module, attr, module_name)
+
+
+def _from_file(path: Path, name: str) -> Callable[..., Any]:
+    shown = display(path)
+    if not path.is_file():
+        raise ImportProblem(f"source file {shown!r} does not exist")
+    module_name = "flowkit_user_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportProblem(f"cannot load {shown!r} as Python")
+    module = importlib.util.module_from_spec(spec)
+    # Registered so that worker processes (joblib backends) can unpickle its functions by name.
+    sys.modules[module_name] = module
+    try:
+        # Compiled from the text read here, never from __pycache__: a .pyc counts as fresh when
+        # the file's mtime (whole seconds) and size match, so an edit within the same second
+        # would run the old code. The fingerprint is of these very bytes (see code_fingerprint).
+        text = path.read_bytes()
+        module.__dict__[_SOURCE_DIGEST] = hashlib.sha256(text).hexdigest()
+        exec(compile(text, str(path), "exec"), module.__dict__)
+    except Exception as err:
+        del sys.modules[module_name]
+        raise ImportProblem(f"importing {shown!r} failed: {_last_line(err)}") from None
+    return _attr(module, name, shown)
+
+
+def _attr(module: Any, attr: str, where: str) -> Callable[..., Any]:
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(module) if not n.startswith("_")]
+            raise ImportProblem(f"{where} has no function {attr!r}{did_you_mean(part, names)}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ImportProblem(f"{where}:{attr} is not callable")
+    return obj
+
+
+def _last_line(err: BaseException) -> str:
+    lines = traceback.format_exception_only(type(err), err)
+    return lines[-1].strip() if lines else repr(err)
+
+
+@lru_cache(maxsize=512)
+def _file_digest(path: str, mtime_ns: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def code_fingerprint(fn: Callable[..., Any]) -> str:
+    """A stable digest that changes whenever the code defining ``fn`` changes."""
+    target = inspect.unwrap(fn)
+    try:
+        file = inspect.getsourcefile(target)
+    except TypeError:
+        file = None
+    module = sys.modules.get(getattr(target, "__module__", None) or "")
+    pinned = getattr(module, _SOURCE_DIGEST, None)
+    if pinned and file and file == getattr(module, "__file__", None):
+        return pinned
+    if file and Path(file).is_file():
+        return _file_digest(file, Path(file).stat().st_mtime_ns)
+    try:
+        return hashlib.sha256(inspect.getsource(target).encode()).hexdigest()
+    except (OSError, TypeError):
+        module = getattr(target, "__module__", "") or ""
+        version = getattr(sys.modules.get(module.split(".")[0]), "__version__", "")
+        ident = f"{module}:{getattr(target, '__qualname__', repr(target))}@{version}"
+        return hashlib.sha256(ident.encode()).hexdigest()

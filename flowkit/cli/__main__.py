@@ -1,0 +1,7 @@
+"""``python -m flowkit.cli`` runs the ``flowkit`` command."""
+
+from __future__ import annotations
+
+from flowkit.cli.main import main
+
+main()

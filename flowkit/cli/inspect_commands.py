@@ -1,0 +1,226 @@
+"""The commands that read runs: runs, show, trace, compare, report and export-otel.
+
+They only read run folders; `flowkit.cli.main` adds them to the `flowkit` group.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from flowkit.cli.terminal import console, err_console
+from flowkit.errors import UsageError
+from flowkit.inspect.show import show_run
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def show(run_ref: str, runs_dir: str) -> None:
+    """Show a run: status, counts, scores, metrics, tokens and cost, slowest nodes, errors."""
+    show_run(console, run_ref, Path(runs_dir))
+
+
+@click.command()
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def runs(runs_dir: str) -> None:
+    """List the runs in runs/, newest first."""
+    from flowkit.inspect.show import runs_table
+
+    console.print(runs_table(Path(runs_dir)))
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option("--row", type=int, help="Show this row's nodes as a tree (-1: the aggregates).")
+@click.option("--node", help="With --row: only this node (and, for a sub-flow, its nodes).")
+@click.option("--failed", is_flag=True, help="List the failed rows: line, failing node, error.")
+@click.option(
+    "--where",
+    "conditions",
+    multiple=True,
+    metavar="PATH<OP>VALUE",
+    help="List rows whose outputs match, e.g. 'groundedness.score<3' (repeat: all must hold).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON instead.")
+@click.option("--verbose", "-v", is_flag=True, help="Show tracebacks of failed nodes.")
+@click.option(
+    "--max-chars", default=300, show_default=True, help="Fold longer values (0: never fold)."
+)
+@click.option("--limit", default=100, show_default=True, help="Rows to list (0: all).")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def trace(
+    run_ref: str,
+    row: int | None,
+    node: str | None,
+    failed: bool,
+    conditions: tuple[str, ...],
+    as_json: bool,
+    verbose: bool,
+    max_chars: int,
+    limit: int,
+    runs_dir: str,
+) -> None:
+    """Inspect a run's rows: one row's DAG (--row), or the rows that failed or match --where."""
+    import json
+
+    from flowkit.inspect import trace_view as it
+    from flowkit.runs.folder import resolve_run_dir
+
+    if (row is None) == (not failed and not conditions):
+        raise UsageError("give --row N, or --failed and/or --where PATH<OP>VALUE")
+    if node is not None and row is None:
+        raise UsageError("--node needs --row")
+    run_dir = resolve_run_dir(run_ref, Path(runs_dir))
+    if row is not None:
+        records = it.row_records(run_dir, row)
+        output = it.row_output(run_dir, row)
+        if not records and output is None:
+            raise UsageError(f"run {run_dir.name} has no row {row}")
+        if node is not None:
+            records = it.select_node(records, node, row)
+        if as_json:
+            click.echo(json.dumps(records, indent=2, ensure_ascii=False, default=str))
+        else:
+            console.print(it.row_tree(records, output, row, max_chars=max_chars, verbose=verbose))
+        return
+    parsed = [it.parse_where(c) for c in conditions]
+    rows = it.where_rows(run_dir, parsed, only_failed=failed)
+    if as_json:
+        for rec in rows:
+            click.echo(json.dumps(rec, ensure_ascii=False, default=str))
+        return
+    table, total = it.rows_table(rows, [c.path for c in parsed], limit=limit, max_chars=max_chars)
+    console.print(table)
+    shown = min(total, limit) if limit else total
+    more = f" (showing {shown}; --limit 0 for all)" if shown < total else ""
+    console.print(f"{total} row{'s' if total != 1 else ''} matched{more}")
+
+
+@click.command()
+@click.argument("run_a", metavar="RUN_A")
+@click.argument("run_b", metavar="RUN_B")
+@click.option("--key", help="Pair rows by this input column instead of by line.")
+@click.option(
+    "--metric", "metrics", multiple=True, metavar="NAME", help="Only this output (repeatable)."
+)
+@click.option(
+    "--lower-is-better", multiple=True, metavar="NAME", help="A lower value of NAME is better."
+)
+@click.option("--resamples", default=2000, show_default=True, help="Bootstrap resamples.")
+@click.option("--seed", default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--top", default=10, show_default=True, help="Changed rows to list per output.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def compare(
+    run_a: str,
+    run_b: str,
+    key: str | None,
+    metrics: tuple[str, ...],
+    lower_is_better: tuple[str, ...],
+    resamples: int,
+    seed: int,
+    top: int,
+    as_json: bool,
+    runs_dir: str,
+) -> None:
+    """Compare RUN_B with RUN_A: mean change per output with a paired bootstrap 95% CI."""
+    from flowkit.inspect.compare import compare_runs, render
+    from flowkit.runs.folder import resolve_run_dir
+
+    dir_a, dir_b = (resolve_run_dir(r, Path(runs_dir)) for r in (run_a, run_b))
+    result = compare_runs(
+        dir_a,
+        dir_b,
+        key=key,
+        metrics=metrics,
+        lower_is_better=lower_is_better,
+        resamples=resamples,
+        seed=seed,
+        top=top,
+    )
+    if as_json:
+        click.echo(result.to_json())
+    else:
+        console.print(render(result, dir_a, dir_b))
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option(
+    "--output",
+    "-o",
+    default="report.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The HTML file to write.",
+)
+@click.option("--compare", "compare_ref", metavar="RUN_B", help="Also compare RUN_B with RUN.")
+@click.option("--key", help="With --compare: pair rows by this input column instead of by line.")
+@click.option(
+    "--lower-is-better", multiple=True, metavar="NAME", help="With --compare: lower NAME is better."
+)
+@click.option("--top", default=10, show_default=True, help="Changed rows to list per output.")
+@click.option(
+    "--max-rows", default=20_000, show_default=True, help="Rows in the table (failed rows extra)."
+)
+@click.option(
+    "--max-trace-rows", default=1_000, show_default=True, help="Rows whose node trace is embedded."
+)
+@click.option("--max-chars", default=2_000, show_default=True, help="Fold longer trace texts.")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def report(
+    run_ref: str,
+    output: str,
+    compare_ref: str | None,
+    key: str | None,
+    lower_is_better: tuple[str, ...],
+    top: int,
+    max_rows: int,
+    max_trace_rows: int,
+    max_chars: int,
+    runs_dir: str,
+) -> None:
+    """Write RUN as one self-contained HTML page: metrics, charts, rows and their traces."""
+    from flowkit.inspect.report import Limits, write_report
+    from flowkit.runs.folder import resolve_run_dir
+
+    run_dir = resolve_run_dir(run_ref, Path(runs_dir))
+    other = resolve_run_dir(compare_ref, Path(runs_dir)) if compare_ref else None
+    written = write_report(
+        run_dir,
+        Path(output),
+        compare_with=other,
+        key=key,
+        lower_is_better=lower_is_better,
+        top=top,
+        limits=Limits(max_rows=max_rows, max_trace_rows=max_trace_rows, max_chars=max_chars),
+    )
+    console.print(
+        f"report: {written.path} ({written.size / 1e6:.1f} MB; {written.rows_in_table:,} of "
+        f"{written.rows:,} rows in the table, traces for {written.rows_traced:,})",
+        highlight=False,
+    )
+
+
+@click.command(name="export-otel")
+@click.argument("run_ref", metavar="RUN")
+@click.option(
+    "--endpoint",
+    metavar="URL",
+    help="OTLP/HTTP collector, e.g. http://localhost:4318 (/v1/traces is added); "
+    "default: $OTEL_EXPORTER_OTLP_ENDPOINT.",
+)
+@click.option("--console", "to_console", is_flag=True, help="Print the spans as JSON lines.")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def export_otel(run_ref: str, endpoint: str | None, to_console: bool, runs_dir: str) -> None:
+    """Export a run's traces to OpenTelemetry: a span per run, row and node, with GenAI
+    attributes for models and tokens (needs `pip install 'flowkit[otel]'`)."""
+    from flowkit.inspect.otel import export_run
+
+    summary = export_run(run_ref, endpoint=endpoint, console=to_console, runs_root=runs_dir)
+    err_console.print(str(summary), highlight=False)
+
+
+COMMANDS = (runs, show, trace, compare, report, export_otel)

@@ -1,0 +1,324 @@
+"""The `flowkit` command: a thin skin over the Python API.
+
+User errors (FlowkitError) print as `error: …` with their exit code and no traceback; anything
+else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from flowkit import __version__
+from flowkit.cli.inspect_commands import COMMANDS
+from flowkit.cli.terminal import console, err_console
+from flowkit.errors import FlowkitError, UsageError
+from flowkit.inspect.gates import check_gates, parse_gate
+from flowkit.inspect.show import count_rows, metrics_table, progress_display
+
+
+class FlowkitGroup(click.Group):
+    """Turns FlowkitError into `error: …` and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FlowkitError as err:
+            err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
+            sys.exit(err.exit_code)
+
+
+@click.group(cls=FlowkitGroup)
+@click.version_option(__version__, prog_name="flowkit")
+def main() -> None:
+    """Evaluate LLM applications with flows defined in YAML."""
+
+
+def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, ref = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(
+                f"--map {item!r} must be NAME=VALUE, e.g. --map answer=${{data.response}}"
+            )
+        out[name.strip()] = ref.strip()
+    return out
+
+
+@main.command()
+@click.argument("flows", nargs=-1)
+@click.option(
+    "--data",
+    "data",
+    type=click.Path(dir_okay=False),
+    help="The rows: .jsonl, .json (a list) or .csv.",
+)
+@click.option(
+    "--resume",
+    "resume_run",
+    metavar="RUN",
+    help="Finish RUN in its folder: keep its finished rows, rerun failed and missing ones.",
+)
+@click.option(
+    "--strict", is_flag=True, help="Stop before running if any data row is bad (default: skip it)."
+)
+@click.option(
+    "--map",
+    "maps",
+    multiple=True,
+    metavar="NAME=REF",
+    help="Fill flow input NAME from ${data.col}, ${run.outputs.x} or a literal.",
+)
+@click.option(
+    "--run",
+    "prior_run",
+    type=click.Path(file_okay=False),
+    help="An earlier run whose outputs ${run.outputs.x} reads, joined on line.",
+)
+@click.option("--concurrency", default=16, show_default=True, help="Rows in flight at once.")
+@click.option("--limit", type=int, help="Run only the first N rows.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the node cache.")
+@click.option("--refresh", multiple=True, metavar="NODE", help="Recompute this node (repeatable).")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="Where the cache lives.")
+@click.option("--output", type=click.Path(file_okay=False), help="The run folder to write.")
+@click.option("--name", help="The run's name (its folder under runs/).")
+@click.option("--model", help="Chat model for llm nodes that pin none.")
+@click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
+@click.option("--timeout", type=float, help="Seconds per model request.")
+@click.option(
+    "--fail-on-error",
+    type=float,
+    metavar="RATIO",
+    help="Exit 1 when more than this fraction of rows failed.",
+)
+@click.option(
+    "--gate",
+    "gates",
+    multiple=True,
+    metavar="METRIC<OP>VALUE",
+    help="A CI gate such as 'groundedness.mean>=4'; exit 1 when it does not hold.",
+)
+@click.option(
+    "--backend",
+    default="local",
+    show_default=True,
+    type=click.Choice(["local", "loky", "threading", "multiprocessing", "dask", "ray"]),
+    help="Where rows run: this process, or joblib workers (see README, Running at scale).",
+)
+@click.option(
+    "--workers", default=2, show_default=True, help="joblib workers (non-local backends)."
+)
+@click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option(
+    "--otel",
+    is_flag=True,
+    help="At the end, export the run's traces to OpenTelemetry (as `flowkit export-otel`).",
+)
+def run(
+    flows: tuple[str, ...],
+    data: str | None,
+    resume_run: str | None,
+    strict: bool,
+    maps: tuple[str, ...],
+    prior_run: str | None,
+    concurrency: int,
+    limit: int | None,
+    no_cache: bool,
+    refresh: tuple[str, ...],
+    cache_dir: str | None,
+    output: str | None,
+    name: str | None,
+    model: str | None,
+    connection: str | None,
+    timeout: float | None,
+    fail_on_error: float | None,
+    gates: tuple[str, ...],
+    backend: str,
+    workers: int,
+    scheduler: str | None,
+    quiet: bool,
+    otel: bool,
+) -> None:
+    """Run FLOW (a path or a built-in name; several run together) over --data.
+
+    With --resume RUN, finish an earlier run instead: its flow, data and options are reused.
+    """
+    from flowkit.api import resume as resume_flow
+    from flowkit.api import run as run_flow
+    from flowkit.flow.loader import load_flows
+    from flowkit.runs.folder import read_run_info, resolve_run_dir
+
+    parsed_gates = [parse_gate(g) for g in gates]
+    if otel:
+        from flowkit.inspect.otel import require
+
+        require()  # a missing extra is reported before the rows run, not after
+    if resume_run is not None:
+        _only_with_resume(click.get_current_context(), flows, data)
+        info = read_run_info(resolve_run_dir(resume_run))
+        limit = info.get("options", {}).get("limit")
+        total = count_rows(Path(info.get("invocation", {}).get("data", "")), limit)
+        with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
+            result = resume_flow(
+                resume_run,
+                concurrency=concurrency if _given("concurrency") else None,
+                on_progress=on_progress,
+            )
+    else:
+        if not flows or data is None:
+            raise UsageError(
+                "run needs a FLOW and --data (or --resume RUN)",
+                hint="e.g. flowkit run flows/f1_score.yaml --data examples/qa.jsonl",
+            )
+        flow = load_flows(list(flows))
+        total = count_rows(Path(data), limit)
+        with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
+            result = run_flow(
+                flow,
+                data,
+                mapping=_parse_maps(maps),
+                prior_run=prior_run,
+                concurrency=concurrency,
+                limit=limit,
+                use_cache=not no_cache,
+                refresh=list(refresh),
+                cache_dir=cache_dir,
+                output=output,
+                name=name,
+                model=model,
+                connection=connection,
+                timeout=timeout,
+                on_progress=on_progress,
+                backend=backend,
+                workers=workers,
+                scheduler=scheduler,
+                strict=strict,
+            )
+    for notice in result.info.get("notices") or ():
+        err_console.print(f"note: {escape(notice)}", highlight=False)
+    if result.counts.get("bad_input"):
+        _report_bad_rows(result)
+    console.print(metrics_table(result.metrics, result.info))
+    c = result.counts
+    console.print(
+        f"rows {c['rows']}: {c['succeeded']} ok, {c['failed']} failed, "
+        f"{c['bad_input']} bad input; cache hits {c['cache_hits']}"
+    )
+    console.print(f"run folder: {result.run_dir}")
+    if otel:  # before the gates, so a failing CI run is exported too
+        from flowkit.inspect.otel import export_run
+
+        err_console.print(str(export_run(result.run_dir)), highlight=False)
+    if fail_on_error is not None and result.failed_ratio > fail_on_error:
+        err_console.print(
+            f"[bold red]error:[/] {result.failed_ratio:.1%} of rows failed, "
+            f"more than --fail-on-error {fail_on_error}"
+        )
+        sys.exit(1)
+    check_gates(parsed_gates, result.metrics, err_console)
+
+
+def _report_bad_rows(result: Any, shown: int = 5) -> None:
+    """Bad data rows were skipped, not run: say which, so they are not mistaken for scores."""
+    bad = [r for r in result.rows() if r.get("status") == "bad_input"]
+    err_console.print(
+        f"warning: {len(bad)} bad data row(s) were not run (--strict stops on them instead):",
+        highlight=False,
+    )
+    for row in bad[:shown]:
+        err_console.print(f"  {escape(str((row.get('error') or {}).get('message')))}")
+    if len(bad) > shown:
+        more = len(bad) - shown
+        err_console.print(f"  … and {more} more: flowkit trace {result.run_id} --failed")
+
+
+# Options that say what to run; a resume takes them from the run it finishes.
+_RUN_DEFINING = (
+    "maps",
+    "prior_run",
+    "limit",
+    "no_cache",
+    "refresh",
+    "cache_dir",
+    "output",
+    "name",
+    "model",
+    "connection",
+    "timeout",
+    "backend",
+    "workers",
+    "scheduler",
+    "strict",
+)
+
+
+def _given(param: str) -> bool:
+    source = click.get_current_context().get_parameter_source(param)
+    return source is not None and source != click.core.ParameterSource.DEFAULT
+
+
+def _only_with_resume(ctx: click.Context, flows: tuple[str, ...], data: str | None) -> None:
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    clashing = [flags[p] for p in _RUN_DEFINING if _given(p)]
+    if flows or data is not None:
+        clashing.insert(0, "FLOW/--data")
+    if clashing:
+        raise UsageError(
+            f"--resume reuses the run's own flow, data and options; drop {', '.join(clashing)}",
+            hint="to change them, start a new run (the cache keeps finished nodes free)",
+        )
+
+
+@main.command()
+@click.argument("flows", nargs=-1, required=True)
+def validate(flows: tuple[str, ...]) -> None:
+    """Check FLOW files without running them; all problems are reported together."""
+    from flowkit.errors import ValidationError
+    from flowkit.flow.loader import load_flow
+
+    problems: list[str] = []
+    for flow in flows:
+        try:
+            loaded = load_flow(flow)
+            console.print(f"ok: {flow} ({loaded.name}, {len(loaded.nodes)} nodes)")
+        except ValidationError as err:
+            problems.extend(str(d) for d in err.diagnostics)
+    if problems:
+        raise ValidationErrorLines(problems)
+
+
+class ValidationErrorLines(FlowkitError):
+    exit_code = 2
+
+    def __init__(self, lines: list[str]) -> None:
+        n = len(lines)
+        super().__init__(f"{n} problem{'s' if n != 1 else ''}\n" + "\n".join(lines))
+
+
+@main.command(name="list")
+def list_flows() -> None:
+    """List the built-in flows."""
+    from rich.table import Table
+
+    from flowkit.flow.builtin import builtin_flows
+    from flowkit.flow.source import read_yaml
+
+    table = Table("flow", "description", box=None)
+    for name, path in builtin_flows().items():
+        try:
+            raw = read_yaml(path)
+            desc = str(raw.get("description", "")) if isinstance(raw, dict) else ""
+        except Exception:
+            desc = "(cannot read)"
+        table.add_row(name, desc)
+    console.print(table)
+
+
+for _command in COMMANDS:
+    main.add_command(_command)

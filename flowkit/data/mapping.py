@@ -1,0 +1,159 @@
+"""The data mapping: how each flow input is filled from a data row or an earlier run.
+
+By default flow input `x` ← `${data.x}`; `--map x=${data.nested.field}` or `x=${run.outputs.y}`
+overrides it, and any other text is a literal. The mapping is checked against the data's columns
+before any row runs, so a required input with nowhere to come from is one clear error up front.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flowkit.data.coerce import coerce
+from flowkit.errors import Diagnostic, UsageError, ValidationError, did_you_mean, one_of
+from flowkit.flow.graph import Flow
+from flowkit.flow.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk
+from flowkit.flow.source import line_of
+from flowkit.runs.folder import read_outputs
+
+
+class RowError(ValueError):
+    """A data row that cannot fill the flow's inputs; the row is reported, the run goes on."""
+
+
+class Mapping:
+    """Resolved input → source for one run."""
+
+    def __init__(
+        self, flow: Flow, overrides: dict[str, str] | None = None, prior_run: Path | None = None
+    ) -> None:
+        self.flow = flow
+        overrides = dict(overrides or {})
+        unknown = [k for k in overrides if k not in flow.inputs]
+        if unknown:
+            raise UsageError(
+                f"--map names {', '.join(map(repr, unknown))}, not an input of flow "
+                f"{flow.name!r}{did_you_mean(unknown[0], flow.inputs)}",
+                hint=f"the flow's inputs are: {one_of(flow.inputs)}",
+            )
+        self.sources: dict[str, Ref | None] = {}
+        self.literals: dict[str, Any] = {}
+        for name in flow.inputs:
+            text = overrides.get(name, f"${{data.{name}}}")
+            try:
+                ref = parse_data_ref(text)
+            except RefSyntaxError as err:
+                raise UsageError(f"--map {name}=…: {err}") from None
+            if ref is None:
+                self.literals[name] = text
+            self.sources[name] = ref
+        self.explicit = set(overrides)
+        self.notices: list[str] = []
+        self.prior: dict[int, dict[str, Any]] | None = None
+        if any(r is not None and r.source == "run" for r in self.sources.values()):
+            if prior_run is None:
+                raise UsageError(
+                    "the mapping reads ${run.…} but no earlier run was given",
+                    hint="pass --run RUN_DIR",
+                )
+            self.prior = read_outputs(prior_run)
+        self._types = {name: spec.type for name, spec in flow.inputs.items()}
+        self._defaults = {n: s.default for n, s in flow.inputs.items() if not s.required}
+
+    def as_dict(self) -> dict[str, str]:
+        return {n: (r.text if r else repr(self.literals[n])) for n, r in self.sources.items()}
+
+    def check(self, columns: list[str]) -> None:
+        """Every required input must have a source among ``columns`` (or an earlier run)."""
+        problems: list[Diagnostic] = []
+        raw = _raw_inputs(self.flow)
+        for name, ref in self.sources.items():
+            if ref is None or ref.source != "data" or ref.name in columns:
+                continue
+            spec = self.flow.inputs[name]
+            if not spec.required and name not in self.explicit:
+                continue
+            what = "is required but maps" if spec.required else "is mapped"
+            problems.append(
+                Diagnostic(
+                    _display(self.flow),
+                    line_of(raw, name),
+                    None,
+                    f"input {name!r} {what} to no data column ({ref.text}); the data has: "
+                    f"{one_of(columns)}{did_you_mean(ref.name, columns)}; map one with "
+                    f"--map {name}=${{data.COLUMN}}",
+                )
+            )
+        if problems:
+            raise ValidationError(problems)
+        self.notices = self._skipped_for_columns(columns)
+
+    def _skipped_for_columns(self, columns: list[str]) -> list[str]:
+        """Nodes whose `when` reads an input whose column the data lacks: they will skip on
+        every row. Suites rely on this to compute only the metrics the data's fields allow."""
+        notices = []
+        for node in self.flow.nodes.values():
+            for ref, _, _ in node.when or ():
+                src = self.sources.get(ref.name) if ref.source == "inputs" else None
+                if src is not None and src.source == "data" and src.name not in columns:
+                    what = f"metric {node.name!r}" if node.kind == "flow" else f"node {node.name!r}"
+                    notices.append(
+                        f"{what} skipped: the data has no column {src.name!r} "
+                        f"(columns: {one_of(columns)})"
+                    )
+                    break
+        return notices
+
+    def apply(self, values: dict[str, Any], line: int) -> dict[str, Any]:
+        """The flow inputs for one data row, converted to the declared types."""
+        inputs: dict[str, Any] = {}
+        for name, ref in self.sources.items():
+            if ref is None:
+                value = self.literals[name]
+            else:
+                try:
+                    value = self._lookup(ref, values, line)
+                except MissingValue as err:
+                    if name in self._defaults:
+                        inputs[name] = self._defaults[name]
+                        continue
+                    raise RowError(f"input {name!r}: {err}") from None
+            try:
+                inputs[name] = coerce(value, self._types[name])
+            except TypeError as err:
+                raise RowError(
+                    f"input {name!r} ({ref.text if ref else 'literal'}): {err}"
+                ) from None
+        return inputs
+
+    def _lookup(self, ref: Ref, values: dict[str, Any], line: int) -> Any:
+        if ref.source == "data":
+            if ref.name not in values:
+                raise MissingValue(f"{ref.text}: the row has no column {ref.name!r}")
+            return walk(values[ref.name], ref.path, ref.text)
+        assert self.prior is not None
+        record = self.prior.get(line)
+        if record is None:
+            raise MissingValue(f"{ref.text}: the earlier run has no row {line}")
+        part, _, key = ref.name.partition(".")
+        section = record.get(part) or {}
+        if key not in section:
+            raise MissingValue(f"{ref.text}: the earlier run's row {line} has no {part} {key!r}")
+        return walk(section[key], ref.path, ref.text)
+
+
+def _raw_inputs(flow: Flow) -> Any:
+    from flowkit.flow.source import read_yaml
+
+    try:
+        raw = read_yaml(flow.path)
+        return raw.get("inputs", {}) if isinstance(raw, dict) else {}
+    except Exception:
+        return {}
+
+
+def _display(flow: Flow) -> str:
+    from flowkit.errors import display
+
+    return display(flow.path)

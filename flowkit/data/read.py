@@ -1,0 +1,329 @@
+"""Reading evaluation data (.jsonl, .json, .csv) lazily, with errors that name file and line.
+
+A run may have a million rows, so .jsonl and .csv are streamed one physical line at a time and
+memory stays flat in the number of rows (a .json list is one document and is loaded whole).
+A bad row must not sink a run: it comes out as a ``DataRow`` with ``values=None`` and an
+``error`` naming ``file:line``, so the runner can report it and run the good rows. Only problems
+with the file as a whole raise ``DataError``, and they do so when ``iter_rows`` is *called*,
+not on the first ``next()``, so a wrong ``--data`` fails before any model is paid for.
+
+Files are opened in binary and decoded line by line, so one stray Latin-1 byte costs one row,
+not the whole file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from flowkit.data.coerce import a_json_type, json_type
+from flowkit.errors import DataError
+
+SUPPORTED_EXTENSIONS = (".jsonl", ".json", ".csv")
+_BOM = b"\xef\xbb\xbf"
+_CHUNK = 1 << 16
+
+Rows = Generator["DataRow", None, None]
+
+
+@dataclass(slots=True)
+class DataRow:
+    """One row of data; bad rows are kept (``values=None``) so row numbers never shift."""
+
+    line: int  # 0-based row index: "row N" everywhere in run outputs
+    source_line: int  # 1-based physical line in the file; for .json the element index + 1
+    values: dict[str, Any] | None  # the parsed row, None when the row is bad
+    error: str | None  # e.g. "qa.jsonl:17: malformed JSON: Expecting ',' delimiter (column 12)"
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+# --- public API
+
+
+def iter_rows(path: str | Path, *, limit: int | None = None) -> Iterator[DataRow]:
+    """Check the file now (raising ``DataError``), then return a generator of its rows.
+
+    Not itself a generator function: file-level mistakes must surface at the call, and the
+    returned generator opens the file only when iterated, so an unused result leaks nothing.
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    p, display = Path(path), str(path)
+    kind = _check_file(p, display)
+    rows: Rows
+    if kind == ".json":
+        rows = _json_rows(_load_json(p, display), p.name)
+    elif kind == ".jsonl":
+        rows = _jsonl_rows(p)
+    else:
+        rows = _csv_rows(p, _csv_header(p, display))
+    return _limited(rows, limit)
+
+
+def peek_columns(path: str | Path, *, sample: int = 50) -> list[str]:
+    """Column names seen in the first rows, first-seen order, to say what *is* there.
+
+    For .csv the header is the answer (even with no rows); for JSON it is the union of the
+    top-level keys of the first ``sample`` good rows, since rows may differ in shape.
+    """
+    p, display = Path(path), str(path)
+    if _check_file(p, display) == ".csv":
+        return list(_csv_header(p, display))
+    seen: dict[str, None] = {}
+    for row in iter_rows(p, limit=sample):
+        if row.values is not None:
+            seen.update(dict.fromkeys(row.values))
+    return list(seen)
+
+
+# --- file checks
+
+
+def _check_file(p: Path, display: str) -> str:
+    """Raise ``DataError`` for a file that cannot yield rows at all; return its extension."""
+    if not p.exists():
+        raise DataError(
+            f"data file '{display}' does not exist",
+            hint=f"check the --data path; relative paths start at {Path.cwd()}",
+        )
+    if p.is_dir():
+        raise DataError(f"data file '{display}' is a directory", hint="pass a file")
+    suffix = p.suffix.lower()
+    if suffix not in SUPPORTED_EXTENSIONS:
+        what = f"an unsupported extension '{p.suffix}'" if p.suffix else "no extension"
+        raise DataError(
+            f"data file '{display}' has {what} (supported: {', '.join(SUPPORTED_EXTENSIONS)})",
+            hint=".jsonl = one JSON object per line, .json = a JSON list of objects, "
+            ".csv = a header row then one row per line",
+        )
+    try:
+        blank = _is_blank(p)
+    except OSError as e:
+        raise DataError(f"cannot read data file '{display}': {e.strerror}") from None
+    if blank:
+        raise DataError(f"data file '{display}' is empty", hint="add rows, or use another file")
+    return suffix
+
+
+def _is_blank(p: Path) -> bool:
+    """True for 0 bytes or only whitespace (and a BOM); stops at the first real byte."""
+    with p.open("rb") as f:
+        chunk = f.read(_CHUNK).removeprefix(_BOM)
+        while chunk and not chunk.strip():
+            chunk = f.read(_CHUNK)
+    return not chunk
+
+
+def _limited(rows: Rows, limit: int | None) -> Rows:
+    """Stop after ``limit`` rows (bad ones count) without reading one line past them."""
+    try:
+        if limit == 0:
+            return
+        for row in rows:
+            yield row
+            if limit is not None and row.line + 1 >= limit:
+                return
+    finally:
+        rows.close()
+
+
+# --- JSON Lines
+
+
+def _jsonl_rows(p: Path) -> Rows:
+    name, index = p.name, 0
+    with p.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if number == 1:
+                raw = raw.removeprefix(_BOM)
+            if not raw.strip():
+                continue  # blank lines are layout, not rows
+            values, error = _parse_line(raw)
+            yield DataRow(index, number, values, f"{name}:{number}: {error}" if error else None)
+            index += 1
+
+
+def _parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"not valid UTF-8 at byte {e.start + 1}"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        error = f"malformed JSON: {e.msg} (column {e.colno})"
+        if not raw.endswith(b"\n"):  # only the last line can lack one
+            error += "; the last line has no newline: was the file cut off mid-write?"
+        return None, error
+    except RecursionError:
+        return None, "malformed JSON: nested too deeply"
+    if not isinstance(value, dict):
+        return None, f"expected a JSON object, got {json_type(value)}"
+    return value, None
+
+
+# --- JSON list
+
+
+def _load_json(p: Path, display: str) -> list[Any]:
+    data = p.read_bytes().removeprefix(_BOM)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        byte = e.start - data.rfind(b"\n", 0, e.start)
+        raise DataError(
+            f"data file '{display}' is not valid UTF-8: line {line}, byte {byte}",
+            hint="save the file as UTF-8",
+        ) from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        hint = (
+            "it looks like one JSON value per line: rename the file to .jsonl"
+            if e.msg == "Extra data"
+            else "a .json data file holds one JSON list of objects"
+        )
+        raise DataError(
+            f"data file '{display}' is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})",
+            hint=hint,
+        ) from None
+    except RecursionError:
+        raise DataError(f"data file '{display}' is not valid JSON: nested too deeply") from None
+    head = f"data file '{display}' must hold a JSON list of objects, but"
+    if not isinstance(value, list):
+        top = value if isinstance(value, dict) else {}
+        under = [k for k, v in top.items() if isinstance(v, list) and v and isinstance(v[0], dict)]
+        hint = (
+            f"the rows seem to be under the key '{under[0]}': save just that list"
+            if under
+            else 'write [{"question": ...}, {"question": ...}], or use .jsonl'
+        )
+        raise DataError(f"{head} its top level is {a_json_type(value)}", hint=hint)
+    if value and not any(isinstance(v, dict) for v in value):
+        # Not one object anywhere: the shape is wrong, not a few rows; say so once.
+        first = a_json_type(value[0])
+        raise DataError(f"{head} element 1 is {first}", hint='write [{"question": ...}]')
+    return value
+
+
+def _json_rows(items: list[Any], name: str) -> Rows:
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            yield DataRow(i, i + 1, item, None)
+        else:
+            error = f"{name}: element {i + 1}: expected a JSON object, got {json_type(item)}"
+            yield DataRow(i, i + 1, None, error)
+
+
+# --- CSV
+
+
+class _Lines:
+    """Feed ``csv.reader`` one decoded physical line at a time, noting the undecodable ones.
+
+    A bad line is decoded with ``surrogateescape`` so the csv parser keeps its place (quoted
+    fields may span lines); the record that swallowed it is then reported, not the file.
+    """
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.number = 0
+        self.bad: dict[int, int] = {}  # physical line -> 1-based byte of the first bad byte
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        raw = next(self._f)
+        self.number += 1
+        if self.number == 1:
+            raw = raw.removeprefix(_BOM)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.bad.setdefault(self.number, e.start + 1)
+            return raw.decode("utf-8", "surrogateescape")
+
+
+@dataclass(slots=True)
+class _Record:
+    start: int  # first physical line (a quoted cell may run over several)
+    end: int
+    fields: list[str] | None
+    error: str | None  # why the record cannot be read at all
+    error_line: int  # the physical line that error is about
+
+
+def _records(f: BinaryIO) -> Generator[_Record, None, None]:
+    """Yield each non-blank CSV record with its lines and, if unreadable, why."""
+    # LLM eval cells (whole documents) easily pass csv's default 128 KiB cell limit.
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+    lines = _Lines(f)
+    reader = csv.reader(lines)
+    while True:
+        rec = _Record(reader.line_num + 1, 0, None, None, reader.line_num + 1)
+        try:
+            rec.fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            rec.error = str(e)
+        rec.end = reader.line_num
+        if lines.bad:
+            rec.error_line, byte = min(lines.bad.items())
+            rec.fields, rec.error = None, f"not valid UTF-8 at byte {byte}"
+            lines.bad.clear()
+        fields = rec.fields
+        blank = fields is not None and (not fields or (len(fields) == 1 and not fields[0].strip()))
+        if not blank:  # blank lines are layout, not rows
+            yield rec
+
+
+def _csv_header(p: Path, display: str) -> list[str]:
+    """The header row, checked: a bad header would mislabel every row, so it is fatal."""
+    with p.open("rb") as f:
+        rec = next(_records(f))  # there is one: _check_file ruled out blank files
+    if rec.fields is None:
+        raise DataError(
+            f"data file '{display}': cannot read the header (line {rec.error_line}): {rec.error}",
+            hint="save the file as UTF-8, starting with a header row of column names",
+        )
+    for i, column in enumerate(rec.fields):
+        if not column.strip():
+            raise DataError(f"data file '{display}': header column {i + 1} has no name")
+        if column in rec.fields[:i]:
+            raise DataError(f"data file '{display}': column '{column}' appears twice in the header")
+    return rec.fields
+
+
+def _csv_rows(p: Path, header: list[str]) -> Rows:
+    with p.open("rb") as f:
+        records = _records(f)
+        next(records)  # the header, checked by _csv_header
+        for index, rec in enumerate(records):
+            values, error = None, rec.error
+            if rec.fields is not None:
+                n, m = len(rec.fields), len(header)
+                if n < m:
+                    error = f"missing column{'s' if m - n > 1 else ''} " + ", ".join(
+                        f"'{c}'" for c in header[n:]
+                    )
+                elif n > m:
+                    error = f"{n} fields but the header has {m} columns; quote cells with commas"
+                else:
+                    values = dict(zip(header, rec.fields, strict=True))
+                if error and rec.end > rec.start:
+                    error += f" (the row runs over lines {rec.start}-{rec.end}: an open quote?)"
+            text = f"{p.name}:{rec.error_line}: {error}" if error else None
+            yield DataRow(index, rec.start, values, text)
+
+
+# --- paths & types

@@ -1,0 +1,15 @@
+"""Running rows: each data row through the DAG in dependency order, then the aggregates.
+
+- ``executor``: rows in flight, the order of nodes within a row, and sub-flows.
+- ``node_runner``: one node in one row (cache lookup, run, store, trace record); owned by the
+  executor and called by it.
+- ``plan``: per-flow schedules; ``scope``: a row's values; ``lookahead``: batched cache
+  lookups ahead of the rows.
+- ``aggregation``: aggregate nodes over all rows.
+- ``context``: run options, counters and the run-time context kinds receive.
+- ``prepare``: binding run-time settings (the model endpoint) to every node before a row runs.
+- ``records``: the typed, versioned trace records the engine emits.
+
+Imports point down to ``flowkit.kinds``, ``flowkit.flow``, ``flowkit.cache`` and
+``flowkit.errors``. The run folder it writes to is passed in (``flowkit.runs`` owns it).
+"""

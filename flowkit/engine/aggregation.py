@@ -1,0 +1,109 @@
+"""The aggregate phase: after all rows, each aggregate node sees its inputs as per-row lists.
+
+Lists of one call are aligned: index i is the same row in each. A row is left out of an
+aggregate when any node it reads failed or was skipped in that row; the count left out is
+reported in run.json. Metrics are named `<flow or sub-flow node>.<key>`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from flowkit import kinds
+from flowkit.cache.canonical import to_json_value
+from flowkit.cache.store import MISS, node_key
+from flowkit.engine.records import FAILED, OK, ErrorInfo, NodeRecord
+from flowkit.flow.refs import MissingValue, walk
+
+if TYPE_CHECKING:
+    from flowkit.engine.executor import AggTask, Executor
+
+AGGREGATE_LINE = -1
+"""The `line` of aggregate nodes' trace records: they belong to no single row."""
+
+
+def _inputs(agg: AggTask, done: dict[tuple[tuple[str, ...], str], Any]) -> dict[str, Any]:
+    rows = agg.ordered()
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(agg.row_refs)
+    by_ref = {ref.text: list(col) for ref, col in zip(agg.row_refs, columns, strict=True)}
+    inputs: dict[str, Any] = {}
+    for param, ref, literal in agg.node.inputs:
+        if ref is None:
+            inputs[param] = literal
+        elif ref.text in by_ref:
+            inputs[param] = by_ref[ref.text]
+        else:  # another aggregate node of the same flow
+            value = done.get((agg.path, ref.name))
+            if value is None:
+                raise MissingValue(f"{ref.text}: aggregate node {ref.name!r} produced nothing")
+            inputs[param] = walk(value, ref.path, ref.text)
+    return inputs
+
+
+def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run every aggregate node of the flow tree; return (metrics, per-node details)."""
+    metrics: dict[str, Any] = {}
+    info: dict[str, Any] = {}
+    done: dict[tuple[tuple[str, ...], str], Any] = {}
+    writer, cache = executor.writer, executor.cache
+    for agg in executor.aggregates:
+        qual = ".".join((*agg.path, agg.node.name))
+        start = time.time()
+        detail: dict[str, Any] = {"rows_used": len(agg.columns), "rows_left_out": agg.left_out}
+        status, output, error, hit, inputs = OK, None, None, False, None
+        if not agg.columns and agg.left_out and agg.left_out == agg.skipped:
+            # Every row skipped or failed what it reads (a suite metric whose field the data
+            # lacks): report that, rather than a row of empty metrics.
+            info[qual] = {**detail, "status": "skipped", "reason": "no row produced its inputs"}
+            continue
+        try:
+            inputs = _inputs(agg, done)
+            key = node_key(agg.node.static_key, inputs) if cache is not None else None
+            fresh = cache is None or key is None or executor._refreshed(agg.node, qual)
+            cached = MISS if fresh else cache.get(key)  # type: ignore[union-attr]
+            if cached is not MISS:
+                output, hit = cached[0], True  # type: ignore[index]
+            else:
+                output = to_json_value(
+                    kinds.get("aggregate").run_sync(agg.node, inputs, executor.ctx).output
+                )
+                if cache is not None and key is not None:
+                    cache.put(key, output)
+        except Exception as err:
+            status, error = FAILED, ErrorInfo.from_exception(err)
+            detail["error"] = f"{error.type}: {error.message}"
+        if output is not None:
+            done[(agg.path, agg.node.name)] = output
+            for k, v in output.items():
+                metrics[f"{agg.prefix}.{k}"] = v
+        detail["status"] = status
+        info[qual] = detail
+        end = time.time()
+        writer.trace(
+            NodeRecord(
+                run_id=writer.run_id,
+                line=AGGREGATE_LINE,
+                node=qual,
+                kind="aggregate",
+                status=status,
+                start=start,
+                end=end,
+                duration=end - start,
+                cache_hit=hit,
+                inputs=_summarise(inputs),
+                output=output,
+                error=error,
+            )
+        )
+    return metrics, info
+
+
+def _summarise(inputs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Per-row lists can hold a million values; the trace keeps their length and a sample."""
+    if inputs is None:
+        return None
+    return {
+        k: ({"rows": len(v), "first": v[:5]} if isinstance(v, list) else v)
+        for k, v in inputs.items()
+    }

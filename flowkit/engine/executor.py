@@ -1,0 +1,278 @@
+"""Running a validated flow over rows: reading them, running them concurrently, the order of
+the nodes within a row, sub-flows, and each row's output record.
+
+One asyncio loop runs everything. Within a row a node starts as soon as what it reads is done;
+nodes that only compute (python, cache hits) run inline, nodes that wait on I/O (model calls,
+slow functions) become tasks so other nodes and rows proceed meanwhile. Rows run concurrently up
+to ``concurrency``. A node that raises fails itself and what depends on it, in that row only.
+
+Rows are read a batch at a time so that the batch's cache entries can be fetched together (see
+flowkit.engine.lookahead). Each node is run by flowkit.engine.node_runner; the schedules come from
+flowkit.engine.plan, the row values live in flowkit.engine.scope; the aggregates run afterwards
+(flowkit.engine.aggregation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from typing import Any
+
+from flowkit.cache.store import Cache
+from flowkit.engine.context import RunContext, RunOptions, Stats
+from flowkit.engine.lookahead import Lookahead, Row
+from flowkit.engine.node_runner import NodeRunner
+from flowkit.engine.plan import AggTask, Plan, Plans, collect
+from flowkit.engine.records import FAILED, OK, ErrorInfo
+from flowkit.engine.scope import Scope, first_error, has_invalid, read_outputs, value_or_none
+from flowkit.flow.graph import Flow, Node
+from flowkit.runs.folder import RunWriter
+
+# Re-exported: flowkit.resume rebuilds scopes and aggregate columns the way a live run does.
+__all__ = ["AggTask", "Executor", "Scope"]
+
+BATCH_ROWS = 256
+"""Rows read ahead at a time (more when the concurrency is higher): enough for one cache query
+to serve many rows, few enough that a row's wait before it starts is negligible."""
+
+
+class Executor(NodeRunner):
+    """Runs a flow over rows: a batch at a time, concurrently, each row's nodes in dependency
+    order (the nodes themselves: NodeRunner)."""
+
+    def __init__(
+        self,
+        flow: Flow,
+        options: RunOptions,
+        cache: Cache | None,
+        writer: RunWriter,
+        ctx: RunContext,
+        on_progress: Callable[[Stats], None] | None = None,
+    ) -> None:
+        self.flow, self.options, self.cache = flow, options, cache
+        self.writer, self.ctx = writer, ctx
+        self.stats = Stats()
+        self.on_progress = on_progress
+        self._plans = Plans(flow)
+        self.aggregates: list[AggTask] = self._plans.aggregates
+        self._outputs = list(flow.outputs.items())
+        self._lookahead = Lookahead(flow, cache, self._refreshed)
+
+    # -- rows ---------------------------------------------------------------------------
+    async def run(self, rows: Iterable[Row]) -> None:
+        # A slot per row in flight. A semaphore, not asyncio.wait over the running rows: that
+        # re-registers a callback on every one of them each time a row ends, which at a
+        # concurrency of 128 costs more than the row's own bookkeeping.
+        slots = asyncio.Semaphore(self.options.concurrency)
+        running: set[asyncio.Task[None]] = set()
+        broken: list[BaseException] = []
+
+        def finished(task: asyncio.Task[None]) -> None:
+            running.discard(task)
+            slots.release()
+            if not task.cancelled() and task.exception() is not None:
+                broken.append(task.exception())  # type: ignore[arg-type]
+
+        last_report = 0.0
+        top = self._plans[self.flow]
+        for batch in _batches(rows, max(BATCH_ROWS, self.options.concurrency)):
+            self._lookahead.fetch(batch)
+            for line, inputs, error in batch:
+                if not running and not top.waits():
+                    # Nothing waits on I/O: the row runs to its end here, with no task and no
+                    # coroutine unless a function turns out slow during it.
+                    rest = self._row_now(line, inputs, error)
+                    if rest is not None:
+                        await rest
+                else:
+                    await slots.acquire()
+                    if broken:
+                        raise broken[0]
+                    task = asyncio.create_task(self._row(line, inputs, error))
+                    running.add(task)
+                    task.add_done_callback(finished)
+                now = time.monotonic()
+                if now - last_report > 0.1:
+                    last_report = now
+                    self._tick()
+        if running:
+            await asyncio.gather(*running)
+        if broken:
+            raise broken[0]
+        self._tick()
+
+    def _tick(self) -> None:
+        if self.writer.maybe_flush() and self.cache is not None:
+            self.cache.maybe_flush()
+        if self.on_progress is not None:
+            self.on_progress(self.stats)
+
+    async def _row(self, line: int, inputs: dict[str, Any] | None, error: str | None) -> None:
+        if inputs is None:
+            self._bad_row(line, error)
+            return
+        self._end_row(line, inputs, await self.run_scope(self.flow, inputs, line, ""))
+
+    def _row_now(
+        self, line: int, inputs: dict[str, Any] | None, error: str | None
+    ) -> Coroutine[Any, Any, None] | None:
+        """Run a row whose nodes do not wait; return what is left to await if one came to."""
+        if inputs is None:
+            self._bad_row(line, error)
+            return None
+        scope = Scope(inputs)
+        stop = self._run_inline(self._plans[self.flow], scope, line, "", 0)
+        if stop is None:
+            self._end_row(line, inputs, scope)
+            return None
+        return self._finish_row(line, inputs, scope, stop)
+
+    async def _finish_row(
+        self,
+        line: int,
+        inputs: dict[str, Any],
+        scope: Scope,
+        stop: tuple[int, Coroutine[Any, Any, None]],
+    ) -> None:
+        await self._resume_inline(self._plans[self.flow], scope, line, "", stop)
+        self._end_row(line, inputs, scope)
+
+    def _bad_row(self, line: int, error: str | None) -> None:
+        self.stats.rows += 1
+        self.stats.bad_input += 1
+        self.writer.row(
+            line,
+            {
+                "line": line,
+                "status": "bad_input",
+                "inputs": None,
+                "outputs": None,
+                "error": {"type": "DataError", "message": error},
+            },
+        )
+
+    def _end_row(self, line: int, inputs: dict[str, Any], scope: Scope) -> None:
+        outputs = read_outputs(scope, self._outputs)
+        failed = first_error(scope, "") if scope.errors else None
+        record: dict[str, Any] = {
+            "line": line,
+            "status": "failed" if failed else "ok",
+            "inputs": inputs,
+            "outputs": outputs,
+        }
+        if failed:
+            self.stats.failed += 1
+            node, info = failed
+            record["error"] = {"node": node, "type": info.type, "message": info.message}
+        else:
+            self.stats.succeeded += 1
+        if has_invalid(outputs):
+            self.stats.invalid += 1
+        self.stats.rows += 1
+        self.writer.row(line, record)
+        for agg in self.aggregates:
+            collect(agg, scope, line)
+
+    def _run_inline(
+        self, plan: Plan, scope: Scope, line: int, prefix: str, begin: int
+    ) -> tuple[int, Coroutine[Any, Any, None]] | None:
+        """Run the plan's nodes from ``begin`` in its order while none waits. The ready queue
+        would only replay that order; a node that does wait (a function found slow during this
+        very row) stops the loop, and its position and coroutine are returned."""
+        order = plan.order
+        for i in range(begin, len(order)):
+            coro = self._start(order[i], scope, line, prefix)
+            if coro is not None:
+                return i, coro
+        return None
+
+    async def _resume_inline(
+        self,
+        plan: Plan,
+        scope: Scope,
+        line: int,
+        prefix: str,
+        stop: tuple[int, Coroutine[Any, Any, None]] | None,
+    ) -> None:
+        while stop is not None:
+            await stop[1]
+            stop = self._run_inline(plan, scope, line, prefix, stop[0] + 1)
+
+    async def run_scope(self, flow: Flow, inputs: dict[str, Any], line: int, prefix: str) -> Scope:
+        scope = Scope(inputs)
+        plan = self._plans[flow]
+        if not plan.waits():
+            stop = self._run_inline(plan, scope, line, prefix, 0)
+            await self._resume_inline(plan, scope, line, prefix, stop)
+            return scope
+        remaining = dict(plan.dep_counts)
+        ready = list(plan.roots)
+        tasks: dict[asyncio.Task[None], str] = {}
+
+        def release(name: str) -> None:
+            for nxt in plan.dependents[name]:
+                remaining[nxt] -= 1
+                if remaining[nxt] == 0:
+                    ready.append(nxt)
+
+        while ready or tasks:
+            waiting: list[tuple[str, Coroutine[Any, Any, None]]] = []
+            while ready:
+                name = ready.pop(0)
+                coro = self._start(flow.nodes[name], scope, line, prefix)
+                if coro is None:
+                    release(name)
+                else:
+                    waiting.append((name, coro))
+            if len(waiting) == 1 and not tasks and not ready:
+                name, coro = waiting[0]
+                await coro  # the only thing left to do: no task needed
+                release(name)
+                continue
+            for name, coro in waiting:
+                tasks[asyncio.create_task(coro)] = name
+            if tasks:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()
+                    release(tasks.pop(task))
+        return scope
+
+    async def _subflow(
+        self, node: Node, scope: Scope, inputs: dict[str, Any], line: int, qual: str, start: float
+    ) -> None:
+        sub: Flow = node.impl
+        sub_inputs = {n: s.default for n, s in sub.inputs.items() if not s.required}
+        sub_inputs.update(inputs)
+        child = await self.run_scope(sub, sub_inputs, line, qual + ".")
+        scope.children[node.name] = child
+        output = {name: value_or_none(child, ref) for name, ref in sub.outputs.items()}
+        failed = first_error(child, qual + ".")
+        if failed:
+            info = ErrorInfo("SubflowFailed", f"node {failed[0]!r} failed: {failed[1].message}")
+            self._done(node, scope, line, qual, FAILED, inputs, output, start=start, error=info)
+        else:
+            self._done(node, scope, line, qual, OK, inputs, output, start=start)
+
+    def _waits(self, flow: Flow) -> bool:
+        """Whether any node in ``flow``'s tree awaits I/O (flow nodes inherit from their tree)."""
+        return self._plans[flow].waits()
+
+
+def _batches(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
+    """``rows`` in lists of ``size``. Should reading fail midway, the rows read before the
+    failure still run before it is raised, as they would have without reading ahead."""
+    it = iter(rows)
+    while True:
+        batch: list[Row] = []
+        try:
+            batch.extend(itertools.islice(it, size))
+        except BaseException:
+            if batch:
+                yield batch
+            raise
+        if not batch:
+            return
+        yield batch

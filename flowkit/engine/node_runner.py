@@ -1,0 +1,226 @@
+"""One node in one row: whether it runs (upstream failures, `when`), its inputs, its cache
+lookup, running or awaiting it, storing what it produced, and its trace record.
+
+This is the per-node half of the executor; flowkit.engine.executor adds rows, the order nodes run in
+within a row, and sub-flows. It runs once per node per row, so the path of a cached node is
+kept short: its inputs and key may come ready from the lookahead, and its trace record is
+built positionally.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from flowkit import kinds
+from flowkit.cache.canonical import to_json_value
+from flowkit.cache.store import MISS, Cache, node_key
+from flowkit.engine.context import RunContext, RunOptions, Stats
+from flowkit.engine.lookahead import Lookahead
+from flowkit.engine.records import (
+    FAILED,
+    OK,
+    SKIPPED,
+    UPSTREAM_FAILED,
+    ErrorInfo,
+    NodeRecord,
+    llm_call,
+)
+from flowkit.engine.scope import Scope, when_holds
+from flowkit.flow.graph import Flow, Node
+from flowkit.flow.refs import MissingValue
+from flowkit.kinds import NodeResult
+from flowkit.runs.folder import RunWriter
+
+
+class NodeRunner:
+    """Runs single nodes against a row's scope; ``Executor`` supplies rows and sub-flows."""
+
+    flow: Flow
+    options: RunOptions
+    cache: Cache | None
+    writer: RunWriter
+    ctx: RunContext
+    stats: Stats
+    _lookahead: Lookahead
+
+    def _subflow(
+        self, node: Node, scope: Scope, inputs: dict[str, Any], line: int, qual: str, start: float
+    ) -> Coroutine[Any, Any, None]:
+        """Run a flow node's sub-flow in this row (see Executor)."""
+        raise NotImplementedError
+
+    def _waits(self, flow: Flow) -> bool:
+        """Whether any node in ``flow``'s tree awaits I/O now (see Executor)."""
+        raise NotImplementedError
+
+    def _start(
+        self, node: Node, scope: Scope, line: int, prefix: str
+    ) -> Coroutine[Any, Any, None] | None:
+        """Run ``node`` now if it needs no waiting; otherwise return the coroutine that will."""
+        qual = prefix + node.name
+        for dep in node.deps:
+            if scope.status.get(dep) in (FAILED, UPSTREAM_FAILED):
+                info = ErrorInfo("UpstreamFailed", f"upstream node {prefix + dep!r} failed")
+                self._done(node, scope, line, qual, UPSTREAM_FAILED, None, None, error=info)
+                return None
+        start = time.time()
+        ahead = self._lookahead.take(line, qual)
+        try:
+            if node.when is not None and not when_holds(node.when, scope):
+                self._done(node, scope, line, qual, SKIPPED, None, None, start=start)
+                return None
+            if ahead is not None:
+                inputs = ahead[0]
+            else:
+                inputs = {p: (scope.get(r) if r is not None else v) for p, r, v in node.inputs}
+        except MissingValue as err:
+            self._fail(node, scope, line, qual, None, err, start)
+            return None
+        if node.kind == "flow":
+            coro = self._subflow(node, scope, inputs, line, qual, start)
+            if self._waits(node.impl):
+                return coro
+            _drive_now(coro)
+            return None
+        key = None
+        if self.cache is not None and node.spec.cache:
+            key = ahead[1] if ahead is not None else node_key(node.static_key, inputs)
+            # A refreshed node skips the lookup but still stores: the new result replaces the old.
+            refreshed = self.options.refresh and self._refreshed(node, qual)
+            hit = MISS if refreshed else self.cache.get(key)
+            if hit is not MISS:
+                output, meta = hit  # type: ignore[misc]
+                self.stats.cache_hits += 1
+                self._done(
+                    node,
+                    scope,
+                    line,
+                    qual,
+                    OK,
+                    inputs,
+                    output,
+                    start=start,
+                    cache_hit=True,
+                    llm=meta,
+                )
+                return None
+        if not node.is_async:
+            try:
+                result = kinds.get(node.kind).run_sync(node, inputs, self.ctx)
+            except Exception as err:
+                self._fail(node, scope, line, qual, inputs, err, start)
+                return None
+            self._succeed(node, scope, line, qual, inputs, result, key, start)
+            return None
+        return self._run_async(node, scope, inputs, line, qual, key, start)
+
+    async def _run_async(
+        self,
+        node: Node,
+        scope: Scope,
+        inputs: dict[str, Any],
+        line: int,
+        qual: str,
+        key: str | None,
+        start: float,
+    ) -> None:
+        try:
+            result = await kinds.get(node.kind).run(node, inputs, self.ctx)
+        except Exception as err:
+            self._fail(node, scope, line, qual, inputs, err, start)
+            return
+        self._succeed(node, scope, line, qual, inputs, result, key, start)
+
+    def _refreshed(self, node: Node, qual: str) -> bool:
+        return bool(self.options.refresh) and (
+            qual in self.options.refresh or node.name in self.options.refresh
+        )
+
+    def _succeed(
+        self,
+        node: Node,
+        scope: Scope,
+        line: int,
+        qual: str,
+        inputs: dict[str, Any],
+        result: NodeResult,
+        key: str | None,
+        start: float,
+    ) -> None:
+        try:
+            output = to_json_value(result.output)
+        except TypeError as err:
+            self._fail(node, scope, line, qual, inputs, err, start)
+            return
+        self.stats.node_runs += 1
+        if result.llm and result.llm.get("usage"):
+            self.stats.add_usage(qual, result.llm["usage"], result.llm.get("model"))
+        if key is not None and self.cache is not None:
+            self.cache.put(key, output, result.llm)
+        self._done(node, scope, line, qual, OK, inputs, output, start=start, llm=result.llm)
+
+    def _fail(
+        self,
+        node: Node,
+        scope: Scope,
+        line: int,
+        qual: str,
+        inputs: dict[str, Any] | None,
+        err: BaseException,
+        start: float,
+    ) -> None:
+        self.stats.node_failures += 1
+        info = ErrorInfo.from_exception(err)
+        self._done(node, scope, line, qual, FAILED, inputs, None, start=start, error=info)
+
+    def _done(
+        self,
+        node: Node,
+        scope: Scope,
+        line: int,
+        qual: str,
+        status: str,
+        inputs: dict[str, Any] | None,
+        output: Any,
+        *,
+        start: float | None = None,
+        cache_hit: bool = False,
+        error: ErrorInfo | None = None,
+        llm: dict[str, Any] | None = None,
+    ) -> None:
+        scope.status[node.name] = status
+        scope.values[node.name] = output
+        if error is not None and status == FAILED:
+            scope.errors.append((node.name, error))
+        end = time.time()
+        begin = start if start is not None else end
+        # Positional, in NodeRecord's field order: this runs once per node per row.
+        self.writer.trace(
+            NodeRecord(
+                self.writer.run_id,
+                line,
+                qual,
+                node.kind,
+                status,
+                begin,
+                end,
+                end - begin,
+                cache_hit,
+                inputs,
+                output,
+                error,
+                llm_call(llm) if llm else None,
+            )
+        )
+
+
+def _drive_now(coro: Coroutine[Any, Any, None]) -> None:
+    """Run a coroutine that never suspends to its end, without the event loop's task machinery."""
+    try:
+        coro.send(None)
+    except StopIteration:
+        return
+    coro.close()
+    raise RuntimeError("a sub-flow expected to run without waiting tried to suspend")

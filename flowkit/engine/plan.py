@@ -1,0 +1,142 @@
+"""What the executor works out once per run, before any row: per flow of the tree, which nodes
+start a row, what each node releases when it finishes, the order the nodes run in when none of
+them waits; and the aggregate nodes with the per-row values each collects.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+from flowkit.engine.records import OK, SKIPPED
+from flowkit.engine.scope import Scope
+from flowkit.flow.graph import Flow, Node
+from flowkit.flow.refs import MissingValue, Ref
+
+
+@dataclass
+class Plan:
+    """One flow's schedule within a row."""
+
+    roots: list[str]
+    dep_counts: dict[str, int]
+    dependents: dict[str, list[str]]
+    order: list[Node]
+    """The order nodes run in when none of them waits: the ready queue's order, first in
+    first out, so a row that runs inline writes its trace records as a waiting one would."""
+    tree: list[Node]
+    """The non-flow nodes of this flow and of its sub-flows."""
+
+    def waits(self) -> bool:
+        """Whether any node of the tree awaits I/O now. Not fixed: a python function that turns
+        out slow becomes a waiting node mid-run (see kinds.python)."""
+        return any(n.is_async for n in self.tree)
+
+
+@dataclass
+class AggTask:
+    """An aggregate node somewhere in the flow tree, and the per-row values it collects."""
+
+    path: tuple[str, ...]
+    flow: Flow
+    node: Node
+    row_refs: list[Ref]
+    columns: list[tuple[Any, ...]] = field(default_factory=list)
+    lines: array[int] = field(default_factory=lambda: array("q"))
+    """The row of each entry of ``columns`` (8 bytes a row, not an int object's 28+)."""
+    left_out: int = 0
+    skipped: int = 0
+    """Of the rows left out, those where a `when` skipped what the aggregate reads."""
+
+    @property
+    def prefix(self) -> str:
+        return ".".join(self.path) if self.path else self.flow.name
+
+    def ordered(self) -> list[tuple[Any, ...]]:
+        """The columns in input order. Rows finish in any order when they wait on a model;
+        in input order, the aggregate's inputs, and so its cache key, are the same on every
+        run over the same rows."""
+        lines, columns = self.lines, self.columns
+        if len(lines) != len(columns) or all(a < b for a, b in pairwise(lines)):
+            return columns
+        return [columns[i] for i in sorted(range(len(lines)), key=lines.__getitem__)]
+
+
+class Plans:
+    """The plans of a flow tree and its aggregate tasks."""
+
+    def __init__(self, flow: Flow) -> None:
+        self.by_flow: dict[int, Plan] = {}
+        self.aggregates: list[AggTask] = []
+        self._add(flow, ())
+
+    def __getitem__(self, flow: Flow) -> Plan:
+        return self.by_flow[id(flow)]
+
+    def _add(self, flow: Flow, path: tuple[str, ...]) -> list[Node]:
+        """Plan ``flow`` and its sub-flows; return the non-flow nodes of its whole tree."""
+        tree: list[Node] = []
+        for name in flow.row_order:
+            node = flow.nodes[name]
+            if node.kind == "flow":
+                tree += self._add(node.impl, (*path, name))
+            else:
+                tree.append(node)
+        if id(flow) not in self.by_flow:
+            self.by_flow[id(flow)] = _schedule(flow, tree)
+        for name in flow.aggregate_order:
+            node = flow.nodes[name]
+            refs = [
+                r
+                for _, r, _ in node.inputs
+                if r is not None and r.source == "node" and not flow.nodes[r.name].is_aggregate
+            ]
+            refs += [r for _, r, _ in node.inputs if r is not None and r.source == "inputs"]
+            self.aggregates.append(AggTask(path, flow, node, refs))
+        return tree
+
+
+def _schedule(flow: Flow, tree: list[Node]) -> Plan:
+    counts = {n: len(flow.nodes[n].deps) for n in flow.row_order}
+    dependents: dict[str, list[str]] = {n: [] for n in flow.row_order}
+    for name in flow.row_order:
+        for dep in flow.nodes[name].deps:
+            dependents[dep].append(name)
+    roots = [n for n, c in counts.items() if c == 0]
+    remaining, ready, order = dict(counts), list(roots), []
+    while ready:
+        name = ready.pop(0)
+        order.append(flow.nodes[name])
+        for nxt in dependents[name]:
+            remaining[nxt] -= 1
+            if remaining[nxt] == 0:
+                ready.append(nxt)
+    return Plan(roots, counts, dependents, order, tree)
+
+
+def collect(agg: AggTask, scope: Scope, line: int | None = None) -> None:
+    """Add one finished row's values (of row ``line``) to an aggregate's columns, or count the
+    row left out. Without a line, the columns keep the order they were collected in."""
+    for step in agg.path:
+        child = scope.children.get(step)
+        if child is None:
+            agg.left_out += 1
+            agg.skipped += scope.status.get(step) == SKIPPED
+            return
+        scope = child
+    values: list[Any] = []
+    for ref in agg.row_refs:
+        if ref.source == "node" and scope.status.get(ref.name) != OK:
+            agg.left_out += 1
+            agg.skipped += scope.status.get(ref.name) == SKIPPED
+            return
+        try:
+            values.append(scope.get(ref))
+        except MissingValue:
+            agg.left_out += 1
+            return
+    agg.columns.append(tuple(values))
+    if line is not None:
+        agg.lines.append(line)

@@ -1,0 +1,93 @@
+"""One row's values as the executor builds them, and the reads made from them.
+
+A scope holds one flow's node values and statuses within one row; a sub-flow node gets a child
+scope. Reading a reference from a scope is the per-node hot path of a run, so references are
+parsed at load time and a read is a dict lookup plus a short path walk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowkit.engine.records import OK, SKIPPED, ErrorInfo
+from flowkit.flow.refs import MissingValue, Ref, walk
+
+
+class Scope:
+    """One flow's values within one row; sub-flow nodes get child scopes."""
+
+    __slots__ = ("children", "errors", "inputs", "status", "values")
+
+    def __init__(self, inputs: dict[str, Any]) -> None:
+        self.inputs = inputs
+        self.values: dict[str, Any] = {}
+        self.status: dict[str, str] = {}
+        self.errors: list[tuple[str, ErrorInfo]] = []
+        self.children: dict[str, Scope] = {}
+
+    def get(self, ref: Ref) -> Any:
+        if ref.source == "node" and self.status.get(ref.name) == SKIPPED:
+            return None  # a skipped node's output is null, and so is every path into it
+        base = self.inputs[ref.name] if ref.source == "inputs" else self.values[ref.name]
+        return walk(base, ref.path, ref.text) if ref.path else base
+
+
+def when_holds(when: list[tuple[Ref, bool, Any]], scope: Scope) -> bool:
+    for ref, has_equals, expected in when:
+        if ref.source == "node" and scope.status.get(ref.name) != OK:
+            return False
+        value = scope.get(ref)
+        if not has_equals:
+            if not value:
+                return False
+        elif not (value in expected if isinstance(expected, list) else value == expected):
+            return False
+    return True
+
+
+def value_or_none(scope: Scope, ref: Ref) -> Any:
+    if ref.source == "node" and scope.status.get(ref.name) != OK:
+        return None
+    try:
+        return scope.get(ref)
+    except MissingValue:
+        return None
+
+
+def read_outputs(scope: Scope, refs: list[tuple[str, Ref]]) -> dict[str, Any]:
+    """``{name: value_or_none(scope, ref)}``, unrolled: it runs once per row and per sub-flow."""
+    status, values, outputs = scope.status, scope.values, {}
+    for name, ref in refs:
+        if ref.source == "node":
+            if status.get(ref.name) != OK:
+                outputs[name] = None
+                continue
+            base = values[ref.name]
+        else:
+            base = scope.inputs[ref.name]
+        try:
+            outputs[name] = walk(base, ref.path, ref.text) if ref.path else base
+        except MissingValue:
+            outputs[name] = None
+    return outputs
+
+
+def has_invalid(outputs: dict[str, Any]) -> bool:
+    """Whether a row's outputs (or a suite's per-metric outputs) hold result 'invalid'."""
+    if outputs.get("result") == "invalid":
+        return True
+    for value in outputs.values():  # a loop, not any(): this runs once per row
+        if isinstance(value, dict) and value.get("result") == "invalid":
+            return True
+    return False
+
+
+def first_error(scope: Scope, prefix: str) -> tuple[str, ErrorInfo] | None:
+    """The node that failed first in this scope, looking inside failed sub-flows for the cause."""
+    for name, info in scope.errors:
+        if info.type != "SubflowFailed":
+            return prefix + name, info
+        child = scope.children.get(name)
+        inner = first_error(child, f"{prefix}{name}.") if child else None
+        return inner or (prefix + name, info)
+    return None

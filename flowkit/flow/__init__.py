@@ -1,0 +1,15 @@
+"""What a flow *is*: its spec, its YAML source with lines, and everything checked before a run.
+
+- ``spec``: the pydantic models of a flow file (node kinds as a discriminated union).
+- ``source``: YAML read with the line of every key, and the size caps on it.
+- ``refs``: ``${inputs.x}``, ``${node.output.field}`` and ``${data.col}`` references.
+- ``loader``: loading and validating a flow completely, collecting every problem.
+- ``use``: merging ``use:`` nodes; ``wiring``: reference and output checks.
+- ``spec_messages``: pydantic's complaints turned into ``file:LINE: node 'x': …``.
+- ``graph``: the loaded flow and its networkx DAG; ``templates``: sandboxed Jinja2 prompts.
+- ``builtin``: finding the built-in flows by name.
+
+Imports point down to ``flowkit.cache.canonical`` and ``flowkit.errors`` only. Node kinds are
+an extension point: the loader looks them up through ``flowkit.kinds`` when it compiles a node,
+and the kinds import this package, never the other way at import time.
+"""

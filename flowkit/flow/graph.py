@@ -1,0 +1,117 @@
+"""The loaded flow as a DAG: compiled nodes, their dependencies and the order they run in.
+
+The loader builds these objects; the executor only reads them. networkx supplies the graph
+algorithms (topological order, cycle finding) so none of that is hand-written here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from flowkit.flow.refs import Ref
+from flowkit.flow.spec import FlowSpec, InputSpec
+
+
+@dataclass(slots=True)
+class Node:
+    """A node ready to run: references parsed, code imported, prompt compiled."""
+
+    name: str
+    kind: str
+    spec: Any
+    file: str
+    line: int
+    inputs: list[tuple[str, Ref | None, Any]]
+    """(parameter, reference or None, literal value when not a reference)."""
+    when: list[tuple[Ref, bool, Any]] | None = None
+    """Conditions that must all hold: (reference, whether `equals` was given, the value(s))."""
+    impl: Any = None
+    """What the node kind compiled: a callable, a prompt template, a sub-flow."""
+    key_parts: dict[str, Any] = field(default_factory=dict)
+    """Everything but the inputs that changes this node's result, for the cache key."""
+    static_key: str = ""
+    deps: frozenset[str] = frozenset()
+    is_async: bool = False
+    """Whether running it awaits I/O; such nodes become tasks so others proceed meanwhile."""
+
+    @property
+    def is_aggregate(self) -> bool:
+        return self.kind == "aggregate"
+
+    def refs(self) -> list[Ref]:
+        found = [ref for _, ref, _ in self.inputs if ref is not None]
+        found.extend(cond[0] for cond in self.when or ())
+        return found
+
+
+@dataclass(slots=True)
+class Flow:
+    """A validated flow: spec, compiled nodes and execution order."""
+
+    spec: FlowSpec
+    path: Path
+    nodes: dict[str, Node]
+    outputs: dict[str, Ref]
+    row_order: list[str]
+    """Per-row nodes in a topological order (ties broken by file order)."""
+    aggregate_order: list[str]
+    content_hash: str
+    graph: nx.DiGraph
+    sources: tuple[str, ...] = ()
+    """The flow files this was loaded from, so a worker process can load it again."""
+
+    @property
+    def composed(self) -> bool:
+        """Whether several flow files were composed into this one (`flowkit run A B`)."""
+        return len(self.sources) > 1
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def inputs(self) -> dict[str, InputSpec]:
+        return self.spec.inputs
+
+
+def when_clause(when: Any, ref_of: Any) -> list[tuple[Ref, bool, Any]] | None:
+    if when is None:
+        return None
+    out = []
+    for cond in when if isinstance(when, list) else [when]:
+        if isinstance(cond, str):
+            out.append((ref_of(cond), False, None))
+        else:
+            out.append((ref_of(cond.ref), "equals" in cond.model_fields_set, cond.equals))
+    return out
+
+
+def build_graph(nodes: dict[str, Node]) -> nx.DiGraph:
+    graph = nx.DiGraph()
+    for name in nodes:
+        graph.add_node(name)
+    for name, node in nodes.items():
+        for dep in node.deps:
+            if dep in nodes:
+                graph.add_edge(dep, name)
+    return graph
+
+
+def find_cycle(graph: nx.DiGraph) -> list[str] | None:
+    """One cycle as a closed path (a → b → a), or None."""
+    try:
+        edges = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return None
+    path = [edges[0][0]] + [v for _, v in edges]
+    return path
+
+
+def ordered(graph: nx.DiGraph, names: list[str], position: dict[str, int]) -> list[str]:
+    """A topological order of ``names`` that keeps the file's order where the graph allows."""
+    sub = graph.subgraph(names)
+    return list(nx.lexicographical_topological_sort(sub, key=lambda n: position[n]))

@@ -1,0 +1,371 @@
+"""Loading a flow file: YAML → specs → compiled nodes → a checked DAG.
+
+Every problem is collected, not raised at the first one, and reported together with its file
+and line. `use:` nodes are merged first (flowkit.flow.use); `type: flow` nodes load their sub-flow
+through the same context, so one report covers the whole tree of files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic import ValidationError as PydanticError
+
+from flowkit import kinds
+from flowkit.cache.canonical import canonical_bytes
+from flowkit.errors import Diagnostic, ValidationError, display
+from flowkit.flow.builtin import resolve_flow_path
+from flowkit.flow.graph import Flow, Node, build_graph, find_cycle, ordered, when_clause
+from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
+from flowkit.flow.source import (
+    YamlSyntaxError,
+    YDict,
+    YList,
+    is_file,
+    line_of,
+    locate,
+    read_yaml,
+)
+from flowkit.flow.spec import FlowSpec, InputSpec, NodeSpec
+from flowkit.flow.spec_messages import message as schema_message
+from flowkit.flow.spec_messages import node_keys
+from flowkit.flow.use import PATH_FIELDS, merge_use
+from flowkit.flow.wiring import check_outputs, check_refs
+
+__all__ = ["LoadContext", "compose", "load_flow", "load_flows", "static_key"]
+
+_NODE = TypeAdapter(NodeSpec)
+_KEY_EXCLUDE = {"name", "inputs", "when", "cache", "description", *PATH_FIELDS}
+
+
+class LoadContext:
+    """Collects diagnostics and loaded flows while one top-level flow is read."""
+
+    def __init__(self) -> None:
+        self.diagnostics: list[Diagnostic] = []
+        self._stack: list[Path] = []
+        self._loaded: dict[Path, Flow | None] = {}
+        self._raw: dict[int, YDict] = {}
+        self._file: dict[int, str] = {}
+        self.broken: set[str] = set()
+        """Nodes already reported as invalid: references to them raise no second error."""
+
+    # -- reporting ------------------------------------------------------------------------
+    def report(self, file: str, line: int, node: str | None, message: str) -> None:
+        self.diagnostics.append(Diagnostic(file, line, node, message))
+
+    def error(self, node: Node, message: str, key: str | None = None, sub: Any = None) -> None:
+        """Report against a node, at the line of ``key`` (and ``sub`` inside it) when known."""
+        raw = self._raw.get(id(node))
+        line = node.line
+        if raw is not None and key is not None:
+            line = line_of(raw, key) or line
+            inner = raw.get(key)
+            if sub is not None and isinstance(inner, (YDict, YList)):
+                line = line_of(inner, sub) or line
+        self.report(self._file.get(id(node), node.file), line, node.name, message)
+
+    # -- loading --------------------------------------------------------------------------
+    def load(self, path: Path) -> Flow | None:
+        try:
+            path = path.resolve()
+        except (OSError, ValueError) as err:  # a NUL in the name, a loop of symlinks
+            if self._stack:
+                message = f"cannot open sub-flow '{_shown(path)}': {_why(err)}"
+                self.report(display(self._stack[-1]), 0, None, message)
+            else:
+                self.report(_shown(path), 0, None, f"cannot open: {_why(err)}")
+            return None
+        if path in self._stack:
+            chain = " → ".join(display(p) for p in [*self._stack[self._stack.index(path) :], path])
+            self.report(display(self._stack[-1]), 0, None, f"flows include each other: {chain}")
+            return None
+        if path in self._loaded:
+            return self._loaded[path]
+        self._stack.append(path)
+        try:
+            flow = self._load(path)
+        finally:
+            self._stack.pop()
+        self._loaded[path] = flow
+        return flow
+
+    def _load(self, path: Path) -> Flow | None:
+        file = display(path)
+        if not is_file(path):
+            self.report(file, 0, None, "flow file does not exist")
+            return None
+        try:
+            raw = read_yaml(path, file)
+        except YamlSyntaxError as err:
+            self.diagnostics.append(err.diagnostic)
+            return None
+        except UnicodeDecodeError as err:
+            self.report(file, 0, None, f"flow file is not UTF-8 text ({err.reason})")
+            return None
+        except OSError as err:
+            self.report(file, 0, None, f"cannot read flow file: {err.strerror or err}")
+            return None
+        if not isinstance(raw, YDict):
+            self.report(
+                file, 1, None, "a flow file must be a mapping with name, inputs, outputs, nodes"
+            )
+            return None
+        return self.build(raw, path, file)
+
+    def build(self, raw: YDict, path: Path, file: str) -> Flow | None:
+        """Validate and compile one flow's parsed YAML (``path`` anchors relative paths)."""
+        start = len(self.diagnostics)
+        spec, raw_nodes = self._header(raw, file)
+        nodes = self._nodes(raw_nodes, path, file)
+        if spec is None:
+            return None
+        spec = spec.model_copy(update={"nodes": [n.spec for n in nodes.values()]})
+        outputs = check_outputs(self, spec, raw, nodes, file)
+        check_refs(self, spec, nodes)
+        graph = build_graph(nodes)
+        if (cycle := find_cycle(graph)) is not None:
+            first = nodes[cycle[0]]
+            self.report(file, first.line, cycle[0], "cycle: " + " → ".join(cycle))
+        if len(self.diagnostics) > start:
+            return None
+        position = {name: i for i, name in enumerate(nodes)}
+        row = [n for n in nodes if not nodes[n].is_aggregate]
+        agg = [n for n in nodes if nodes[n].is_aggregate]
+        for node in nodes.values():
+            node.static_key = static_key(node)
+        digest = hashlib.sha256(
+            canonical_bytes(
+                {
+                    "spec": spec.model_dump(mode="json"),
+                    "nodes": {n: v.static_key for n, v in nodes.items()},
+                }
+            )
+        ).hexdigest()
+        return Flow(
+            spec,
+            path,
+            nodes,
+            outputs,
+            ordered(graph, row, position),
+            ordered(graph, agg, position),
+            digest,
+            graph,
+        )
+
+    def _header(self, raw: YDict, file: str) -> tuple[FlowSpec | None, list[Any]]:
+        raw_nodes = raw.get("nodes", [])
+        if not isinstance(raw_nodes, list):
+            self.report(file, raw.line_of("nodes"), None, "'nodes' must be a list of nodes")
+            raw_nodes = []
+        header = {k: v for k, v in raw.items() if k not in ("nodes", "inputs")}
+        raw_outputs = raw.get("outputs")
+        if isinstance(raw_outputs, dict):
+            # Said in words here, and left out, so the rest of the flow is still checked.
+            for name, value in raw_outputs.items():
+                if not isinstance(value, str):
+                    what = "refers to nothing: it" if value is None else "is not text: it"
+                    self.report(
+                        file,
+                        line_of(raw_outputs, name),
+                        None,
+                        f"output {name!r} {what} must be a reference such as "
+                        "${node.output} or ${inputs.name}",
+                    )
+            header["outputs"] = {k: v for k, v in raw_outputs.items() if isinstance(v, str)}
+        inputs: dict[str, InputSpec] = {}
+        raw_inputs = raw.get("inputs") or {}
+        if not isinstance(raw_inputs, dict):
+            self.report(file, raw.line_of("inputs"), None, "'inputs' must map names to {type: …}")
+            raw_inputs = {}
+        for name, value in raw_inputs.items():
+            try:
+                inputs[name] = InputSpec.model_validate(value if value is not None else {})
+            except PydanticError as err:
+                # Keep the name with type 'any', so references to it raise no second error.
+                inputs[name] = InputSpec()
+                self._pydantic(err, raw, file, None, list(InputSpec.model_fields), ("inputs", name))
+        try:
+            spec = FlowSpec.model_validate({**header, "inputs": inputs})
+        except PydanticError as err:
+            self._pydantic(err, raw, file, None, [*FlowSpec.model_fields], ())
+            return None, raw_nodes
+        return spec, raw_nodes
+
+    def _pydantic(
+        self,
+        err: PydanticError,
+        raw: Any,
+        file: str,
+        node: str | None,
+        allowed: list[str],
+        prefix: tuple[Any, ...],
+    ) -> None:
+        for e in err.errors():
+            loc = (*prefix, *e["loc"])
+            _, line = locate(raw, loc)
+            self.report(file, line, node, schema_message({**e, "loc": loc}, allowed))
+
+    def _nodes(self, raw_nodes: list[Any], path: Path, file: str) -> dict[str, Node]:
+        nodes: dict[str, Node] = {}
+        seen: dict[str, int] = {}
+        lines = getattr(raw_nodes, "item_lines", [])
+        for i, raw in enumerate(raw_nodes):
+            line = lines[i] if i < len(lines) else 0
+            if not isinstance(raw, dict):
+                self.report(file, line, None, "a node must be a mapping with a name and a type")
+                continue
+            name = raw.get("name") if isinstance(raw.get("name"), str) else None
+            if name is not None and name in seen:
+                self.report(
+                    file, line, name, f"duplicate node name (first defined at line {seen[name]})"
+                )
+                continue
+            if name is not None:
+                seen[name] = line
+            if "use" in raw:
+                merged = merge_use(self, raw, path, file, name)
+                if merged is None:
+                    continue
+                raw = merged
+            try:
+                spec = _NODE.validate_python(raw)
+            except PydanticError as err:
+                self._pydantic(err, raw, file, name, node_keys(raw), ())
+                if name:
+                    self.broken.add(name)
+                continue
+            node = Node(spec.name, spec.type, spec, file, line, inputs=[])
+            self._raw[id(node)], self._file[id(node)] = raw, file
+            nodes[spec.name] = node
+            self._compile(node, path.parent)
+        return nodes
+
+    def _compile(self, node: Node, base_dir: Path) -> None:
+        spec = node.spec
+        for param, value in spec.inputs.items():
+            node.inputs.append((param, *self._ref(node, value, "inputs", param)))
+        if spec.when is not None:
+            try:
+                node.when = when_clause(spec.when, _must_ref)
+            except (RefSyntaxError, ValueError) as err:
+                self.error(node, f"when: {err}", key="when")
+        node.deps = frozenset(r.name for r in node.refs() if r.source == "node")
+        kinds.get(node.kind).compile(node, base_dir, self)
+
+    def _ref(self, node: Node, value: Any, key: str, sub: Any) -> tuple[Ref | None, Any]:
+        try:
+            return parse_flow_ref(value), value
+        except RefSyntaxError as err:
+            self.error(node, str(err), key=key, sub=sub)
+            return None, value
+
+
+def _must_ref(text: str) -> Ref:
+    ref = parse_flow_ref(text)
+    if ref is None:
+        raise ValueError(f"{text!r} is not a reference; write ${{node.output}} or ${{inputs.x}}")
+    return ref
+
+
+def static_key(node: Node) -> str:
+    """The part of a node's cache key that does not depend on the row."""
+    spec = node.spec.model_dump(mode="json", exclude=_KEY_EXCLUDE)
+    return hashlib.sha256(canonical_bytes({"spec": spec, **node.key_parts})).hexdigest()
+
+
+def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
+    """Several flows as one: each becomes a sub-flow node, their inputs joined by name."""
+    ctx = LoadContext()
+    paths = [_flow_path(f) for f in flows]
+    subs = [ctx.load(p) for p in paths]
+    _raise(ctx, name)
+    inputs: dict[str, Any] = {}
+    for sub in subs:
+        assert sub is not None
+        for key, spec in sub.inputs.items():
+            if key not in inputs or (spec.required and not inputs[key].required):
+                inputs[key] = spec
+    # An optional input that the flows default differently (f1_score's threshold 0.5,
+    # groundedness's 3) is not shared: one default would overrule the others, so each keeps its own.
+    for key, spec in list(inputs.items()):
+        specs = [s.inputs[key] for s in subs if s and key in s.inputs]
+        if not spec.required and len({(o.type, repr(o.default)) for o in specs}) > 1:
+            del inputs[key]
+    nodes, outputs = [], {}
+    for path, sub in zip(paths, subs, strict=True):
+        assert sub is not None
+        nodes.append(
+            {
+                "name": sub.name,
+                "type": "flow",
+                "flow": str(path),
+                "inputs": {k: f"${{inputs.{k}}}" for k in sub.inputs if k in inputs},
+            }
+        )
+        outputs[sub.name] = f"${{{sub.name}.output}}"
+    raw = YDict(
+        name=name,
+        description="flows run together: " + ", ".join(s.name for s in subs if s),
+        inputs={k: v.model_dump(exclude_unset=True) for k, v in inputs.items()},
+        outputs=outputs,
+        nodes=nodes,
+    )
+    raw.file, raw.line, raw.key_lines = name, 0, {}
+    flow = ctx.build(raw, Path.cwd() / f"{name}.yaml", name)
+    _raise(ctx, name)
+    assert flow is not None
+    flow.sources = tuple(str(p) for p in paths)
+    return flow
+
+
+def _raise(ctx: LoadContext, name: str) -> None:
+    if ctx.diagnostics:
+        raise ValidationError(ctx.diagnostics)
+
+
+def _flow_path(flow: str | os.PathLike[str]) -> Path:
+    """The flow's file (a path, or a built-in flow's name); a name the OS refuses is reported."""
+    try:
+        return resolve_flow_path(flow).resolve()
+    except (OSError, ValueError) as err:
+        raise ValidationError(
+            [Diagnostic(_shown(flow), 0, None, f"cannot open: {_why(err)}")]
+        ) from None
+
+
+def _shown(path: str | os.PathLike[str]) -> str:
+    """A path fit for a message: control characters escaped, at most 80 characters."""
+    text = (
+        str(path).encode("unicode_escape").decode("ascii")
+        if not str(path).isprintable()
+        else str(path)
+    )
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _why(err: Exception) -> str:
+    """An OS error's reason without the (perhaps huge) file name it repeats."""
+    return getattr(err, "strerror", None) or str(err)
+
+
+def load_flows(flows: list[str | os.PathLike[str]]) -> Flow:
+    """One flow as it is, several composed into one run (the CLI's and workers' rule)."""
+    return load_flow(flows[0]) if len(flows) == 1 else compose(flows)
+
+
+def load_flow(flow: str | os.PathLike[str]) -> Flow:
+    """Load and validate a flow (a path, or a built-in flow's name); raise every problem at once."""
+    ctx = LoadContext()
+    path = _flow_path(flow)
+    loaded = ctx.load(path)
+    if ctx.diagnostics or loaded is None:
+        raise ValidationError(
+            ctx.diagnostics or [Diagnostic(str(flow), 0, None, "flow failed to load")]
+        )
+    loaded.sources = (str(path.resolve()),)
+    return loaded

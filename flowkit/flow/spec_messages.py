@@ -1,0 +1,49 @@
+"""Pydantic's schema errors in the words of a flow file: unknown keys, node types, names.
+
+Each message says what is wrong and, for a misspelt key or type, what was probably meant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowkit.errors import did_you_mean
+from flowkit.flow.spec import NODE_MODELS, NODE_TYPES, InputType
+
+
+def node_keys(raw: dict[str, Any]) -> list[str]:
+    """The keys a node of this type may have, for 'did you mean' on an unknown one."""
+    kind = raw.get("type")
+    model = NODE_MODELS.get(kind if isinstance(kind, str) else "python", NODE_MODELS["python"])
+    return [*model.model_fields, "use"]
+
+
+def message(e: dict[str, Any], allowed: list[str]) -> str:
+    """One pydantic error as a line for the user; ``allowed``: the keys valid where it stands."""
+    kind, loc = e["type"], e["loc"]
+    field = str(loc[-1]) if loc else ""
+    if kind == "extra_forbidden":
+        return f"unknown key {field!r}{did_you_mean(field, allowed)}"
+    if kind == "union_tag_invalid":
+        tag = e.get("ctx", {}).get("tag", "")
+        hint = did_you_mean(tag, NODE_TYPES)
+        return f"unknown node type {tag!r}{hint}; expected one of {', '.join(NODE_TYPES)}"
+    if kind == "union_tag_not_found":
+        return f"node has no 'type' (one of {', '.join(NODE_TYPES)}) and no 'use'"
+    if kind == "literal_error" and field == "type" and len(loc) == 3 and loc[0] == "inputs":
+        types = InputType.__args__
+        given = str(e.get("input"))
+        hint = did_you_mean(given, types)
+        return f"input {loc[1]!r}: unknown type {given!r}{hint}; one of {', '.join(types)}"
+    if kind == "missing":
+        return f"missing required key {field!r}"
+    if kind == "string_pattern_mismatch" and field == "name":
+        return (
+            f"name {e.get('input')!r} must start with a letter or '_' and hold only "
+            "letters, digits and '_'"
+        )
+    # A node's location starts with its union tag ('llm'); a field may share a tag's name.
+    shown = loc[1:] if loc and loc[0] in NODE_TYPES else loc
+    where = ".".join(str(p) for p in shown)
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg

@@ -1,0 +1,71 @@
+"""`use:` nodes: a node defined once in a file of its own, reused by many flows.
+
+The node file holds a node without its name. Fields given in place override the file's, and
+`inputs` are merged key by key. Paths inside the node file (prompt, source, flow) are relative to
+that file, so they are made absolute before the merge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flowkit.errors import display
+from flowkit.flow.source import YamlSyntaxError, YDict, is_file, line_of, read_yaml
+from flowkit.flow.spec import usable_path
+
+if TYPE_CHECKING:
+    from flowkit.flow.loader import LoadContext
+
+PATH_FIELDS = ("prompt", "source", "flow")
+"""Node fields that name a file relative to the file they are written in."""
+
+
+def merge_use(
+    ctx: LoadContext, raw: dict[str, Any], path: Path, file: str, name: str | None
+) -> YDict | None:
+    """The node ``raw`` with its `use:` file merged in, or None after reporting why not."""
+    target = raw["use"]
+    line = line_of(raw, "use")
+    if not isinstance(target, str):
+        ctx.report(file, line, name, "'use' takes the path of a node file")
+        return None
+    try:
+        used = (path.parent / usable_path(target)).resolve()
+    except (OSError, ValueError) as err:
+        ctx.report(file, line, name, f"use: {err}")
+        return None
+    try:
+        base = read_yaml(used, display(used)) if is_file(used) else None
+    except YamlSyntaxError as err:
+        ctx.diagnostics.append(err.diagnostic)
+        return None
+    except UnicodeDecodeError as err:
+        ctx.report(file, line, name, f"node file {target!r} is not UTF-8 text ({err.reason})")
+        return None
+    except OSError as err:
+        ctx.report(file, line, name, f"cannot read node file {target!r}: {err.strerror}")
+        return None
+    if not isinstance(base, dict):
+        problem = "does not exist" if base is None else "is not a mapping of node fields"
+        ctx.report(file, line, name, f"node file {target!r} {problem}")
+        return None
+    merged = YDict()
+    merged.file, merged.line, merged.key_lines = file, getattr(raw, "line", 0), {}
+    for key, value in base.items():
+        if key in PATH_FIELDS and isinstance(value, str):
+            # A path the OS would refuse stays as written, for the schema to report.
+            with contextlib.suppress(OSError, ValueError):
+                value = str((used.parent / usable_path(value)).resolve())
+        merged[key], merged.key_lines[key] = value, line
+    for key, value in raw.items():
+        if key == "use":
+            continue
+        if key == "inputs" and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            joined = YDict({**merged[key], **value})
+            joined.file, joined.line = file, line_of(raw, key)
+            joined.key_lines = {k: getattr(value, "key_lines", {}).get(k, line) for k in joined}
+            value = joined
+        merged[key], merged.key_lines[key] = value, line_of(raw, key)
+    return merged

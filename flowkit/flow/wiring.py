@@ -1,0 +1,117 @@
+"""Wiring checks: every reference in a flow points at something that exists and may be read.
+
+Inputs must be declared, nodes must exist (with a 'did you mean' when misspelt), a sub-flow must
+have the output asked of it, and only aggregate nodes may read an aggregate node's result.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from flowkit.errors import did_you_mean, one_of
+from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
+from flowkit.flow.source import YDict, line_of
+from flowkit.flow.spec import FlowSpec
+
+if TYPE_CHECKING:
+    from flowkit.flow.graph import Node
+    from flowkit.flow.loader import LoadContext
+
+
+def check_outputs(
+    ctx: LoadContext, spec: FlowSpec, raw: YDict, nodes: dict[str, Node], file: str
+) -> dict[str, Ref]:
+    """The flow's outputs as references, each checked; the bad ones reported and left out."""
+    outputs: dict[str, Ref] = {}
+    raw_out = raw.get("outputs") or {}
+    for name, value in spec.outputs.items():
+        line = line_of(raw_out, name) or raw.line_of("outputs")
+        try:
+            ref = parse_flow_ref(value)
+        except RefSyntaxError as err:
+            ctx.report(file, line, None, f"output {name!r}: {err}")
+            continue
+        if ref is None:
+            ctx.report(
+                file,
+                line,
+                None,
+                f"output {name!r} must be a reference such as ${{node.output}} or ${{inputs.name}}",
+            )
+            continue
+        problem = _target_problem(ctx, ref, spec, nodes)
+        if problem is None and ref.name in nodes and nodes[ref.name].is_aggregate:
+            problem = (
+                f"reads aggregate node {ref.name!r}; outputs are per row, and "
+                "aggregate results go to metrics.json"
+            )
+        if problem:
+            ctx.report(file, line, None, f"output {name!r} {problem}")
+        else:
+            outputs[name] = ref
+    return outputs
+
+
+def check_refs(ctx: LoadContext, spec: FlowSpec, nodes: dict[str, Node]) -> None:
+    """Report every node input and `when` that refers to nothing, or to what it may not read."""
+    for node in nodes.values():
+        for param, ref, _ in node.inputs:
+            if ref is not None:
+                _check_one(ctx, node, ref, spec, nodes, "inputs", param)
+        for cond in node.when or ():
+            _check_one(ctx, node, cond[0], spec, nodes, "when", None)
+
+
+def _check_one(
+    ctx: LoadContext,
+    node: Node,
+    ref: Ref,
+    spec: FlowSpec,
+    nodes: dict[str, Node],
+    key: str,
+    sub: Any,
+) -> None:
+    problem = _target_problem(ctx, ref, spec, nodes)
+    if problem is None and ref.source == "node" and ref.name in nodes:
+        if ref.name == node.name:
+            problem = "reads its own output"
+        elif nodes[ref.name].is_aggregate and not node.is_aggregate:
+            problem = (
+                f"reads aggregate node {ref.name!r}, which runs once after all rows; "
+                "only aggregate nodes may read it"
+            )
+    if problem:
+        ctx.error(node, f"{ref.text} {problem}", key=key, sub=sub)
+
+
+def _target_problem(
+    ctx: LoadContext, ref: Ref, spec: FlowSpec, nodes: dict[str, Node]
+) -> str | None:
+    if ref.source == "inputs":
+        if ref.name not in spec.inputs:
+            return (
+                f"refers to unknown input {ref.name!r}{did_you_mean(ref.name, spec.inputs)}"
+                f"; the flow's inputs are: {one_of(spec.inputs)}"
+            )
+        return None
+    if ref.name not in nodes:
+        if ref.name in ctx.broken:
+            return None
+        if ref.name in ("data", "run"):
+            return (
+                "reads data directly; declare a flow input and map the column to it "
+                "(the default mapping is input x ← ${data.x})"
+            )
+        return (
+            f"refers to unknown node {ref.name!r}"
+            f"{did_you_mean(ref.name, [*nodes, *ctx.broken, 'inputs'])}"
+        )
+    target = nodes[ref.name]
+    if target.kind == "flow" and ref.path and target.impl is not None:
+        outs = target.impl.spec.outputs
+        if isinstance(ref.path[0], str) and ref.path[0] not in outs:
+            return (
+                f"refers to unknown output {ref.path[0]!r} of sub-flow "
+                f"{target.impl.name!r}{did_you_mean(ref.path[0], outs)}; it has: {one_of(outs)}"
+            )
+    return None

@@ -1,0 +1,11 @@
+"""Reading runs back: summaries, traces, comparisons, gates, the HTML report, OpenTelemetry.
+
+- ``show``: the summary of a run and the metrics table.
+- ``trace_view``: per-row, per-node traces, filtered by ``--where``.
+- ``compare``: paired bootstrap deltas between two runs.
+- ``gates``: ``--gate`` conditions on metrics, and the condition parser ``--where`` shares.
+- ``report`` and ``report_data``: the self-contained HTML page (``report_page.*``).
+- ``otel`` and ``otel_spans``: exporting a run's traces as OpenTelemetry spans.
+
+Imports point down to ``flowkit.runs`` and ``flowkit.engine.records``; nothing here runs a flow.
+"""

@@ -1,0 +1,369 @@
+"""`flowkit compare RUN_A RUN_B`: did B score better than A, per row, beyond noise?
+
+Rows are paired (by line, or by a key column of the inputs) so each row is compared with itself:
+the paired differences cancel how hard each row is, which makes a small change visible that
+two unpaired means would hide. The uncertainty of the mean difference comes from a percentile
+bootstrap over the paired differences, in pure Python (`random.choices` on the differences is
+the fastest resampling loop the standard library has; about 1 s per metric for 10k rows × 2000
+resamples), seeded, so the same command prints the same interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from flowkit.errors import UsageError, did_you_mean, one_of
+from flowkit.inspect.trace_view import fold, lookup, titled
+from flowkit.runs.folder import iter_jsonl, read_metrics, read_run_info
+
+BETTER, WORSE, SAME, TOO_FEW = "better", "worse", "no significant change", "too few rows"
+
+
+@dataclass
+class MetricDelta:
+    """One per-row output compared across the paired rows that have a number on both sides."""
+
+    name: str
+    n: int
+    mean_a: float | None
+    mean_b: float | None
+    delta: float | None
+    ci_low: float | None
+    ci_high: float | None
+    verdict: str
+    lower_is_better: bool = False
+    # Paired rows where this output is missing or not a number on one side (an invalid score).
+    missing: int = 0
+
+
+@dataclass
+class RowChange:
+    metric: str
+    key: Any
+    line_a: int
+    line_b: int
+    a: float
+    b: float
+    delta: float
+    regression: bool
+
+
+@dataclass
+class AggregateDelta:
+    name: str
+    a: Any
+    b: Any
+    delta: float | None
+
+
+@dataclass
+class Comparison:
+    run_a: str
+    run_b: str
+    key: str | None
+    rows_a: int
+    rows_b: int
+    paired: int
+    only_a: list[Any]
+    only_b: list[Any]
+    # Rows left out of the pairing: no key value, or a key value already seen on that side.
+    unkeyed: dict[str, int]
+    duplicates: dict[str, int]
+    metrics: list[MetricDelta]
+    changes: list[RowChange]
+    aggregates: list[AggregateDelta]
+    resamples: int
+    seed: int
+    confidence: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, default=str)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def numeric_outputs(outputs: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
+    """(dotted name, value) for every number in a row's outputs; a suite's nested outputs
+    flatten to ``groundedness.score``. Booleans count as 0/1 (exact-match style results)."""
+    if not isinstance(outputs, dict):
+        return
+    for name, value in outputs.items():
+        path = f"{prefix}{name}"
+        if isinstance(value, dict):
+            yield from numeric_outputs(value, path + ".")
+        elif isinstance(value, bool) or _is_number(value):
+            yield path, float(value)
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+@dataclass
+class _Side:
+    rows: dict[Any, tuple[int, dict[str, float]]]
+    count: int = 0
+    unkeyed: int = 0
+    duplicates: int = 0
+    names: set[str] = field(default_factory=set)
+    input_names: set[str] = field(default_factory=set)
+
+
+def _read_side(run_dir: Path, key: str | None) -> _Side:
+    """Each row's numbers, by pairing key; only numbers are kept, so memory stays small."""
+    side = _Side({})
+    for rec in iter_jsonl(run_dir / "outputs.jsonl"):
+        side.count += 1
+        if key is None:
+            k: Any = rec.get("line")
+        else:
+            if isinstance(rec.get("inputs"), dict) and len(side.input_names) < 1000:
+                side.input_names.update(rec["inputs"])
+            found, value = lookup(rec.get("inputs"), key)
+            if not found or value is None:
+                side.unkeyed += 1
+                continue
+            k = _hashable(value)
+        if k in side.rows:
+            side.duplicates += 1
+            continue
+        values = dict(numeric_outputs(rec.get("outputs")))
+        side.names.update(values)
+        side.rows[k] = (rec.get("line", -1), values)
+    return side
+
+
+def bootstrap_ci(
+    diffs: list[float], *, resamples: int, seed: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Percentile interval of the mean of ``diffs`` over ``resamples`` resamples."""
+    n = len(diffs)
+    if n == 0:
+        raise ValueError("no differences to resample")
+    if min(diffs) == max(diffs):  # every resample has the same mean
+        return diffs[0], diffs[0]
+    rng = random.Random(seed)
+    choices = rng.choices
+    means = sorted(sum(choices(diffs, k=n)) / n for _ in range(resamples))
+    alpha = (1.0 - confidence) / 2
+    return _quantile(means, alpha), _quantile(means, 1.0 - alpha)
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _verdict(low: float, high: float, lower_is_better: bool) -> str:
+    if low <= 0.0 <= high:
+        return SAME
+    higher = low > 0.0
+    return BETTER if higher != lower_is_better else WORSE
+
+
+def _check_names(asked: Iterable[str], available: set[str], option: str) -> None:
+    for name in asked:
+        if name not in available:
+            raise UsageError(
+                f"{option} {name!r}: no numeric per-row output of that name in both runs"
+                f"{did_you_mean(name, available)}",
+                hint=f"outputs in both: {one_of(available)}",
+            )
+
+
+def compare_runs(
+    run_a: Path,
+    run_b: Path,
+    *,
+    key: str | None = None,
+    metrics: Iterable[str] = (),
+    lower_is_better: Iterable[str] = (),
+    resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    top: int = 10,
+) -> Comparison:
+    """Compare run B with run A: per-row outputs paired, with bootstrap intervals and verdicts,
+    the rows that changed most, and metrics.json side by side."""
+    if resamples < 1:
+        raise UsageError("--resamples must be at least 1")
+    a, b = _read_side(run_a, key), _read_side(run_b, key)
+    if key is not None and not (a.rows or b.rows):
+        names = a.input_names | b.input_names
+        raise UsageError(
+            f"--key {key!r}: no row of either run has that input{did_you_mean(key, names)}",
+            hint=f"inputs: {one_of(names)}",
+        )
+    common = a.names & b.names
+    asked, lower = list(dict.fromkeys(metrics)), set(lower_is_better)
+    _check_names(asked, common, "--metric")
+    _check_names(sorted(lower), common, "--lower-is-better")
+    names = asked or sorted(common)
+    keys = [k for k in a.rows if k in b.rows]
+    result = Comparison(
+        run_a=run_a.name,
+        run_b=run_b.name,
+        key=key,
+        rows_a=a.count,
+        rows_b=b.count,
+        paired=len(keys),
+        only_a=[k for k in a.rows if k not in b.rows],
+        only_b=[k for k in b.rows if k not in a.rows],
+        unkeyed={"a": a.unkeyed, "b": b.unkeyed},
+        duplicates={"a": a.duplicates, "b": b.duplicates},
+        metrics=[],
+        changes=[],
+        aggregates=_aggregates(read_metrics(run_a), read_metrics(run_b)),
+        resamples=resamples,
+        seed=seed,
+        confidence=confidence,
+    )
+    if not common:
+        result.notes.append("no numeric per-row output is present in both runs")
+    for name in names:
+        result.metrics.append(_metric(name, keys, a, b, result, lower=name in lower, top=top))
+    return result
+
+
+def _metric(
+    name: str, keys: list[Any], a: _Side, b: _Side, result: Comparison, *, lower: bool, top: int
+) -> MetricDelta:
+    xs: list[float] = []
+    ys: list[float] = []
+    diffs: list[float] = []
+    changes: list[RowChange] = []
+    for k in keys:
+        (line_a, va), (line_b, vb) = a.rows[k], b.rows[k]
+        if name not in va or name not in vb:
+            continue
+        x, y = va[name], vb[name]
+        xs.append(x)
+        ys.append(y)
+        diffs.append(y - x)
+        if x != y:
+            worse = (y > x) if lower else (y < x)
+            changes.append(RowChange(name, k, line_a, line_b, x, y, y - x, worse))
+    changes.sort(key=lambda c: (not c.regression, -abs(c.delta)))
+    result.changes.extend(changes[:top])
+    n = len(xs)
+    missing = len(keys) - n
+    if n == 0:
+        return MetricDelta(name, 0, None, None, None, None, None, TOO_FEW, lower, missing)
+    delta = math.fsum(diffs) / n
+    mean_a, mean_b = math.fsum(xs) / n, math.fsum(ys) / n
+    if n < 2:
+        return MetricDelta(name, n, mean_a, mean_b, delta, None, None, TOO_FEW, lower, missing)
+    low, high = bootstrap_ci(
+        diffs, resamples=result.resamples, seed=result.seed, confidence=result.confidence
+    )
+    return MetricDelta(
+        name, n, mean_a, mean_b, delta, low, high, _verdict(low, high, lower), lower, missing
+    )
+
+
+def _aggregates(ma: dict[str, Any], mb: dict[str, Any]) -> list[AggregateDelta]:
+    out = []
+    for name in dict.fromkeys([*ma, *mb]):
+        va, vb = ma.get(name), mb.get(name)
+        delta = None
+        if _is_number(va) and _is_number(vb):
+            # Two aggregates of the same values summed in another order differ in the last bits.
+            delta = 0.0 if math.isclose(va, vb, rel_tol=1e-12, abs_tol=0) else vb - va
+        out.append(AggregateDelta(name, va, vb, delta))
+    return out
+
+
+# -- rendering --------------------------------------------------------------------------------
+_VERDICT_STYLE = {BETTER: "bold green", WORSE: "bold red", SAME: "dim", TOO_FEW: "yellow"}
+
+
+def _f(value: Any) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _signed(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.4g}"
+
+
+def _keys_line(label: str, keys: list[Any], shown: int = 5) -> str:
+    head = ", ".join(fold(k, 40) for k in keys[:shown])
+    return f"{len(keys)} only in {label}: {head}{', …' if len(keys) > shown else ''}"
+
+
+def render(cmp: Comparison, run_a: Path, run_b: Path) -> Group:
+    """The comparison as rich tables: verdicts, the rows that changed most, metrics.json."""
+    parts: list[Any] = []
+    head = Table(box=None, show_header=False)
+    for label, path, rows in (("A", run_a, cmp.rows_a), ("B", run_b, cmp.rows_b)):
+        flow = (read_run_info(path).get("flow") or {}).get("name", "?")
+        head.add_row(label, f"{path.name} ({flow}, {rows:,} rows)")
+    paired_by = f"key {cmp.key!r}" if cmp.key else "line"
+    head.add_row("paired", f"{cmp.paired:,} rows by {paired_by}")
+    for label, keys in (("A", cmp.only_a), ("B", cmp.only_b)):
+        if keys:
+            head.add_row("", Text(_keys_line(label, keys), "yellow"))
+    for label, side in (("A", "a"), ("B", "b")):
+        if cmp.unkeyed[side] or cmp.duplicates[side]:
+            head.add_row(
+                "",
+                Text(
+                    f"{label}: left out, rows without the key {cmp.unkeyed[side]}, "
+                    f"rows with a key seen before {cmp.duplicates[side]}",
+                    "yellow",
+                ),
+            )
+    for note in cmp.notes:
+        head.add_row("note", note)
+    parts.append(head)
+    if cmp.metrics:
+        pct = f"{cmp.confidence:.0%}"
+        title = f"per-row outputs (paired bootstrap, {cmp.resamples:,} resamples, seed {cmp.seed})"
+        t = titled(title, "output", "rows", "mean A", "mean B", "Δ (B−A)", f"{pct} CI", "verdict")
+        for m in cmp.metrics:
+            ci = "—" if m.ci_low is None else f"[{m.ci_low:+.4g}, {m.ci_high:+.4g}]"
+            name = m.name + (" (lower is better)" if m.lower_is_better else "")
+            rows = f"{m.n:,}" + (f" ({m.missing} lack a value)" if m.missing else "")
+            verdict = Text(m.verdict, _VERDICT_STYLE.get(m.verdict, ""))
+            t.add_row(name, rows, _f(m.mean_a), _f(m.mean_b), _signed(m.delta), ci, verdict)
+        parts.append(t)
+    if cmp.changes:
+        title = "rows that changed most (regressions first)"
+        t = titled(title, "output", cmp.key or "line", "A", "B", "Δ")
+        for c in cmp.changes:
+            who = (
+                fold(c.key, 40)
+                if cmp.key is None
+                else f"{fold(c.key, 40)} (lines {c.line_a}/{c.line_b})"
+            )
+            style = "red" if c.regression else "green"
+            t.add_row(c.metric, who, _f(c.a), _f(c.b), Text(_signed(c.delta), style))
+        parts.append(t)
+    if cmp.aggregates:
+        t = titled("metrics", "metric", "A", "B", "Δ")
+        for agg in cmp.aggregates:
+            t.add_row(agg.name, _f(agg.a), _f(agg.b), _signed(agg.delta))
+        parts.append(t)
+    return Group(*parts)

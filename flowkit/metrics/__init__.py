@@ -1,0 +1,12 @@
+"""What the built-in metric flows call: pure functions over values, no run machinery.
+
+- ``aggregate``: means, pass rates and defect rates over all rows.
+- ``text``: F1, exact match, token counts, embedding similarity.
+- ``retrieval``: document recall and precision.
+- ``safety``: severity transcripts and defect rates by group.
+- ``judges``: turning judge replies into per-row results (chunk precision, intents, turns).
+- ``scores``: ``parse_score``, reading a score from a judge's reply; ``score_forms``: the forms.
+- ``adapters``: reshaping data fields (chunks, histories, requests) into prompt text.
+
+Imports point down to ``flowkit.errors`` only.
+"""

@@ -1,0 +1,12 @@
+"""A run's life: the job, the run folder under ``runs/<run-id>/``, resuming, scale-out.
+
+- ``job``: checks before the folder exists, streaming rows through the engine, aggregating,
+  and closing the folder with a true status.
+- ``folder``: the run folder (run.json, outputs.jsonl, traces.jsonl, metrics.json) and reading
+  it back.
+- ``resume``: keeping the finished rows of an earlier run and rerunning the rest.
+- ``backends``: joblib backends (loky, Dask, Ray) whose workers send results to the driver.
+
+Imports point down to ``flowkit.engine``, ``flowkit.data``, ``flowkit.flow``, ``flowkit.cache``
+and ``flowkit.llm``.
+"""

@@ -1,0 +1,329 @@
+"""Run folders: `runs/<flow>-<YYYYmmdd-HHMMSS>-<id>/` with run.json, outputs.jsonl, metrics.json
+and traces.jsonl — plain files a person and a program can both read.
+
+Rows finish out of order; outputs.jsonl is written in input order through a small reorder buffer,
+traces as they come. Files are flushed at least every second so an interrupted run keeps what it
+finished.
+"""
+
+from __future__ import annotations
+
+import glob
+import heapq
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from flowkit.cache.canonical import dumps, loads
+from flowkit.engine.records import NodeRecord, encode
+from flowkit.errors import UsageError
+
+RUN_FORMAT = "flowkit.run"
+RUN_VERSION = 1
+RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
+
+
+def new_run_dir(root: Path, flow_name: str, name: str | None = None) -> Path:
+    if name:
+        path = root / name
+        if path.exists() and any(path.iterdir()):
+            raise UsageError(
+                f"run folder {str(path)!r} already exists and is not empty",
+                hint="choose another --name, or remove the folder",
+            )
+        return path
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return root / f"{flow_name}-{stamp}-{secrets.token_hex(3)}"
+
+
+def iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat() if ts else None
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write atomically, so a reader (or a crash) never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n", "utf-8")
+    os.replace(tmp, path)
+
+
+class RunWriter:
+    """Owns the files of one run while it executes.
+
+    A resumed run (see flowkit.runs.resume) opens its files only once the folder
+    has been cut back to
+    the kept rows, which are in order: new rows are appended, and ``close`` merges the two
+    sorted parts into one.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        info: dict[str, Any],
+        *,
+        flush_seconds: float = 1.0,
+        resuming: bool = False,
+    ):
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.run_id = directory.name
+        self.info = {
+            "format": RUN_FORMAT,
+            "version": RUN_VERSION,
+            "run_id": self.run_id,
+            **info,
+            "status": RUNNING,
+            "pid": os.getpid(),
+            "pid_started": process_start(os.getpid()),
+            "host": socket.gethostname(),
+        }
+        self.info.setdefault("started", iso(time.time()))
+        self._kept: Collection[int] = ()
+        self._merge_from = 0
+        self._outputs: BinaryIO | None = None
+        self._traces: BinaryIO | None = None
+        if not resuming:
+            self._open("wb")
+        self._next = 0
+        self._buffer: dict[int, bytes] = {}
+        self._flush_seconds = flush_seconds
+        self._last_flush = time.monotonic()
+        self._last_beat = 0.0
+        self.write_info()
+
+    def _open(self, mode: str) -> None:
+        self._outputs = open(self.dir / "outputs.jsonl", mode)  # noqa: SIM115 - held for the run
+        self._traces = open(self.dir / "traces.jsonl", mode)  # noqa: SIM115
+
+    def resume_after(self, kept: Collection[int]) -> None:
+        """The folder now holds exactly these rows; new rows are appended after them."""
+        self._kept = kept
+        outputs = self.dir / "outputs.jsonl"
+        self._merge_from = outputs.stat().st_size if outputs.is_file() else 0
+        self._open("ab")
+
+    def write_info(self, **updates: Any) -> None:
+        self.info.update(updates)
+        write_json(self.dir / "run.json", self.info)
+
+    def trace(self, record: NodeRecord) -> None:
+        self._traces.write(encode(record) + b"\n")
+
+    def trace_bytes(self, line: bytes) -> None:
+        """A trace line already encoded (by a worker process)."""
+        self._traces.write(line + b"\n")
+
+    def row(self, index: int, record: dict[str, Any]) -> None:
+        """Queue a finished row; rows reach outputs.jsonl in input order."""
+        self._buffer[index] = dumps(record) + b"\n"
+        while True:
+            if self._next in self._buffer:
+                self._outputs.write(self._buffer.pop(self._next))
+            elif self._next not in self._kept:
+                break
+            self._next += 1
+
+    def maybe_flush(self) -> bool:
+        if time.monotonic() - self._last_flush < self._flush_seconds:
+            return False
+        self.flush()
+        return True
+
+    def flush(self) -> None:
+        # Traces first: a row that reached outputs.jsonl then always has its node records on
+        # disk, which is what a resume after kill -9 rebuilds the aggregates from.
+        self._last_flush = time.monotonic()
+        self._traces.flush()
+        self._outputs.flush()
+
+    def heartbeat(self, counts: Callable[[], dict[str, int]], *, every: float = 2.0) -> None:
+        """Counts so far into run.json, so `flowkit show` of a running run has numbers; they
+        are only worked out when due."""
+        now = time.monotonic()
+        if now - self._last_beat < every:
+            return
+        self._last_beat = now
+        self.write_info(counts=counts(), updated=iso(time.time()))
+
+    def close(self, status: str, metrics: dict[str, Any] | None, **updates: Any) -> None:
+        # Rows still held for ordering (an earlier row never finished) are written anyway.
+        for index in sorted(self._buffer):
+            self._outputs.write(self._buffer.pop(index))
+        if self._outputs is not None and self._traces is not None:
+            self.flush()
+            self._outputs.close()
+            self._traces.close()
+        if self._merge_from:
+            _merge_sorted_parts(self.dir / "outputs.jsonl", self._merge_from)
+        if metrics is not None:
+            write_json(self.dir / "metrics.json", metrics)
+        self.write_info(status=status, ended=iso(time.time()), **updates)
+
+
+def _merge_sorted_parts(path: Path, split: int) -> None:
+    """Rewrite ``path``, whose bytes before and after ``split`` are each sorted by line, as one
+    sorted file; streaming, so a million-row resume needs no memory for it."""
+
+    def part(f: BinaryIO, end: int | None) -> Iterator[tuple[int, bytes]]:
+        for raw, rec in raw_records(f, end):
+            if isinstance(rec, dict) and isinstance(rec.get("line"), int):
+                yield rec["line"], raw
+
+    tmp = path.with_suffix(".jsonl.tmp")
+    with open(path, "rb") as a, open(path, "rb") as b, open(tmp, "wb") as out:
+        b.seek(split)
+        for _, raw in heapq.merge(part(a, split), part(b, None), key=lambda item: item[0]):
+            out.write(raw)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def effective_status(info: dict[str, Any]) -> str:
+    """run.json's status, except that a `running` run whose process is gone was killed.
+
+    A process id alone can mislead: ids are reused (in a container the run and whoever reads
+    it later are both often pid 1), so the process's start time, where recorded, must match too.
+    """
+    status = str(info.get("status", "?"))
+    pid, host = info.get("pid"), info.get("host")
+    if status != RUNNING or not pid or host not in (None, socket.gethostname()):
+        return status
+    pid = int(pid)
+    started = info.get("pid_started")
+    gone = (
+        pid == os.getpid()  # this process is reading it, so it is not running it
+        or not _alive(pid)
+        or (started is not None and process_start(pid) not in (None, started))
+    )
+    return INTERRUPTED if gone else status
+
+
+@contextmanager
+def claimed(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir`` for one resume at a time: two at once would both append the same rows.
+
+    An O_EXCL lock file names its holder; one left by a process that is gone is taken over.
+    """
+    lock = run_dir / "resume.lock"
+    me = {"pid": os.getpid(), "pid_started": process_start(os.getpid())}
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                holder = json.loads(lock.read_text("utf-8"))
+            except (OSError, ValueError):
+                holder = {}  # being written this instant, or torn: look again
+            if holder and effective_status({**holder, "status": RUNNING}) == RUNNING:
+                raise UsageError(
+                    f"run {run_dir.name!r} is being resumed by process {holder.get('pid')}",
+                    hint="wait for it to finish",
+                ) from None
+            if holder:
+                lock.unlink(missing_ok=True)
+            else:
+                time.sleep(0.05)
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({**me, "host": socket.gethostname()}, f)
+        break
+    else:
+        raise UsageError(f"run {run_dir.name!r}: could not take {lock}", hint="remove it")
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def process_start(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (Linux); None where unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces; count after it.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+# -- reading ---------------------------------------------------------------------------------
+def resolve_run_dir(run: str | os.PathLike[str], root: Path = Path("runs")) -> Path:
+    """A run folder given as a path, or as a name inside ``root``; a unique prefix is enough."""
+    path = Path(run)
+    if (path / "run.json").is_file():
+        return path
+    if (root / path / "run.json").is_file():  # an exact name wins over longer names it starts
+        return root / path
+    # Only a bare name is looked up inside root (glob refuses absolute patterns anyway).
+    bare = not path.is_absolute() and len(path.parts) == 1
+    candidates = (
+        sorted(p for p in root.glob(f"{glob.escape(str(run))}*") if (p / "run.json").is_file())
+        if bare
+        else []
+    )
+    if len(candidates) == 1:
+        return candidates[0]
+    if len(candidates) > 1:
+        names = ", ".join(p.name for p in candidates[:5])
+        raise UsageError(f"run {str(run)!r} is ambiguous: {names}", hint="give more of the name")
+    raise UsageError(
+        f"no run folder {str(run)!r} (looked for run.json there and in {root}/)",
+        hint="`flowkit runs` lists the runs",
+    )
+
+
+def read_run_info(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "run.json").read_text("utf-8"))
+
+
+def read_metrics(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "metrics.json"
+    return json.loads(path.read_text("utf-8")) if path.is_file() else {}
+
+
+def iter_jsonl(path: Path) -> Any:
+    """Records of a JSONL file; a torn last line (a run killed mid-write) is skipped."""
+    if not path.is_file():
+        return
+    with open(path, "rb") as f:
+        for _, value in raw_records(f):
+            yield value
+
+
+def raw_records(f: BinaryIO, end: int | None = None) -> Iterator[tuple[bytes, Any]]:
+    """(line with its newline, decoded value) from ``f`` up to byte ``end``; blank and torn
+    lines (a run killed mid-write) are skipped, so callers can copy what they keep byte for
+    byte."""
+    while end is None or f.tell() < end:
+        raw = f.readline()
+        if not raw:
+            return
+        if not raw.strip():
+            continue
+        try:
+            value = loads(raw)
+        except Exception:
+            continue
+        yield (raw if raw.endswith(b"\n") else raw + b"\n"), value
+
+
+def read_outputs(run_dir: Path) -> dict[int, dict[str, Any]]:
+    return {rec["line"]: rec for rec in iter_jsonl(run_dir / "outputs.jsonl")}

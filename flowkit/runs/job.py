@@ -1,0 +1,325 @@
+"""Carrying out a run: the checks before the folder exists, the rows through the executor,
+the aggregates, and a run folder closed with an honest status whatever happened.
+
+``flowkit.api`` decides what to run (a new run, or the rest of an old one); this module runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flowkit import kinds
+from flowkit.cache.store import Cache, default_cache_dir
+from flowkit.data.mapping import Mapping, RowError
+from flowkit.data.read import iter_rows, peek_columns
+from flowkit.engine.aggregation import run_aggregates
+from flowkit.engine.context import RunContext, RunOptions, Stats
+from flowkit.engine.executor import Executor
+from flowkit.errors import DataError, FlowkitError, UsageError, display
+from flowkit.flow.graph import Flow
+from flowkit.flow.loader import static_key
+from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter, iter_jsonl
+from flowkit.runs.resume import prepare
+
+
+@dataclass
+class RunResult:
+    """What a finished run produced; rows are read back lazily from the run folder."""
+
+    run_dir: Path
+    status: str
+    metrics: dict[str, Any]
+    counts: dict[str, int]
+    tokens: dict[str, int]
+    info: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.name
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        yield from iter_jsonl(self.run_dir / "outputs.jsonl")
+
+    def traces(self) -> Iterator[dict[str, Any]]:
+        yield from iter_jsonl(self.run_dir / "traces.jsonl")
+
+    @property
+    def failed_ratio(self) -> float:
+        rows = self.counts.get("rows", 0)
+        return (
+            (self.counts.get("failed", 0) + self.counts.get("bad_input", 0)) / rows if rows else 0.0
+        )
+
+
+def _walk_nodes(flow: Flow, prefix: str = "") -> Iterator[tuple[Flow, Any, str]]:
+    """Every node of the flow tree with its owning flow and qualified name (`parent.child`)."""
+    for node in flow.nodes.values():
+        yield flow, node, prefix + node.name
+        if node.kind == "flow":
+            yield from _walk_nodes(node.impl, f"{prefix}{node.name}.")
+
+
+def prepare_nodes(flow: Flow, ctx: RunContext) -> None:
+    """Bind model endpoints; report every node that lacks one together, before any row runs."""
+    problems: list[str] = []
+    for owner, node, _ in _walk_nodes(flow):
+        ctx.flow_name = owner.name
+        try:
+            kinds.get(node.kind).prepare(node, ctx)
+        except UsageError as err:
+            problems.append(err.message)
+    if problems:
+        unique = list(dict.fromkeys(problems))
+        raise UsageError("\n".join(unique))
+    for _, node, _ in _walk_nodes(flow):
+        node.static_key = static_key(node)
+
+
+def _check_refresh(flow: Flow, refresh: frozenset[str]) -> None:
+    """A misspelt --refresh would silently refresh nothing; name it instead."""
+    names = {n for _, node, qual in _walk_nodes(flow) for n in (node.name, qual)}
+    for name in sorted(refresh - names):
+        from flowkit.errors import did_you_mean
+
+        raise UsageError(
+            f"--refresh {name!r}: no such node in flow {flow.name!r}{did_you_mean(name, names)}"
+        )
+
+
+def needs_settings(flow: Flow) -> bool:
+    return any(node.kind in ("llm", "embedding") for _, node, _ in _walk_nodes(flow))
+
+
+@dataclass
+class Job:
+    """Everything a run (or its resume) needs besides its folder."""
+
+    flow: Flow
+    data_path: Path
+    maps: Mapping
+    options: RunOptions
+    ctx: RunContext
+    settings: Any
+    limit: int | None
+    cache_dir: str | None
+    model: str | None
+    connection: str | None
+    backend: str
+    workers: int
+    scheduler: str | None
+    chunk_size: int
+    on_progress: Callable[[Stats], None] | None
+
+
+def make_job(
+    flow: Flow,
+    data_path: Path,
+    maps: Mapping,
+    options: RunOptions,
+    settings: Any,
+    **rest: Any,
+) -> Job:
+    """Check everything that can be checked before the run folder exists."""
+    if options.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    if rest["backend"] != "local" and settings is not None:
+        raise UsageError(
+            "a settings object cannot be sent to worker processes; configure "
+            "endpoints through the environment or flowkit.yaml"
+        )
+    maps.check(peek_columns(data_path))
+    if settings is None and needs_settings(flow):
+        from flowkit.llm.config import load_settings
+
+        settings = load_settings(model=rest["model"], connection=rest["connection"])
+    ctx = RunContext(options, settings)
+    prepare_nodes(flow, ctx)
+    _check_refresh(flow, options.refresh)
+    return Job(flow, data_path, maps, options, ctx, settings, **rest)
+
+
+def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
+    """Stream the rows through the executor, aggregate, and close the folder honestly.
+
+    The folder exists (status running) before this is called, so everything that can fail,
+    opening the cache included, happens inside the block that closes it with a true status.
+    """
+    flow, options = job.flow, job.options
+    cache: Cache | None = None
+    executor: Executor | None = None
+    status, metrics, agg_info = FAILED, None, {}
+    ready = False  # the executor holds every kept row: aggregates over it are meaningful
+    t0 = time.monotonic()
+
+    def progress(stats: Stats) -> None:
+        writer.heartbeat(lambda: _counts(stats, cache))
+        if job.on_progress is not None:
+            job.on_progress(stats)
+
+    try:
+        if options.use_cache:
+            cache = Cache(Path(job.cache_dir) if job.cache_dir else default_cache_dir())
+        executor = Executor(flow, options, cache, writer, job.ctx, progress)
+        done: set[int] = set()
+        if kept is not None:
+            done = prepare(kept, flow, executor)
+            writer.resume_after(done)
+        ready = True
+        _run_rows(job, executor, writer, _mapped_rows(job.data_path, job.maps, job.limit, done))
+        status = COMPLETED
+    except KeyboardInterrupt:
+        status = INTERRUPTED
+    finally:
+        try:
+            # After Ctrl-C the finished rows still get their metrics; after a crash, none.
+            if ready and status != FAILED:
+                metrics, agg_info = run_aggregates(executor)  # type: ignore[arg-type]
+        except KeyboardInterrupt:
+            status, metrics = INTERRUPTED, None
+        except BaseException:
+            status, metrics = FAILED, None
+            raise
+        finally:
+            if cache is not None:
+                cache.close()
+            job.ctx.threads.shutdown(wait=False, cancel_futures=True)
+            stats = executor.stats if executor is not None else Stats()
+            counts = _counts(stats, cache)
+            writer.close(
+                status,
+                metrics,
+                counts=counts,
+                tokens=stats.token_totals(),
+                tokens_by_node=_with_models(stats),
+                aggregates=agg_info,
+                cost=_cost(stats, job.settings),
+                duration_seconds=round(time.monotonic() - t0, 3),
+            )
+    if status == INTERRUPTED:
+        raise Interrupted(writer.dir)
+    return RunResult(writer.dir, status, metrics or {}, counts, stats.token_totals(), writer.info)
+
+
+def _run_rows(
+    job: Job, executor: Executor, writer: RunWriter, rows: Iterator[tuple[int, Any, Any]]
+) -> None:
+    if job.backend == "local":
+        asyncio.run(_drive(executor, rows))
+        return
+    from flowkit.runs.backends import WorkerJob, run_distributed
+
+    worker_job = WorkerJob(
+        job.flow.sources,
+        job.options,
+        job.model,
+        job.connection,
+        job.cache_dir,
+        writer.run_id,
+        job.workers,
+        job.flow.content_hash,
+    )
+    run_distributed(
+        executor,
+        rows,
+        worker_job,
+        backend=job.backend,
+        scheduler=job.scheduler,
+        chunk_size=job.chunk_size,
+    )
+
+
+def check_every_row(path: Path, maps: Mapping, limit: int | None) -> None:
+    """--strict: read every row before running and report all the bad ones together."""
+    bad = [error for _, values, error in _mapped_rows(path, maps, limit) if values is None]
+    if bad:
+        shown = "\n".join(str(e) for e in bad[:20])
+        more = f"\n… and {len(bad) - 20} more" if len(bad) > 20 else ""
+        raise DataError(
+            f"{len(bad)} bad row(s) in {display(path)}; nothing was run (--strict):\n{shown}{more}",
+            hint="fix or remove these rows, or run without --strict to skip them",
+        )
+
+
+async def _drive(executor: Executor, rows: Iterator[tuple[int, Any, Any]]) -> None:
+    try:
+        await executor.run(rows)
+    finally:
+        # Only a run that used the model layer has clients to close; importing it otherwise
+        # would load the openai SDK for nothing.
+        if "flowkit.llm.client" in sys.modules:
+            from flowkit.llm.client import aclose_clients
+
+            await aclose_clients()
+
+
+def _with_models(stats: Stats) -> dict[str, dict[str, Any]]:
+    return {
+        node: {"model": stats.models.get(node), **usage} for node, usage in stats.tokens.items()
+    }
+
+
+def _cost(stats: Stats, settings: Any) -> dict[str, Any]:
+    """Estimated USD per node and in total; None where a model's price is unknown."""
+    from flowkit.llm.usage import PRICES_AS_OF, cost_usd
+
+    prices = getattr(settings, "prices", None)
+    by_node: dict[str, float | None] = {}
+    for node, usage in stats.tokens.items():
+        model = stats.models.get(node)
+        by_node[node] = (
+            cost_usd(model, usage["prompt_tokens"], usage["completion_tokens"], prices)
+            if model
+            else None
+        )
+    known = [c for c in by_node.values() if c is not None]
+    return {
+        "usd": sum(known) if known and len(known) == len(by_node) else None,
+        "by_node": by_node,
+        "estimate": True,
+        "prices_as_of": PRICES_AS_OF,
+    }
+
+
+def _counts(stats: Stats, cache: Cache | None) -> dict[str, int]:
+    return {
+        "rows": stats.rows,
+        "succeeded": stats.succeeded,
+        "failed": stats.failed,
+        "bad_input": stats.bad_input,
+        "invalid": stats.invalid,
+        "node_runs": stats.node_runs,
+        "node_failures": stats.node_failures,
+        "cache_hits": stats.cache_hits,
+        "cache_misses": cache.misses if cache is not None else 0,
+    }
+
+
+def _mapped_rows(
+    path: Path, maps: Mapping, limit: int | None, skip: set[int] | frozenset[int] = frozenset()
+) -> Iterator[tuple[int, Any, Any]]:
+    for row in iter_rows(path, limit=limit):
+        if row.line in skip:
+            continue
+        if row.values is None:
+            yield row.line, None, row.error
+            continue
+        try:
+            yield row.line, maps.apply(row.values, row.line), None
+        except RowError as err:
+            yield row.line, None, f"{display(path)}:{row.source_line}: {err}"
+
+
+class Interrupted(FlowkitError):
+    """Ctrl-C: what finished is on disk and the run is marked interrupted."""
+
+    exit_code = 130
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(f"interrupted; finished rows are kept in {run_dir}")
+        self.run_dir = run_dir
