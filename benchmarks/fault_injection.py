@@ -4,7 +4,7 @@ whether the scores equal a fault-free, uninterrupted run's.
 
     python benchmarks/fault_injection.py [--rows 1000] [--kill-after 0.5]
 
-The server runs in a child process (flowkit.testing.server) with 15% 429s, 5% 500s and 2%
+The server runs in a child process (python -m flowkit.testing) with 15% 429s, 5% 500s and 2%
 timeouts; flowkit runs as `flowkit run` in another, so the kill is a real kill -9.
 """
 

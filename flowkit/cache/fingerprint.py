@@ -28,6 +28,21 @@ class ImportProblem(Exception):
     """Why a node's function could not be loaded, in words a user can act on."""
 
 
+MOVED_MODULES = {
+    "flowkit.aggregate": "flowkit.metrics.aggregate",
+    "flowkit.textmetrics": "flowkit.metrics.text",
+    "flowkit.retrieval_metrics": "flowkit.metrics.retrieval",
+    "flowkit.safety": "flowkit.metrics.safety",
+    "flowkit.judges": "flowkit.metrics.judges",
+    "flowkit.parse": "flowkit.metrics.scores",
+    "flowkit.parse_forms": "flowkit.metrics.score_forms",
+    "flowkit.adapters": "flowkit.metrics.adapters",
+}
+"""Where the public functions of flowkit 0.1's flat modules live now. Users' flows say
+`function: flowkit.aggregate:score_summary`; those references keep resolving (deprecated: the
+README names the new paths)."""
+
+
 def load_function(function: str, source: str | None, base_dir: Path) -> Callable[..., Any]:
     """Resolve `package.module:callable`, or `name` inside the file `source`."""
     if source is not None:
@@ -38,6 +53,7 @@ def load_function(function: str, source: str | None, base_dir: Path) -> Callable
             f"function {function!r} must be written 'package.module:callable' "
             "(or give 'source: file.py' and the function's name)"
         )
+    module_name = MOVED_MODULES.get(module_name, module_name)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from flowkit.data.coerce import coerce
+from flowkit.data.jsonl import read_outputs
 from flowkit.errors import Diagnostic, UsageError, ValidationError, did_you_mean, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk
 from flowkit.flow.source import line_of
-from flowkit.runs.folder import read_outputs
 
 
 class RowError(ValueError):

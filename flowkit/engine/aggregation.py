@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from flowkit import kinds
 from flowkit.cache.canonical import to_json_value
 from flowkit.cache.store import MISS, node_key
+from flowkit.engine.node_runner import refreshed
 from flowkit.engine.records import FAILED, OK, ErrorInfo, NodeRecord
 from flowkit.flow.refs import MissingValue, walk
 
@@ -60,7 +61,7 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
             inputs = _inputs(agg, done)
             key = node_key(agg.node.static_key, inputs) if cache is not None else None
-            fresh = cache is None or key is None or executor._refreshed(agg.node, qual)
+            fresh = cache is None or key is None or refreshed(executor.options, agg.node, qual)
             cached = MISS if fresh else cache.get(key)  # type: ignore[union-attr]
             if cached is not MISS:
                 output, hit = cached[0], True  # type: ignore[index]

@@ -18,17 +18,20 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from flowkit.cache.store import Cache
 from flowkit.engine.context import RunContext, RunOptions, Stats
 from flowkit.engine.lookahead import Lookahead, Row
-from flowkit.engine.node_runner import NodeRunner
+from flowkit.engine.node_runner import NodeRunner, refreshed
 from flowkit.engine.plan import AggTask, Plan, Plans, collect
 from flowkit.engine.records import FAILED, OK, ErrorInfo
 from flowkit.engine.scope import Scope, first_error, has_invalid, read_outputs, value_or_none
 from flowkit.flow.graph import Flow, Node
-from flowkit.runs.folder import RunWriter
+
+if TYPE_CHECKING:
+    from flowkit.runs.folder import RunWriter
 
 # Re-exported: flowkit.resume rebuilds scopes and aggregate columns the way a live run does.
 __all__ = ["AggTask", "Executor", "Scope"]
@@ -38,9 +41,9 @@ BATCH_ROWS = 256
 to serve many rows, few enough that a row's wait before it starts is negligible."""
 
 
-class Executor(NodeRunner):
+class Executor:
     """Runs a flow over rows: a batch at a time, concurrently, each row's nodes in dependency
-    order (the nodes themselves: NodeRunner)."""
+    order. Each node is run by the executor's ``NodeRunner``."""
 
     def __init__(
         self,
@@ -58,7 +61,10 @@ class Executor(NodeRunner):
         self._plans = Plans(flow)
         self.aggregates: list[AggTask] = self._plans.aggregates
         self._outputs = list(flow.outputs.items())
-        self._lookahead = Lookahead(flow, cache, self._refreshed)
+        self._lookahead = Lookahead(flow, cache, partial(refreshed, options))
+        self.nodes = NodeRunner(
+            options, cache, writer, ctx, self.stats, self._lookahead, self._subflow, self._waits
+        )
 
     # -- rows ---------------------------------------------------------------------------
     async def run(self, rows: Iterable[Row]) -> None:
@@ -183,7 +189,7 @@ class Executor(NodeRunner):
         very row) stops the loop, and its position and coroutine are returned."""
         order = plan.order
         for i in range(begin, len(order)):
-            coro = self._start(order[i], scope, line, prefix)
+            coro = self.nodes.start(order[i], scope, line, prefix)
             if coro is not None:
                 return i, coro
         return None
@@ -221,7 +227,7 @@ class Executor(NodeRunner):
             waiting: list[tuple[str, Coroutine[Any, Any, None]]] = []
             while ready:
                 name = ready.pop(0)
-                coro = self._start(flow.nodes[name], scope, line, prefix)
+                coro = self.nodes.start(flow.nodes[name], scope, line, prefix)
                 if coro is None:
                     release(name)
                 else:
@@ -252,9 +258,11 @@ class Executor(NodeRunner):
         failed = first_error(child, qual + ".")
         if failed:
             info = ErrorInfo("SubflowFailed", f"node {failed[0]!r} failed: {failed[1].message}")
-            self._done(node, scope, line, qual, FAILED, inputs, output, start=start, error=info)
+            self.nodes.done(
+                node, scope, line, qual, FAILED, inputs, output, start=start, error=info
+            )
         else:
-            self._done(node, scope, line, qual, OK, inputs, output, start=start)
+            self.nodes.done(node, scope, line, qual, OK, inputs, output, start=start)
 
     def _waits(self, flow: Flow) -> bool:
         """Whether any node in ``flow``'s tree awaits I/O (flow nodes inherit from their tree)."""

@@ -1,17 +1,17 @@
 """One node in one row: whether it runs (upstream failures, `when`), its inputs, its cache
 lookup, running or awaiting it, storing what it produced, and its trace record.
 
-This is the per-node half of the executor; flowkit.engine.executor adds rows, the order nodes run in
-within a row, and sub-flows. It runs once per node per row, so the path of a cached node is
-kept short: its inputs and key may come ready from the lookahead, and its trace record is
-built positionally.
+The executor owns one NodeRunner and calls it for every node; the executor adds rows, the order
+nodes run in within a row, and sub-flows (which it passes in as a callable). This runs once per
+node per row, so the path of a cached node is kept short: its inputs and key may come ready from
+the lookahead, and its trace record is built positionally.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from flowkit import kinds
 from flowkit.cache.canonical import to_json_value
@@ -31,31 +31,41 @@ from flowkit.engine.scope import Scope, when_holds
 from flowkit.flow.graph import Flow, Node
 from flowkit.flow.refs import MissingValue
 from flowkit.kinds import NodeResult
-from flowkit.runs.folder import RunWriter
+
+if TYPE_CHECKING:
+    from flowkit.runs.folder import RunWriter
+
+SubflowRunner = Callable[[Node, Scope, dict[str, Any], int, str, float], Coroutine[Any, Any, None]]
+"""Runs a flow node's sub-flow in a row: (node, scope, inputs, line, qualified name, start)."""
+
+
+def refreshed(options: RunOptions, node: Node, qual: str) -> bool:
+    """Whether ``--refresh`` names this node (by its own or its qualified name)."""
+    return bool(options.refresh) and (qual in options.refresh or node.name in options.refresh)
 
 
 class NodeRunner:
-    """Runs single nodes against a row's scope; ``Executor`` supplies rows and sub-flows."""
+    """Runs single nodes against a row's scope. A flow node's sub-flow is handed back to the
+    executor through ``subflow``; ``waits`` says whether a sub-flow's tree awaits I/O."""
 
-    flow: Flow
-    options: RunOptions
-    cache: Cache | None
-    writer: RunWriter
-    ctx: RunContext
-    stats: Stats
-    _lookahead: Lookahead
+    def __init__(
+        self,
+        options: RunOptions,
+        cache: Cache | None,
+        writer: RunWriter,
+        ctx: RunContext,
+        stats: Stats,
+        lookahead: Lookahead,
+        subflow: SubflowRunner,
+        waits: Callable[[Flow], bool],
+    ) -> None:
+        self.options, self.cache, self.writer, self.ctx = options, cache, writer, ctx
+        self.stats = stats
+        self._lookahead = lookahead
+        self._subflow = subflow
+        self._waits = waits
 
-    def _subflow(
-        self, node: Node, scope: Scope, inputs: dict[str, Any], line: int, qual: str, start: float
-    ) -> Coroutine[Any, Any, None]:
-        """Run a flow node's sub-flow in this row (see Executor)."""
-        raise NotImplementedError
-
-    def _waits(self, flow: Flow) -> bool:
-        """Whether any node in ``flow``'s tree awaits I/O now (see Executor)."""
-        raise NotImplementedError
-
-    def _start(
+    def start(
         self, node: Node, scope: Scope, line: int, prefix: str
     ) -> Coroutine[Any, Any, None] | None:
         """Run ``node`` now if it needs no waiting; otherwise return the coroutine that will."""
@@ -63,13 +73,13 @@ class NodeRunner:
         for dep in node.deps:
             if scope.status.get(dep) in (FAILED, UPSTREAM_FAILED):
                 info = ErrorInfo("UpstreamFailed", f"upstream node {prefix + dep!r} failed")
-                self._done(node, scope, line, qual, UPSTREAM_FAILED, None, None, error=info)
+                self.done(node, scope, line, qual, UPSTREAM_FAILED, None, None, error=info)
                 return None
         start = time.time()
         ahead = self._lookahead.take(line, qual)
         try:
             if node.when is not None and not when_holds(node.when, scope):
-                self._done(node, scope, line, qual, SKIPPED, None, None, start=start)
+                self.done(node, scope, line, qual, SKIPPED, None, None, start=start)
                 return None
             if ahead is not None:
                 inputs = ahead[0]
@@ -88,12 +98,12 @@ class NodeRunner:
         if self.cache is not None and node.spec.cache:
             key = ahead[1] if ahead is not None else node_key(node.static_key, inputs)
             # A refreshed node skips the lookup but still stores: the new result replaces the old.
-            refreshed = self.options.refresh and self._refreshed(node, qual)
-            hit = MISS if refreshed else self.cache.get(key)
+            skip = refreshed(self.options, node, qual)
+            hit = MISS if skip else self.cache.get(key)
             if hit is not MISS:
                 output, meta = hit  # type: ignore[misc]
                 self.stats.cache_hits += 1
-                self._done(
+                self.done(
                     node,
                     scope,
                     line,
@@ -133,11 +143,6 @@ class NodeRunner:
             return
         self._succeed(node, scope, line, qual, inputs, result, key, start)
 
-    def _refreshed(self, node: Node, qual: str) -> bool:
-        return bool(self.options.refresh) and (
-            qual in self.options.refresh or node.name in self.options.refresh
-        )
-
     def _succeed(
         self,
         node: Node,
@@ -159,7 +164,7 @@ class NodeRunner:
             self.stats.add_usage(qual, result.llm["usage"], result.llm.get("model"))
         if key is not None and self.cache is not None:
             self.cache.put(key, output, result.llm)
-        self._done(node, scope, line, qual, OK, inputs, output, start=start, llm=result.llm)
+        self.done(node, scope, line, qual, OK, inputs, output, start=start, llm=result.llm)
 
     def _fail(
         self,
@@ -173,9 +178,9 @@ class NodeRunner:
     ) -> None:
         self.stats.node_failures += 1
         info = ErrorInfo.from_exception(err)
-        self._done(node, scope, line, qual, FAILED, inputs, None, start=start, error=info)
+        self.done(node, scope, line, qual, FAILED, inputs, None, start=start, error=info)
 
-    def _done(
+    def done(
         self,
         node: Node,
         scope: Scope,

@@ -15,7 +15,6 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticError
 
-from flowkit import kinds
 from flowkit.cache.canonical import canonical_bytes
 from flowkit.errors import Diagnostic, ValidationError, display
 from flowkit.flow.builtin import resolve_flow_path
@@ -255,6 +254,9 @@ class LoadContext:
             except (RefSyntaxError, ValueError) as err:
                 self.error(node, f"when: {err}", key="when")
         node.deps = frozenset(r.name for r in node.refs() if r.source == "node")
+        # Kinds are an extension point that imports this package: looked up, not imported at top.
+        from flowkit import kinds
+
         kinds.get(node.kind).compile(node, base_dir, self)
 
     def _ref(self, node: Node, value: Any, key: str, sub: Any) -> tuple[Ref | None, Any]:

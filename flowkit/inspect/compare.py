@@ -22,9 +22,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from flowkit.data.jsonl import iter_jsonl
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.inspect.trace_view import fold, lookup, titled
-from flowkit.runs.folder import iter_jsonl, read_metrics, read_run_info
+from flowkit.runs.folder import read_metrics, read_run_info
 
 BETTER, WORSE, SAME, TOO_FEW = "better", "worse", "no significant change", "too few rows"
 

@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 
 from flowkit.cache.canonical import loads
+from flowkit.data.jsonl import iter_jsonl
 from flowkit.inspect.compare import numeric_outputs
 from flowkit.inspect.trace_view import fold
-from flowkit.runs.folder import iter_jsonl
 
 CELL_CHARS = 200
 # Past these many columns a side (inputs, outputs) the table would be unreadable anyway.

@@ -23,9 +23,9 @@ from rich.text import Text
 from rich.tree import Tree
 
 from flowkit.cache.canonical import loads
+from flowkit.data.jsonl import iter_jsonl
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.inspect.gates import OPERATORS, split_condition
-from flowkit.runs.folder import iter_jsonl
 
 _STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "dim", "upstream_failed": "yellow"}
 _ROW_STATUS_STYLE = {"ok": "green", "failed": "bold red", "bad_input": "bold red"}

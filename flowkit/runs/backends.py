@@ -115,7 +115,7 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     from flowkit.cache.store import Cache, default_cache_dir
     from flowkit.engine.context import RunContext
     from flowkit.engine.executor import Executor
-    from flowkit.runs.job import needs_settings, prepare_nodes
+    from flowkit.engine.prepare import needs_settings, prepare_nodes
 
     flow = _load(job)
     settings = None

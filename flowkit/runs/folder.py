@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from flowkit.cache.canonical import dumps, loads
+from flowkit.cache.canonical import dumps
+from flowkit.data.jsonl import raw_records
 from flowkit.engine.records import NodeRecord, encode
 from flowkit.errors import UsageError
 
@@ -297,33 +298,3 @@ def read_run_info(run_dir: Path) -> dict[str, Any]:
 def read_metrics(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "metrics.json"
     return json.loads(path.read_text("utf-8")) if path.is_file() else {}
-
-
-def iter_jsonl(path: Path) -> Any:
-    """Records of a JSONL file; a torn last line (a run killed mid-write) is skipped."""
-    if not path.is_file():
-        return
-    with open(path, "rb") as f:
-        for _, value in raw_records(f):
-            yield value
-
-
-def raw_records(f: BinaryIO, end: int | None = None) -> Iterator[tuple[bytes, Any]]:
-    """(line with its newline, decoded value) from ``f`` up to byte ``end``; blank and torn
-    lines (a run killed mid-write) are skipped, so callers can copy what they keep byte for
-    byte."""
-    while end is None or f.tell() < end:
-        raw = f.readline()
-        if not raw:
-            return
-        if not raw.strip():
-            continue
-        try:
-            value = loads(raw)
-        except Exception:
-            continue
-        yield (raw if raw.endswith(b"\n") else raw + b"\n"), value
-
-
-def read_outputs(run_dir: Path) -> dict[int, dict[str, Any]]:
-    return {rec["line"]: rec for rec in iter_jsonl(run_dir / "outputs.jsonl")}

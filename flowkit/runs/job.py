@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowkit import kinds
 from flowkit.cache.store import Cache, default_cache_dir
+from flowkit.data.jsonl import iter_jsonl
 from flowkit.data.mapping import Mapping, RowError
 from flowkit.data.read import iter_rows, peek_columns
 from flowkit.engine.aggregation import run_aggregates
 from flowkit.engine.context import RunContext, RunOptions, Stats
 from flowkit.engine.executor import Executor
-from flowkit.errors import DataError, FlowkitError, UsageError, display
+from flowkit.engine.prepare import needs_settings, prepare_nodes, walk_nodes
+from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, display
 from flowkit.flow.graph import Flow
-from flowkit.flow.loader import static_key
-from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter, iter_jsonl
+from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.resume import prepare
 
 
@@ -57,43 +57,13 @@ class RunResult:
         )
 
 
-def _walk_nodes(flow: Flow, prefix: str = "") -> Iterator[tuple[Flow, Any, str]]:
-    """Every node of the flow tree with its owning flow and qualified name (`parent.child`)."""
-    for node in flow.nodes.values():
-        yield flow, node, prefix + node.name
-        if node.kind == "flow":
-            yield from _walk_nodes(node.impl, f"{prefix}{node.name}.")
-
-
-def prepare_nodes(flow: Flow, ctx: RunContext) -> None:
-    """Bind model endpoints; report every node that lacks one together, before any row runs."""
-    problems: list[str] = []
-    for owner, node, _ in _walk_nodes(flow):
-        ctx.flow_name = owner.name
-        try:
-            kinds.get(node.kind).prepare(node, ctx)
-        except UsageError as err:
-            problems.append(err.message)
-    if problems:
-        unique = list(dict.fromkeys(problems))
-        raise UsageError("\n".join(unique))
-    for _, node, _ in _walk_nodes(flow):
-        node.static_key = static_key(node)
-
-
 def _check_refresh(flow: Flow, refresh: frozenset[str]) -> None:
     """A misspelt --refresh would silently refresh nothing; name it instead."""
-    names = {n for _, node, qual in _walk_nodes(flow) for n in (node.name, qual)}
+    names = {n for _, node, qual in walk_nodes(flow) for n in (node.name, qual)}
     for name in sorted(refresh - names):
-        from flowkit.errors import did_you_mean
-
         raise UsageError(
             f"--refresh {name!r}: no such node in flow {flow.name!r}{did_you_mean(name, names)}"
         )
-
-
-def needs_settings(flow: Flow) -> bool:
-    return any(node.kind in ("llm", "embedding") for _, node, _ in _walk_nodes(flow))
 
 
 @dataclass

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowkit.data.jsonl import raw_records
 from flowkit.engine.context import Stats
 from flowkit.engine.executor import Executor
 from flowkit.engine.plan import AggTask, collect
 from flowkit.engine.records import OK
 from flowkit.engine.scope import Scope, has_invalid
 from flowkit.flow.graph import Flow
-from flowkit.runs.folder import raw_records
 
 
 def data_fingerprint(path: Path) -> dict[str, Any]:

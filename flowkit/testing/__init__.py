@@ -1,0 +1,9 @@
+"""A local OpenAI-compatible server for tests, benchmarks and offline demos.
+
+- ``server``: starting it in-process (``serve``) or in a child process (``serve_subprocess``).
+- ``app``: the aiohttp routes (chat completions, embeddings, stats) and admission.
+- ``replies``: the deterministic judge replies; ``faults``: injected 429s, 500s and stalls.
+- ``config``: ``ServerConfig``; ``__main__``: ``python -m flowkit.testing``, the one entry point.
+
+Nothing in flowkit imports this package; it imports only from itself.
+"""

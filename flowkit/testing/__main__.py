@@ -1,6 +1,7 @@
 """Command line for the local OpenAI-compatible test server.
 
-``python -m flowkit.testing.server`` and ``python -m flowkit.testing`` both land here. Point an
+``python -m flowkit.testing`` starts it; this is its one entry point (the server module never
+imports this one). Point an
 OpenAI client at the printed URL (``OPENAI_BASE_URL=...``, any ``OPENAI_API_KEY``) to run flows
 offline.
 """
@@ -22,7 +23,7 @@ _SPECIAL = {"hook", "models", "rules"}
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m flowkit.testing.server",
+        prog="python -m flowkit.testing",
         description="Serve a deterministic OpenAI-compatible API on localhost for tests, "
         "benchmarks and offline runs. Prompt directives: [[reply: TEXT]], [[fault: KIND]], "
         "[[fault-once: KIND]] (KIND: 429, 500, timeout, malformed, garbage), [[finish: REASON]], "

@@ -203,7 +203,7 @@ def serve_subprocess(
     command = [
         sys.executable,
         "-m",
-        "flowkit.testing.server",
+        "flowkit.testing",
         "--config-json",
         json.dumps(config.to_dict()),
     ]
@@ -266,9 +266,3 @@ async def run_forever(config: ServerConfig) -> None:
         await stop.wait()
     finally:
         await runner.cleanup()
-
-
-if __name__ == "__main__":
-    from flowkit.testing.__main__ import main
-
-    raise SystemExit(main())

@@ -10,9 +10,9 @@ import flowkit
 from flowkit.cache.store import Cache, node_key
 from flowkit.engine.context import RunContext, RunOptions
 from flowkit.engine.lookahead import Lookahead
+from flowkit.engine.prepare import prepare_nodes
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flows
-from flowkit.runs.job import prepare_nodes
 from tests.support import read_jsonl, write, write_jsonl
 
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import flowkit
 import flowkit.api
-import flowkit.runs.folder
+import flowkit.data.jsonl
 from flowkit.cli.main import main
 from flowkit.errors import DataError
 
@@ -74,7 +74,7 @@ def test_without_strict_bad_rows_are_reported_and_good_rows_run(workdir: Path, c
     assert "Traceback" not in result.output
     assert f"{len(errors)} bad input" in result.stdout
     run_dir = next((workdir / "runs").iterdir())
-    rows = list(flowkit.runs.folder.iter_jsonl(run_dir / "outputs.jsonl"))
+    rows = list(flowkit.data.jsonl.iter_jsonl(run_dir / "outputs.jsonl"))
     assert [r["error"]["message"] for r in rows if r["status"] == "bad_input"] == errors
     assert any(r["status"] == "ok" and r["outputs"]["score"] == 1.0 for r in rows)
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 import flowkit
+from flowkit.data.jsonl import iter_jsonl
 from flowkit.engine.records import NodeRecord, decode
 from flowkit.errors import UsageError
 from flowkit.flow.loader import load_flow
-from flowkit.runs.folder import RunWriter, iter_jsonl, new_run_dir, resolve_run_dir
+from flowkit.runs.folder import RunWriter, new_run_dir, resolve_run_dir
 from tests.support import read_json, read_jsonl, write, write_jsonl
 
 NODES = """
