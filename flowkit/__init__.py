@@ -1,7 +1,7 @@
 """flowkit: evaluate LLM applications with flows defined in YAML.
 
-The public API is here: ``run``, ``resume``, ``load_flow`` and the error classes. One package
-per concept; imports point down this list, never up:
+The public API is here: ``run`` (``arun`` to await it), ``resume``, ``load_flow`` and the error
+classes. One package per concept; imports point down this list, never up:
 
     cli → api → inspect → runs → data → engine → kinds → metrics, llm → flow → cache → errors
 
@@ -26,6 +26,13 @@ def run(*args, **kwargs):  # type: ignore[no-untyped-def]
     return _run(*args, **kwargs)
 
 
+async def arun(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """``await flowkit.arun(flow, data, ...)`` inside an event loop; see :func:`run`."""
+    from flowkit.api import arun as _arun
+
+    return await _arun(*args, **kwargs)
+
+
 def resume(*args, **kwargs):  # type: ignore[no-untyped-def]
     """Finish an interrupted or partly failed run; see :func:`flowkit.api.resume`."""
     from flowkit.api import resume as _resume
@@ -39,6 +46,7 @@ __all__ = [
     "UsageError",
     "ValidationError",
     "__version__",
+    "arun",
     "load_flow",
     "resume",
     "run",

@@ -6,6 +6,7 @@ algorithms (topological order, cycle finding) so none of that is hand-written he
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ class Node:
         return found
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False)
 class Flow:
     """A validated flow: spec, compiled nodes and execution order."""
 
@@ -76,6 +77,34 @@ class Flow:
     @property
     def inputs(self) -> dict[str, InputSpec]:
         return self.spec.inputs
+
+    def __repr__(self) -> str:
+        # The dataclass repr would print every node's spec, prompts included: kilobytes.
+        inputs = ", ".join(n if s.required else f"{n}?" for n, s in self.inputs.items())
+        return (
+            f"<Flow {self.name!r} from {self.path}: inputs ({inputs}) → outputs "
+            f"({', '.join(self.outputs)}); {len(self.nodes)} nodes ({', '.join(self.nodes)})>"
+        )
+
+    def _repr_html_(self) -> str:
+        cell = html.escape
+        rows = "".join(
+            f"<tr><td>input</td><td>{cell(n)}</td><td>{cell(s.type)}"
+            f"{'' if s.required else cell(f' = {s.default!r}')}</td></tr>"
+            for n, s in self.inputs.items()
+        )
+        rows += "".join(
+            f"<tr><td>node</td><td>{cell(n)}</td><td>{cell(node.kind)}</td></tr>"
+            for n, node in self.nodes.items()
+        )
+        rows += "".join(
+            f"<tr><td>output</td><td>{cell(n)}</td><td>{cell(ref.text)}</td></tr>"
+            for n, ref in self.outputs.items()
+        )
+        return (
+            f"<div><b>{cell(self.name)}</b> <code>{cell(str(self.path))}</code>"
+            f"<table><tbody>{rows}</tbody></table></div>"
+        )
 
 
 def when_clause(when: Any, ref_of: Any) -> list[tuple[Ref, bool, Any]] | None:

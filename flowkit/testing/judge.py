@@ -20,8 +20,9 @@ from typing import Any
 
 _LABEL = re.compile(r"^(Document|Claim|[A-Z][A-Z ]{2,}[A-Z]):[ \t]*(.*)$")
 _WORD = re.compile(r"[a-z0-9]+")
-_STOP_WORDS = """a an the and or but if of to in on at by for with from as is are was were be been being
-    it its this that these those there here what which who whom whose when where why how do does
+_STOP_WORDS = """a an the and or but if of to in on at by for with from as is are was were be
+    been being it its this that these those there here what which who whom whose when where why
+    how do does
     did can could will would should may might must shall i you he she we they me him her us them
     my your his our their not no yes so than then too very just also into about over under up
     out any all some each per have has had"""
