@@ -151,10 +151,8 @@ def compare(
 @click.option(
     "--output",
     "-o",
-    default="report.html",
-    show_default=True,
     type=click.Path(dir_okay=False),
-    help="The HTML file to write.",
+    help="The HTML file to write (default: report.html in the run folder).",
 )
 @click.option("--compare", "compare_ref", metavar="RUN_B", help="Also compare RUN_B with RUN.")
 @click.option("--key", help="With --compare: pair rows by this input column instead of by line.")
@@ -172,7 +170,7 @@ def compare(
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
 def report(
     run_ref: str,
-    output: str,
+    output: str | None,
     compare_ref: str | None,
     key: str | None,
     lower_is_better: tuple[str, ...],
@@ -190,7 +188,7 @@ def report(
     other = resolve_run_dir(compare_ref, Path(runs_dir)) if compare_ref else None
     written = write_report(
         run_dir,
-        Path(output),
+        Path(output) if output else run_dir / "report.html",
         compare_with=other,
         key=key,
         lower_is_better=lower_is_better,

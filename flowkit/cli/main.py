@@ -15,10 +15,11 @@ from rich.markup import escape
 
 from flowkit import __version__
 from flowkit.cli.inspect_commands import COMMANDS
+from flowkit.cli.run_end import exit_if_valueless, report_end
 from flowkit.cli.terminal import console, err_console
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.inspect.gates import check_gates, parse_gate
-from flowkit.inspect.show import count_rows, metrics_table, progress_display
+from flowkit.inspect.show import count_rows, progress_display
 
 
 class FlowkitGroup(click.Group):
@@ -200,17 +201,7 @@ def run(
                 scheduler=scheduler,
                 strict=strict,
             )
-    for notice in result.info.get("notices") or ():
-        err_console.print(f"note: {escape(notice)}", highlight=False)
-    if result.counts.get("bad_input"):
-        _report_bad_rows(result)
-    console.print(metrics_table(result.metrics, result.info))
-    c = result.counts
-    console.print(
-        f"rows {c['rows']}: {c['succeeded']} ok, {c['failed']} failed, "
-        f"{c['bad_input']} bad input; cache hits {c['cache_hits']}"
-    )
-    console.print(f"run folder: {result.run_dir}")
+    report_end(result)
     if otel:  # before the gates, so a failing CI run is exported too
         from flowkit.inspect.otel import export_run
 
@@ -222,20 +213,7 @@ def run(
         )
         sys.exit(1)
     check_gates(parsed_gates, result.metrics, err_console)
-
-
-def _report_bad_rows(result: Any, shown: int = 5) -> None:
-    """Bad data rows were skipped, not run: say which, so they are not mistaken for scores."""
-    bad = [r for r in result.rows() if r.get("status") == "bad_input"]
-    err_console.print(
-        f"warning: {len(bad)} bad data row(s) were not run (--strict stops on them instead):",
-        highlight=False,
-    )
-    for row in bad[:shown]:
-        err_console.print(f"  {escape(str((row.get('error') or {}).get('message')))}")
-    if len(bad) > shown:
-        more = len(bad) - shown
-        err_console.print(f"  … and {more} more: flowkit trace {result.run_id} --failed")
+    exit_if_valueless(result)
 
 
 # Options that say what to run; a resume takes them from the run it finishes.

@@ -41,6 +41,21 @@ class RunResult:
             (self.counts.get("failed", 0) + self.counts.get("bad_input", 0)) / rows if rows else 0.0
         )
 
+    @property
+    def produced_values(self) -> bool:
+        """Whether any row produced a value: False when every row failed or was bad input, or
+        every judge answer was unreadable and no metric has a value."""
+        c = self.counts
+        if not c.get("succeeded"):
+            return False
+        if c.get("invalid", 0) < c["succeeded"]:
+            return True
+        return any(
+            v is not None
+            for k, v in self.metrics.items()
+            if k.endswith((".mean", ".pass_rate", ".defect_rate", ".sum"))
+        )
+
     def to_pandas(self) -> Any:
         """One row per data row: ``line``, ``status``, ``inputs.*``, ``outputs.*`` (nested
         outputs flattened with dots) and ``error`` (``node: type: message``, or None)."""
