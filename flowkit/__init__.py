@@ -15,8 +15,19 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import Any
+
 from flowkit.errors import DataError, FlowkitError, UsageError, ValidationError
-from flowkit.flow.loader import load_flow
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: `import flowkit` (and `flowkit --help`) stays cheap without the
+    # loader's pydantic models.
+    if name == "load_flow":
+        from flowkit.flow.loader import load_flow
+
+        return load_flow
+    raise AttributeError(f"module 'flowkit' has no attribute {name!r}")
 
 
 def run(*args, **kwargs):  # type: ignore[no-untyped-def]

@@ -11,7 +11,6 @@ import click
 
 from flowkit.cli.terminal import console, err_console
 from flowkit.errors import UsageError
-from flowkit.inspect.show import show_run
 
 
 @click.command()
@@ -19,6 +18,8 @@ from flowkit.inspect.show import show_run
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
 def show(run_ref: str, runs_dir: str) -> None:
     """Show a run: status, counts, scores, metrics, tokens and cost, slowest nodes, errors."""
+    from flowkit.inspect.show import show_run
+
     show_run(console, run_ref, Path(runs_dir))
 
 

@@ -11,15 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from flowkit import __version__
 from flowkit.cli.inspect_commands import COMMANDS
-from flowkit.cli.run_end import exit_if_valueless, report_end
 from flowkit.cli.terminal import console, err_console
 from flowkit.errors import FlowkitError, UsageError
-from flowkit.inspect.gates import check_gates, parse_gate
-from flowkit.inspect.show import count_rows, progress_display
 
 
 class FlowkitGroup(click.Group):
@@ -29,6 +25,8 @@ class FlowkitGroup(click.Group):
         try:
             return super().invoke(ctx)
         except FlowkitError as err:
+            from rich.markup import escape
+
             err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
             sys.exit(err.exit_code)
 
@@ -152,7 +150,10 @@ def run(
     """
     from flowkit.api import resume as resume_flow
     from flowkit.api import run as run_flow
+    from flowkit.cli.run_end import exit_if_valueless, report_end
     from flowkit.flow.loader import load_flows
+    from flowkit.inspect.gates import check_gates, parse_gate
+    from flowkit.inspect.show import count_rows, progress_display
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
     parsed_gates = [parse_gate(g) for g in gates]

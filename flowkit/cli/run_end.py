@@ -14,7 +14,6 @@ from rich.markup import escape
 
 from flowkit.cli.terminal import console, err_console
 from flowkit.inspect.show import metrics_table
-from flowkit.inspect.trace_view import show_sections
 
 
 def report_end(result: Any) -> None:
@@ -30,6 +29,8 @@ def report_end(result: Any) -> None:
     )
     console.print(f"run folder: {result.run_dir}")
     if c["failed"]:
+        from flowkit.inspect.trace_view import show_sections  # reads the traces: only now
+
         errors = show_sections(result.run_dir, result.info, {}).errors
         if errors is not None:
             err_console.print(errors)

@@ -1,17 +1,18 @@
 """The loaded flow as a DAG: compiled nodes, their dependencies and the order they run in.
 
-The loader builds these objects; the executor only reads them. networkx supplies the graph
-algorithms (topological order, cycle finding) so none of that is hand-written here.
+The loader builds these objects; the executor only reads them. The standard library's
+graphlib supplies the graph algorithms (topological order, cycle finding): networkx did, but
+its import alone took longer than a whole one-row python-only run may.
 """
 
 from __future__ import annotations
 
+import heapq
 import html
 from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Any
-
-import networkx as nx
 
 from flowkit.flow.refs import Ref
 from flowkit.flow.spec import FlowSpec, InputSpec
@@ -61,7 +62,8 @@ class Flow:
     """Per-row nodes in a topological order (ties broken by file order)."""
     aggregate_order: list[str]
     content_hash: str
-    graph: nx.DiGraph
+    graph: dict[str, frozenset[str]]
+    """Each node's dependencies within this flow."""
     sources: tuple[str, ...] = ()
     """The flow files this was loaded from, so a worker process can load it again."""
 
@@ -119,28 +121,35 @@ def when_clause(when: Any, ref_of: Any) -> list[tuple[Ref, bool, Any]] | None:
     return out
 
 
-def build_graph(nodes: dict[str, Node]) -> nx.DiGraph:
-    graph = nx.DiGraph()
-    for name in nodes:
-        graph.add_node(name)
-    for name, node in nodes.items():
-        for dep in node.deps:
-            if dep in nodes:
-                graph.add_edge(dep, name)
-    return graph
+def build_graph(nodes: dict[str, Node]) -> dict[str, frozenset[str]]:
+    """Each node's dependencies among ``nodes`` (its predecessors in the DAG)."""
+    return {name: frozenset(d for d in node.deps if d in nodes) for name, node in nodes.items()}
 
 
-def find_cycle(graph: nx.DiGraph) -> list[str] | None:
-    """One cycle as a closed path (a → b → a), or None."""
+def find_cycle(graph: dict[str, frozenset[str]]) -> list[str] | None:
+    """One cycle as a closed path in the direction data flows (a → b → a), or None."""
     try:
-        edges = nx.find_cycle(graph)
-    except nx.NetworkXNoCycle:
-        return None
-    path = [edges[0][0]] + [v for _, v in edges]
-    return path
+        TopologicalSorter(graph).prepare()
+    except CycleError as err:
+        # graphlib walks predecessors, so its path runs against the data: reverse it.
+        return list(reversed(err.args[1]))
+    return None
 
 
-def ordered(graph: nx.DiGraph, names: list[str], position: dict[str, int]) -> list[str]:
-    """A topological order of ``names`` that keeps the file's order where the graph allows."""
-    sub = graph.subgraph(names)
-    return list(nx.lexicographical_topological_sort(sub, key=lambda n: position[n]))
+def ordered(
+    graph: dict[str, frozenset[str]], names: list[str], position: dict[str, int]
+) -> list[str]:
+    """A topological order of ``names`` that keeps the file's order where the graph allows:
+    of the nodes ready at each step, the one written first."""
+    wanted = set(names)
+    sorter = TopologicalSorter({n: graph[n] & wanted for n in names})
+    sorter.prepare()
+    ready: list[tuple[int, str]] = []
+    order: list[str] = []
+    while sorter.is_active():
+        for name in sorter.get_ready():
+            heapq.heappush(ready, (position[name], name))
+        _, name = heapq.heappop(ready)
+        order.append(name)
+        sorter.done(name)
+    return order

@@ -21,7 +21,6 @@ from rich.progress import (
 from rich.table import Table
 
 from flowkit.engine.context import Stats
-from flowkit.inspect.trace_view import show_sections
 from flowkit.runs.folder import effective_status, read_metrics, read_run_info, resolve_run_dir
 
 
@@ -175,6 +174,8 @@ def show_run(console: Console, run_ref: str, root: Path) -> None:
     parts: list[Any] = [head]
     # Scores (mean, pass rate, invalid, failed rows per metric) summarise the metrics table;
     # the slowest nodes and the grouped errors, read from the traces, follow the token usage.
+    from flowkit.inspect.trace_view import show_sections
+
     extra = show_sections(run_dir, info, metrics)
     if extra.scores is not None:
         parts.append(extra.scores)

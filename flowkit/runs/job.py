@@ -207,6 +207,8 @@ def _with_models(stats: Stats) -> dict[str, dict[str, Any]]:
 
 def _cost(stats: Stats, settings: Any) -> dict[str, Any]:
     """Estimated USD per node and in total; None where a model's price is unknown."""
+    if not stats.tokens:  # no model was called: the price table (and pydantic models) can wait
+        return {"usd": None, "by_node": {}, "estimate": True, "prices_as_of": None}
     from flowkit.llm.usage import PRICES_AS_OF, cost_usd
 
     prices = getattr(settings, "prices", None)
