@@ -86,7 +86,10 @@ def trace(
         else:
             console.print(it.row_tree(records, output, row, max_chars=max_chars, verbose=verbose))
         return
-    parsed = [it.parse_where(c) for c in conditions]
+    from flowkit.runs.folder import read_run_info
+
+    flow_name = (read_run_info(run_dir).get("flow") or {}).get("name", "")
+    parsed = it.check_paths([it.parse_where(c) for c in conditions], run_dir, flow_name)
     rows = it.where_rows(run_dir, parsed, only_failed=failed)
     if as_json:
         for rec in rows:

@@ -152,7 +152,7 @@ def run(
     from flowkit.api import run as run_flow
     from flowkit.cli.run_end import exit_if_valueless, report_end
     from flowkit.flow.loader import load_flows
-    from flowkit.inspect.gates import check_gates, parse_gate
+    from flowkit.inspect.gates import check_gate_names, check_gates, parse_gate
     from flowkit.inspect.show import count_rows, progress_display
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
@@ -179,6 +179,7 @@ def run(
                 hint="e.g. flowkit run flows/f1_score.yaml --data examples/qa.jsonl",
             )
         flow = load_flows(list(flows))
+        check_gate_names(parsed_gates, flow)
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = run_flow(

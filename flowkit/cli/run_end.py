@@ -18,7 +18,8 @@ from flowkit.inspect.show import metrics_table
 
 def report_end(result: Any) -> None:
     for notice in result.info.get("notices") or ():
-        err_console.print(f"note: {escape(notice)}", highlight=False)
+        label = "" if notice.startswith("warning: ") else "note: "
+        err_console.print(f"{label}{escape(notice)}", highlight=False)
     if result.counts.get("bad_input"):
         _report_bad_rows(result)
     console.print(metrics_table(result.metrics, result.info))
