@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from flowkit import __version__
+from flowkit.cli.author_commands import COMMANDS as AUTHOR_COMMANDS
 from flowkit.cli.inspect_commands import COMMANDS
 from flowkit.cli.terminal import console, err_console
 from flowkit.errors import FlowkitError, UsageError
@@ -300,5 +301,5 @@ def list_flows() -> None:
     console.print(table)
 
 
-for _command in COMMANDS:
+for _command in (*COMMANDS, *AUTHOR_COMMANDS):
     main.add_command(_command)
