@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -17,6 +16,7 @@ def describe(flow_ref: str) -> None:
     from rich.table import Table
 
     from flowkit.flow.loader import load_flow
+    from flowkit.inspect.gates import aggregate_nodes
 
     flow = load_flow(flow_ref)
     console.print(f"[bold]{flow.name}[/] ({flow.path})", highlight=False)
@@ -32,8 +32,8 @@ def describe(flow_ref: str) -> None:
     for name, ref in flow.outputs.items():
         outputs.add_row(name, ref.text)
     metrics = Table("metric names", "computed by", box=None, title="metrics", title_justify="left")
-    for prefix, function in _aggregates(flow):
-        metrics.add_row(f"{prefix}.*", function)
+    for prefix, node in aggregate_nodes(flow):
+        metrics.add_row(f"{prefix}.*", str(node.spec.function))
     console.print(inputs, outputs, metrics)
     required = [n for n, s in flow.inputs.items() if s.required]
     optional = [n for n, s in flow.inputs.items() if not s.required]
@@ -43,20 +43,6 @@ def describe(flow_ref: str) -> None:
         + " (map others with --map INPUT='${data.COLUMN}')",
         highlight=False,
     )
-
-
-def _aggregates(flow: Any, path: tuple[str, ...] = ()) -> list[tuple[str, str]]:
-    """(metric prefix, function) of every aggregate in the flow tree, named as the run names
-    them: the flow's name for its own, the sub-flow node's path for a sub-flow's."""
-    found = [
-        (".".join(path) if path else flow.name, str(flow.nodes[n].spec.function))
-        for n in flow.aggregate_order
-    ]
-    for name in flow.row_order:
-        node = flow.nodes[name]
-        if node.kind == "flow":
-            found += _aggregates(node.impl, (*path, name))
-    return found
 
 
 @click.command()

@@ -56,15 +56,20 @@ def parse_gate(text: str) -> Gate:
     return Gate(parts[0], parts[1], value)
 
 
-def metric_prefixes(flow: Any, path: tuple[str, ...] = ()) -> list[str]:
-    """What every metric the flow can produce starts with: the flow's name for its own
-    aggregates, the sub-flow node's path for a sub-flow's (as the engine names them)."""
-    found = [".".join(path) if path else flow.name] if flow.aggregate_order else []
+def aggregate_nodes(flow: Any, path: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
+    """(metric prefix, node) of every aggregate in the flow tree, named as the engine names
+    their metrics: the flow's name for its own, the sub-flow node's path for a sub-flow's."""
+    found = [(".".join(path) if path else flow.name, flow.nodes[n]) for n in flow.aggregate_order]
     for name in flow.row_order:
         node = flow.nodes[name]
         if node.kind == "flow":
-            found += metric_prefixes(node.impl, (*path, name))
-    return list(dict.fromkeys(found))
+            found += aggregate_nodes(node.impl, (*path, name))
+    return found
+
+
+def metric_prefixes(flow: Any) -> list[str]:
+    """What every metric the flow can produce starts with."""
+    return list(dict.fromkeys(prefix for prefix, _ in aggregate_nodes(flow)))
 
 
 def check_gate_names(gates: list[Gate], flow: Any) -> None:
