@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 _LABEL = re.compile(r"^(Document|Claim|[A-Z][A-Z ]{2,}[A-Z]):[ \t]*(.*)$")
@@ -160,7 +161,8 @@ def reply(body: dict[str, Any], messages: list[tuple[str, str]], fallback: int) 
     whole = system + "\n" + user
     verdict = Verdict(system, user)
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
-    if limit == 1 or _BARE_NUMBER.search(whole):
+    bare_number, yes_no = (a or b for a, b in zip(_asks(system), _asks(user), strict=True))
+    if limit == 1 or bare_number:
         return str(verdict.score if verdict.found else fallback)
     response_format = body.get("response_format")
     kind = response_format.get("type") if isinstance(response_format, dict) else None
@@ -178,10 +180,17 @@ def reply(body: dict[str, Any], messages: list[tuple[str, str]], fallback: int) 
         return json.dumps(answer)
     if "# Result" in whole:
         return f"The documents: {verdict.why}.\n\n# Result\n{verdict.score}"
-    if _YES_NO.search(whole):
+    if yes_no:
         word = "Yes" if verdict.grade >= 0.5 else "No"
         return f"{word.upper() if 'YES or NO' in whole else word}\n{verdict.why.capitalize()}."
     return f"{verdict.why.capitalize()}.\nScore: {verdict.score}"
+
+
+@lru_cache(maxsize=1024)
+def _asks(text: str) -> tuple[bool, bool]:
+    """Whether ``text`` asks for only a number, and for yes/no. Cached: a flow sends the same
+    instructions with every row, and these searches cost more than the rest of a reply."""
+    return bool(_BARE_NUMBER.search(text)), bool(_YES_NO.search(text))
 
 
 def _turns(verdict: Verdict) -> str:
