@@ -8,13 +8,18 @@ folder (flowkit.runs.job). Whatever happens after the folder exists, it ends wit
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from flowkit import __version__
+from flowkit.data.frames import DATA_FILE, is_in_memory, write_rows
 from flowkit.data.mapping import Mapping
 from flowkit.engine.context import RunOptions, Stats
 from flowkit.errors import UsageError, display
@@ -33,12 +38,34 @@ from flowkit.runs.folder import (
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
 from flowkit.runs.resume import data_fingerprint
 
-__all__ = ["Interrupted", "RunResult", "resume", "run"]
+__all__ = ["Interrupted", "RunResult", "arun", "resume", "run"]
 
 
+def _outside_any_loop(fn: Callable[..., RunResult]) -> Callable[..., RunResult]:
+    """Called from code already inside an event loop (Jupyter, an async app), run ``fn`` in a
+    worker thread with a loop of its own: the run drives its rows with ``asyncio.run``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> RunResult:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return fn(*args, **kwargs)
+        with ThreadPoolExecutor(1, thread_name_prefix="flowkit-run") as pool:
+            return pool.submit(fn, *args, **kwargs).result()
+
+    return wrapper
+
+
+async def arun(*args: Any, **kwargs: Any) -> RunResult:
+    """``await flowkit.arun(flow, data, ...)``: :func:`run` without blocking the caller's loop."""
+    return await asyncio.to_thread(run.__wrapped__, *args, **kwargs)  # type: ignore[attr-defined]
+
+
+@_outside_any_loop
 def run(
     flow: Flow | str | os.PathLike[str],
-    data: str | os.PathLike[str],
+    data: Any,
     *,
     mapping: dict[str, str] | None = None,
     prior_run: str | os.PathLike[str] | None = None,
@@ -63,11 +90,82 @@ def run(
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
-    With ``strict`` a bad data row stops the run before anything runs; otherwise bad rows are
-    recorded as such and the good rows run.
+    ``data`` is a data file's path, a pandas DataFrame or a list of dicts (written to the run
+    folder as ``data.jsonl``, so the run can be resumed). With ``strict`` a bad data row stops
+    the run before anything runs; otherwise bad rows are recorded as such and the good rows run.
     """
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
-    data_path = Path(data)
+    run_dir = Path(output) if output else new_run_dir(Path(runs_root), flow.name, name)
+    with _data_file(data, run_dir) as data_path:
+        return _start(
+            flow,
+            data_path,
+            run_dir,
+            mapping=mapping,
+            prior_run=prior_run,
+            concurrency=concurrency,
+            limit=limit,
+            use_cache=use_cache,
+            refresh=refresh,
+            cache_dir=cache_dir,
+            name=name,
+            model=model,
+            connection=connection,
+            timeout=timeout,
+            settings=settings,
+            on_progress=on_progress,
+            backend=backend,
+            workers=workers,
+            scheduler=scheduler,
+            chunk_size=chunk_size,
+            strict=strict,
+        )
+
+
+@contextlib.contextmanager
+def _data_file(data: Any, run_dir: Path) -> Iterator[Path]:
+    """The data's file: the path given, or in-memory rows written into the run folder (removed
+    again, with the folder, when the run is refused before it starts)."""
+    if not is_in_memory(data):
+        yield Path(data)
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / DATA_FILE
+    try:
+        write_rows(data, path)
+        yield path
+    except BaseException:
+        if not (run_dir / "run.json").exists():
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise
+
+
+def _start(
+    flow: Flow,
+    data_path: Path,
+    run_dir: Path,
+    *,
+    mapping: dict[str, str] | None,
+    prior_run: str | os.PathLike[str] | None,
+    concurrency: int,
+    limit: int | None,
+    use_cache: bool,
+    refresh: list[str] | None,
+    cache_dir: str | os.PathLike[str] | None,
+    name: str | None,
+    model: str | None,
+    connection: str | None,
+    timeout: float | None,
+    settings: Any,
+    on_progress: Callable[[Stats], None] | None,
+    backend: str,
+    workers: int,
+    scheduler: str | None,
+    chunk_size: int,
+    strict: bool,
+) -> RunResult:
     prior = Path(prior_run) if prior_run is not None else None
     job = make_job(
         flow,
@@ -92,7 +190,6 @@ def run(
     )
     if strict:
         check_every_row(data_path, job.maps, limit)
-    run_dir = Path(output) if output else new_run_dir(Path(runs_root), flow.name, name)
     invocation = {
         "flows": list(flow.sources),
         "data": str(data_path.resolve()),
@@ -127,6 +224,7 @@ def run(
     return execute(job, RunWriter(run_dir, info), kept=None)
 
 
+@_outside_any_loop
 def resume(
     run: str | os.PathLike[str],
     *,

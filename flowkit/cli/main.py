@@ -11,14 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from flowkit import __version__
+from flowkit.cli.author_commands import COMMANDS as AUTHOR_COMMANDS
 from flowkit.cli.inspect_commands import COMMANDS
 from flowkit.cli.terminal import console, err_console
 from flowkit.errors import FlowkitError, UsageError
-from flowkit.inspect.gates import check_gates, parse_gate
-from flowkit.inspect.show import count_rows, metrics_table, progress_display
 
 
 class FlowkitGroup(click.Group):
@@ -28,6 +26,8 @@ class FlowkitGroup(click.Group):
         try:
             return super().invoke(ctx)
         except FlowkitError as err:
+            from rich.markup import escape
+
             err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
             sys.exit(err.exit_code)
 
@@ -151,7 +151,10 @@ def run(
     """
     from flowkit.api import resume as resume_flow
     from flowkit.api import run as run_flow
+    from flowkit.cli.run_end import exit_if_valueless, report_end
     from flowkit.flow.loader import load_flows
+    from flowkit.inspect.gates import check_gate_names, check_gates, parse_gate
+    from flowkit.inspect.show import count_rows, progress_display
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
     parsed_gates = [parse_gate(g) for g in gates]
@@ -177,6 +180,7 @@ def run(
                 hint="e.g. flowkit run flows/f1_score.yaml --data examples/qa.jsonl",
             )
         flow = load_flows(list(flows))
+        check_gate_names(parsed_gates, flow)
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = run_flow(
@@ -200,17 +204,7 @@ def run(
                 scheduler=scheduler,
                 strict=strict,
             )
-    for notice in result.info.get("notices") or ():
-        err_console.print(f"note: {escape(notice)}", highlight=False)
-    if result.counts.get("bad_input"):
-        _report_bad_rows(result)
-    console.print(metrics_table(result.metrics, result.info))
-    c = result.counts
-    console.print(
-        f"rows {c['rows']}: {c['succeeded']} ok, {c['failed']} failed, "
-        f"{c['bad_input']} bad input; cache hits {c['cache_hits']}"
-    )
-    console.print(f"run folder: {result.run_dir}")
+    report_end(result)
     if otel:  # before the gates, so a failing CI run is exported too
         from flowkit.inspect.otel import export_run
 
@@ -222,20 +216,7 @@ def run(
         )
         sys.exit(1)
     check_gates(parsed_gates, result.metrics, err_console)
-
-
-def _report_bad_rows(result: Any, shown: int = 5) -> None:
-    """Bad data rows were skipped, not run: say which, so they are not mistaken for scores."""
-    bad = [r for r in result.rows() if r.get("status") == "bad_input"]
-    err_console.print(
-        f"warning: {len(bad)} bad data row(s) were not run (--strict stops on them instead):",
-        highlight=False,
-    )
-    for row in bad[:shown]:
-        err_console.print(f"  {escape(str((row.get('error') or {}).get('message')))}")
-    if len(bad) > shown:
-        more = len(bad) - shown
-        err_console.print(f"  … and {more} more: flowkit trace {result.run_id} --failed")
+    exit_if_valueless(result)
 
 
 # Options that say what to run; a resume takes them from the run it finishes.
@@ -320,5 +301,5 @@ def list_flows() -> None:
     console.print(table)
 
 
-for _command in COMMANDS:
+for _command in (*COMMANDS, *AUTHOR_COMMANDS):
     main.add_command(_command)

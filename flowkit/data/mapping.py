@@ -87,7 +87,16 @@ class Mapping:
             )
         if problems:
             raise ValidationError(problems)
-        self.notices = self._skipped_for_columns(columns)
+        self.notices = self._literal_columns(columns) + self._skipped_for_columns(columns)
+
+    def _literal_columns(self, columns: list[str]) -> list[str]:
+        """A literal that names a column was almost surely meant to read it."""
+        return [
+            f"warning: --map {name}={text} is the literal text {text!r} on every row, and the "
+            f"data has a column {text!r}; to read the column write --map {name}='${{data.{text}}}'"
+            for name, text in self.literals.items()
+            if name in self.explicit and text in columns
+        ]
 
     def _skipped_for_columns(self, columns: list[str]) -> list[str]:
         """Nodes whose `when` reads an input whose column the data lacks: they will skip on

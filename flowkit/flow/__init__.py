@@ -6,7 +6,7 @@
 - ``loader``: loading and validating a flow completely, collecting every problem.
 - ``use``: merging ``use:`` nodes; ``wiring``: reference and output checks.
 - ``spec_messages``: pydantic's complaints turned into ``file:LINE: node 'x': …``.
-- ``graph``: the loaded flow and its networkx DAG; ``templates``: sandboxed Jinja2 prompts.
+- ``graph``: the loaded flow and its DAG (networkx); ``templates``: sandboxed Jinja2 prompts.
 - ``builtin``: finding the built-in flows by name.
 
 Imports point down to ``flowkit.cache.canonical`` and ``flowkit.errors`` only. Node kinds are

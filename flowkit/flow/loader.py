@@ -57,6 +57,13 @@ class LoadContext:
     def report(self, file: str, line: int, node: str | None, message: str) -> None:
         self.diagnostics.append(Diagnostic(file, line, node, message))
 
+    def where(self, node: Node, key: str | None = None) -> str:
+        """``flow.yaml:LINE`` of the node (of its ``key`` when known), for messages that are
+        reported at another file, such as a prompt's."""
+        raw = self._raw.get(id(node))
+        line = (line_of(raw, key) if raw is not None and key is not None else 0) or node.line
+        return f"{self._file.get(id(node), node.file)}:{line}"
+
     def error(self, node: Node, message: str, key: str | None = None, sub: Any = None) -> None:
         """Report against a node, at the line of ``key`` (and ``sub`` inside it) when known."""
         raw = self._raw.get(id(node))

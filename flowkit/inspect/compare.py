@@ -126,6 +126,8 @@ class _Side:
     duplicates: int = 0
     names: set[str] = field(default_factory=set)
     input_names: set[str] = field(default_factory=set)
+    inputs: dict[Any, dict[str, int]] = field(default_factory=dict)
+    """Per pairing key, a hash of each input's value: paired rows should share their inputs."""
 
 
 def _read_side(run_dir: Path, key: str | None) -> _Side:
@@ -149,7 +151,33 @@ def _read_side(run_dir: Path, key: str | None) -> _Side:
         values = dict(numeric_outputs(rec.get("outputs")))
         side.names.update(values)
         side.rows[k] = (rec.get("line", -1), values)
+        if isinstance(rec.get("inputs"), dict):
+            side.inputs[k] = {n: hash(_hashable(v)) for n, v in rec["inputs"].items()}
     return side
+
+
+def _warnings(run_a: Path, run_b: Path, a: _Side, b: _Side, keys: list[Any]) -> list[str]:
+    """What makes a verdict meaningless: other flows, or paired rows that are not the same."""
+    notes = []
+    flow_a, flow_b = ((read_run_info(r).get("flow") or {}).get("name") for r in (run_a, run_b))
+    if flow_a != flow_b:
+        notes.append(
+            f"warning: the runs are of different flows ({flow_a!r} and {flow_b!r}); outputs of "
+            "the same name may not mean the same"
+        )
+    differ = []
+    for k in keys:
+        ia, ib = a.inputs.get(k, {}), b.inputs.get(k, {})
+        if any(ia[n] != ib[n] for n in ia.keys() & ib.keys()):
+            differ.append(k)
+    if differ:
+        first = differ[0]
+        notes.append(
+            f"warning: {len(differ)} of {len(keys)} paired rows have different inputs (first: "
+            f"{'line' if isinstance(first, int) else 'key'} {first!r}); the runs may not be over "
+            "the same data — pair them with --key COLUMN"
+        )
+    return notes
 
 
 def bootstrap_ci(
@@ -240,6 +268,7 @@ def compare_runs(
         seed=seed,
         confidence=confidence,
     )
+    result.notes.extend(_warnings(run_a, run_b, a, b, keys))
     if not common:
         result.notes.append("no numeric per-row output is present in both runs")
     for name in names:

@@ -51,7 +51,8 @@ def compile_prompt(node: Node, base_dir: Path, ctx: LoadContext) -> Any:
     try:
         return from_file_text(path.read_text(encoding="utf-8"))
     except PromptSyntaxError as err:
-        ctx.report(display(path), err.line, node.name, str(err))
+        where = f"the prompt of node {node.name!r} at {ctx.where(node, 'prompt')}"
+        ctx.report(display(path), err.line, node.name, f"{err} (in {where})")
     except UnicodeDecodeError:
         ctx.error(node, f"prompt file {spec.prompt!r} is not UTF-8 text", key="prompt")
     return None

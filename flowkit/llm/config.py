@@ -21,7 +21,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from flowkit.errors import UsageError
+from flowkit.errors import UsageError, did_you_mean, one_of
 
 PROJECT_FILE = "flowkit.yaml"
 OPENAI_PUBLIC_URL = "https://api.openai.com/v1"
@@ -296,19 +296,36 @@ def _with_secrets(conn: Connection, env: Mapping[str, str]) -> Connection:
     return conn.model_copy(update=update) if update else conn
 
 
-def _describe(err: ValidationError) -> str:
-    """Pydantic's own text quotes the offending input, which may be a key; list places only."""
+def _describe(err: ValidationError, path: Path, text: str) -> str:
+    """One line per problem, at its ``file:line``, with "did you mean" for a misspelt key.
+    Pydantic's own text quotes the offending input, which may be a key; it is not shown."""
+    from flowkit.flow.source import locate, parse_yaml
+
+    try:
+        root = parse_yaml(text, str(path))  # the same data, with the line of every key
+    except Exception:
+        root = None
     lines = []
     for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"    {where}: {e['msg']}")
+        loc = tuple(e["loc"])
+        line = locate(root, loc)[1] if root is not None else 0
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        message = e["msg"]
+        if e["type"] == "extra_forbidden" and loc:
+            model = {"connections": Connection, "prices": Price}.get(str(loc[0]), ProjectFile)
+            known = model.model_fields if len(loc) > 1 else ProjectFile.model_fields
+            message = f"unknown key {loc[-1]!r}{did_you_mean(str(loc[-1]), known)}"
+            message += f"; known keys: {one_of(known)}"
+        place = f"{path}:{line}" if line else str(path)
+        lines.append(f"{place}: {where}: {message}")
     return "\n".join(lines)
 
 
 def read_project_file(path: Path) -> ProjectFile:
     """Parse and validate ``flowkit.yaml``; every problem is a UsageError naming the file."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
@@ -325,7 +342,10 @@ def read_project_file(path: Path) -> ProjectFile:
     try:
         return ProjectFile.model_validate(raw)
     except ValidationError as exc:
-        raise UsageError(f"{path}: invalid configuration\n{_describe(exc)}") from None
+        n = len(exc.errors())
+        raise UsageError(
+            f"{n} problem{'s' if n != 1 else ''} in {PROJECT_FILE}\n{_describe(exc, path, text)}"
+        ) from None
 
 
 def load_settings(

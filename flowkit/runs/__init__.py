@@ -2,6 +2,7 @@
 
 - ``job``: checks before the folder exists, streaming rows through the engine, aggregating,
   and closing the folder with a true status.
+- ``result``: ``RunResult``, what a run returns (rows, ``to_pandas()``, notebook display).
 - ``folder``: the run folder (run.json, outputs.jsonl, traces.jsonl, metrics.json) and reading
   it back.
 - ``resume``: keeping the finished rows of an earlier run and rerunning the rest.
