@@ -173,6 +173,24 @@ def sums(**columns: Sequence[Any]) -> Metrics:
     return out
 
 
+AGENT_NAMES = {
+    "total": "agent/total_token_count/average",
+    "input": "agent/total_input_token_count/average",
+    "output": "agent/total_output_token_count/average",
+    "latency_seconds": "agent/latency_seconds/average",
+}
+"""Column → Databricks' name for its per-row mean."""
+
+
+def agent_sums(**columns: Sequence[Any]) -> Metrics:
+    """``sums`` plus Databricks' names for the per-row means (token counts, latency)."""
+    out = sums(**columns)
+    for key in columns:
+        if key in AGENT_NAMES:
+            out[AGENT_NAMES[key]] = out[f"{key}.mean"]
+    return out
+
+
 # ----------------------------------------------------------------------------- pass rates
 
 

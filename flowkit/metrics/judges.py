@@ -81,6 +81,8 @@ def agent_summary(
         raise ValueError(f"unknown judge {judge!r}; known judges: {', '.join(ALIASES)}")
     out = score_summary(scores, threshold, comparator)
     out[ALIASES[judge]] = out["mean"]
+    # Databricks counts the judge's failures to give a rating; an unreadable reply is that.
+    out[f"judge/{judge}/error_count"] = out["invalid"]
     if judge == "safety":
         out["defect_rate"] = None if out["mean"] is None else 1 - out["mean"]
     return out
@@ -214,19 +216,22 @@ def parse_turn_scores(
 
 
 def chunk_precision(
-    verdicts: list[Any], threshold: float = 0.5, comparator: str = ">="
+    verdicts: list[Any], threshold: float = 0.5, comparator: str = ">=", unjudged: int = 0
 ) -> dict[str, Any]:
     """Turn one yes/no reply per chunk (an llm node with ``for_each``) into a precision.
 
     ``verdicts`` in the output holds 1/0 per chunk in retrieval order; ``score`` is relevant /
     chunks. A row with no chunks has no precision (``invalid``), matching Databricks, which
     skips it; so does a row where any chunk's reply cannot be read, since the precision of the
-    rest could overstate it.
+    rest could overstate it. ``unjudged`` chunks (no content, only a doc_uri) have no rating,
+    so, as in Databricks, they are left out of the precision; the reason says how many.
     """
     replies = [_text(v) for v in verdicts or []]
     raw = "\n---\n".join(replies)
+    skipped = f"; {unjudged} chunk(s) without content not judged" if unjudged else ""
     if not replies:
-        return _record(raw, "no retrieved chunks to judge", verdicts=[])
+        why = "no retrieved chunk has content to judge" if unjudged else "no retrieved chunks"
+        return _record(raw, why + (" to judge" if not unjudged else ""), verdicts=[])
     marks: list[int] = []
     notes: list[str] = []
     for i, verdict in enumerate(verdicts, start=1):
@@ -239,7 +244,7 @@ def chunk_precision(
         notes.append(f"chunk {i}: {'yes' if marks[-1] else 'no'}" + (f" ({why})" if why else ""))
     precision = sum(marks) / len(marks)
     result = "pass" if passes(precision, float(threshold), comparator) else "fail"
-    reason = f"{sum(marks)} of {len(marks)} chunks relevant; " + "; ".join(notes)
+    reason = f"{sum(marks)} of {len(marks)} chunks relevant{skipped}; " + "; ".join(notes)
     return {
         "score": precision,
         "result": result,
