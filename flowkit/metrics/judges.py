@@ -68,7 +68,11 @@ _REASON_KEYS = ("reason", "reasoning", "rationale", "analysis", "explanation", "
 
 
 def agent_summary(
-    scores: Sequence[Any], judge: str, threshold: Any = 1, comparator: Any = ">="
+    scores: Sequence[Any],
+    judge: str,
+    threshold: Any = 1,
+    comparator: Any = ">=",
+    invalid_as_fail: Any = False,
 ) -> Metrics:
     """``score_summary`` plus the Databricks alias of ``judge`` (the mean of the row scores).
 
@@ -79,7 +83,7 @@ def agent_summary(
     """
     if judge not in ALIASES:
         raise ValueError(f"unknown judge {judge!r}; known judges: {', '.join(ALIASES)}")
-    out = score_summary(scores, threshold, comparator)
+    out = score_summary(scores, threshold, comparator, invalid_as_fail)
     out[ALIASES[judge]] = out["mean"]
     # Databricks counts the judge's failures to give a rating; an unreadable reply is that.
     out[f"judge/{judge}/error_count"] = out["invalid"]
@@ -258,6 +262,22 @@ def chunk_precision(
 # --------------------------------------------------------------------------- intents
 
 
+_DOCUMENTED = re.compile(r"\s*(yes|no)\b[\s,.:;-]*(?:documents?\b)?(?P<rest>.*)", re.I | re.S)
+
+
+def _intent_verdict(value: Any) -> tuple[int | None, list[str]]:
+    """A verdict and the document ids it cites: ``yes``/``no``, or the documented answer form
+    "Yes, documents [doc1], [doc2]" (ids in brackets)."""
+    verdict = _yes_no(value)
+    if verdict is not None or not isinstance(value, str):
+        return verdict, []
+    m = _DOCUMENTED.match(value)
+    if not m:
+        return None, []
+    ids = re.findall(r"\[([^\]]+)\]", m["rest"])
+    return int(m[1].lower() == "yes"), [i.strip() for i in ids]
+
+
 def parse_intents(text: Any, threshold: float = 3, comparator: str = ">") -> dict[str, Any]:
     """Read ``{"intents": [{"intent", "answered", "doc_ids"}]}``; score = 1 + 4·fraction².
 
@@ -274,12 +294,12 @@ def parse_intents(text: Any, threshold: float = 3, comparator: str = ">") -> dic
     intents: list[dict[str, Any]] = []
     for i, entry in enumerate(entries, start=1):
         value = next((entry[k] for k in ("answered", "verdict", "answer") if k in entry), None)
-        verdict = _yes_no(value)
+        verdict, cited = _intent_verdict(value)
         if verdict is None:
             return _record(
                 raw, f"intent {i}: verdict {value!r} is not yes or no", fraction=None, intents=None
             )
-        ids = entry.get("doc_ids", entry.get("documents", []))
+        ids = entry.get("doc_ids", entry.get("documents", cited))
         intents.append(
             {
                 "intent": str(entry.get("intent", "")),

@@ -149,6 +149,7 @@ def test_qa_flows_share_input_names() -> None:
         "context",
         "domain",
         "ground_truth",
+        "invalid_as_fail",
         "messages",
         "question",
     ]
@@ -230,7 +231,7 @@ PARSE_CASES = [
     ("relevancy_yes_no", "YES", 1, "pass"),
     ("answer_correctness_yes_no", "NO. The context says eight legs.", 0, "fail"),
     ("fact_check", "Yes", 1, "pass"),
-    ("fact_check", "Score: 4", None, "invalid"),
+    ("fact_check", "Score: 4", 0, "fail"),  # contains mode: no YES is a fail, never invalid
 ]
 
 
