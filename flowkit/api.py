@@ -60,14 +60,19 @@ def run(
     scheduler: str | None = None,
     chunk_size: int = 512,
     strict: bool = False,
+    target: str | None = None,
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
     With ``strict`` a bad data row stops the run before anything runs; otherwise bad rows are
-    recorded as such and the good rows run.
+    recorded as such and the good rows run. With ``target`` (``module:function`` or an app
+    flow) the app is called per row first and ``flow`` judges its answers
+    (flowkit.flow.target).
     """
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
     data_path = Path(data)
+    if target is not None:
+        flow = _with_target(flow, target, data_path, backend)
     prior = Path(prior_run) if prior_run is not None else None
     job = make_job(
         flow,
@@ -106,6 +111,7 @@ def run(
         "scheduler": scheduler,
         "chunk_size": chunk_size,
         "settings_object": settings is not None,
+        "target": target,
     }
     info = {
         "name": name or run_dir.name,
@@ -165,6 +171,8 @@ def _resume(
     if inv.get("settings_object") and settings is None:
         raise UsageError(f"{where} was given a settings object; pass it to resume() again")
     flow = load_flows(inv["flows"])
+    if inv.get("target"):
+        flow = _with_target(flow, inv["target"], Path(inv["data"]), info["options"]["backend"])
     if flow.content_hash != info["flow"]["hash"]:
         raise UsageError(
             f"{where}: flow {flow.name!r} changed since the run (nodes, prompts or code)",
@@ -205,3 +213,12 @@ def _resume(
     for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
         info.pop(stale, None)
     return execute(job, RunWriter(run_dir, info, resuming=True), kept=run_dir)
+
+
+def _with_target(flow: Flow, target: str, data_path: Path, backend: str) -> Flow:
+    from flowkit.data.read import peek_columns
+    from flowkit.flow.target import with_target
+
+    if backend != "local":
+        raise UsageError("--target runs with the local backend only", hint="drop --backend")
+    return with_target(flow, target, peek_columns(data_path))

@@ -80,6 +80,11 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
     type=click.Path(file_okay=False),
     help="An earlier run whose outputs ${run.outputs.x} reads, joined on line.",
 )
+@click.option(
+    "--target",
+    metavar="MODULE:FUNCTION|FLOW",
+    help="Call this app (a python callable or an app flow) per row and judge its answers.",
+)
 @click.option("--concurrency", default=16, show_default=True, help="Rows in flight at once.")
 @click.option("--limit", type=int, help="Run only the first N rows.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the node cache.")
@@ -127,6 +132,7 @@ def run(
     strict: bool,
     maps: tuple[str, ...],
     prior_run: str | None,
+    target: str | None,
     concurrency: int,
     limit: int | None,
     no_cache: bool,
@@ -199,6 +205,7 @@ def run(
                 workers=workers,
                 scheduler=scheduler,
                 strict=strict,
+                target=target,
             )
     for notice in result.info.get("notices") or ():
         err_console.print(f"note: {escape(notice)}", highlight=False)
