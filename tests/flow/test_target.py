@@ -27,7 +27,8 @@ def flowkit(*args: str) -> Result:
 
 
 def judged_app(output: str) -> Result:
-    return flowkit("groundedness", "--data", "q.jsonl", "--target", "app.py:answer", "--output", output)
+    target = ["--target", "app.py:answer"]
+    return flowkit("groundedness", "--data", "q.jsonl", *target, "--output", output)
 
 
 @pytest.fixture
