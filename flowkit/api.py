@@ -61,6 +61,7 @@ def run(
     chunk_size: int = 512,
     strict: bool = False,
     target: str | None = None,
+    embedding_model: str | None = None,
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
@@ -94,6 +95,7 @@ def run(
         scheduler=scheduler,
         chunk_size=chunk_size,
         on_progress=on_progress,
+        embedding_model=embedding_model,
     )
     if strict:
         check_every_row(data_path, job.maps, limit)
@@ -112,6 +114,7 @@ def run(
         "chunk_size": chunk_size,
         "settings_object": settings is not None,
         "target": target,
+        "embedding_model": embedding_model,
     }
     info = {
         "name": name or run_dir.name,
@@ -207,6 +210,7 @@ def _resume(
         scheduler=inv.get("scheduler"),
         chunk_size=inv.get("chunk_size") or 512,
         on_progress=on_progress,
+        embedding_model=inv.get("embedding_model"),
     )
     previous = {k: info.get(k) for k in ("status", "started", "ended", "counts")}
     info["resumes"] = [*info.get("resumes", []), {"previous": previous, "at": iso(time.time())}]

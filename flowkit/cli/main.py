@@ -93,6 +93,7 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--output", type=click.Path(file_okay=False), help="The run folder to write.")
 @click.option("--name", help="The run's name (its folder under runs/).")
 @click.option("--model", help="Chat model for llm nodes that pin none.")
+@click.option("--embedding-model", help="Embeddings model for embedding nodes that pin none.")
 @click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
 @click.option("--timeout", type=float, help="Seconds per model request.")
 @click.option(
@@ -141,6 +142,7 @@ def run(
     output: str | None,
     name: str | None,
     model: str | None,
+    embedding_model: str | None,
     connection: str | None,
     timeout: float | None,
     fail_on_error: float | None,
@@ -206,6 +208,7 @@ def run(
                 scheduler=scheduler,
                 strict=strict,
                 target=target,
+                embedding_model=embedding_model,
             )
     for notice in result.info.get("notices") or ():
         err_console.print(f"note: {escape(notice)}", highlight=False)

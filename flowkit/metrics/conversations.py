@@ -90,25 +90,39 @@ def quality_turns(
     ]
 
 
+def judge_inputs(messages: Any = None, **fields: Any) -> dict[str, Any]:
+    """:func:`quality_turns` split for the flow's two judge nodes: ``single`` (one reply, one
+    plain call, so a QA row's trace reads as before) or ``many`` (a conversation, one call per
+    turn through ``for_each``)."""
+    turns = quality_turns(messages, **fields)
+    if messages:
+        return {"single": None, "many": turns}
+    return {"single": turns[0], "many": None}
+
+
 def has_citations(messages: Any) -> bool:
     """Whether any assistant reply of the conversation carries citations (suite ``when:``)."""
     return bool(messages) and bool(quality_turns(messages, need="context"))
 
 
 def turn_summary(
-    replies: list[Any],
+    replies: list[Any] | None = None,
     mode: str = "number",
     min: float = 1,
     max: float = 5,
     threshold: float = 3,
     comparator: str = ">",
     combine: str = "mean",
+    reply: Any = None,
 ) -> dict[str, Any]:
     """Read one judge reply per turn; the row's score combines the turn scores.
 
-    ``turn_scores`` keeps every turn's score (None for an unreadable one). A single reply gives
-    exactly what ``parse_score`` gives, plus ``turn_scores`` with its one score.
+    ``replies`` come from the per-turn judge, ``reply`` from the single-reply judge (whichever
+    ran). ``turn_scores`` keeps every turn's score (None for an unreadable one). A single
+    reply gives exactly what ``parse_score`` gives, plus ``turn_scores`` with its one score.
     """
+    if replies is None:
+        replies = [] if reply is None else [reply]
     if combine not in COMBINES:
         raise ValueError(f"unknown combine {combine!r}; use one of {', '.join(COMBINES)}")
     if not replies:

@@ -329,7 +329,7 @@ def test_groundedness_rag_single_reply_form(judge: Any) -> None:
 
 def _judge_prompt(result: Any, line: int) -> str:
     for trace in result.traces():
-        if trace["line"] == line and trace["node"] == "judge":
+        if trace["line"] == line and trace["node"] in ("judge", "judge_turns") and trace["llm"]:
             sent = trace["llm"]["messages"]
             if sent and "item" in sent[0]:  # for_each: one list of messages per turn
                 sent = [m for item in sent for m in item["messages"]]
