@@ -39,7 +39,7 @@ def test_embedding_model_from_the_command_line_and_flowkit_yaml(llm_server: Loca
     assert given.exit_code == 0, given.output
     assert _embedding_models("b") == {"emb-x"}
     write(Path("flowkit.yaml"), "default_embedding_model: emb-project\n")
-    project = flowkit(*flow, "--output", "c")
+    project = flowkit("embedding_similarity", "--data", data, "--output", "c")
     assert project.exit_code == 0, project.output
     assert _embedding_models("c") == {"emb-project"}
 
