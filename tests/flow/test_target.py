@@ -3,6 +3,7 @@ cached, traced, timed), and the metric flow judges what it returned."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,16 +33,17 @@ def judged_app(output: str) -> Result:
 
 
 @pytest.fixture
-def questions(llm_server: LocalServer, workdir: Path) -> Path:
+def questions(llm_server: LocalServer, workdir: Path) -> Iterator[Path]:
     llm_server.configure(rules=RULES)
     write(workdir / "app.py", APP)
-    return write_jsonl(
+    yield write_jsonl(
         workdir / "q.jsonl",
         [
             {"question": "Capital of France?", "context": "Paris is the capital of France."},
             {"question": "Capital of Mars?", "context": "Mars has no capital."},
         ],
     )
+    llm_server.configure(rules=[])  # the server is shared by the whole session
 
 
 def test_a_callable_target_is_called_judged_and_timed(questions: Path) -> None:

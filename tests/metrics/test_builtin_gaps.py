@@ -4,6 +4,7 @@ qa_suite runs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,13 @@ from flowkit.cli.main import main
 from flowkit.metrics.classification import grade, summary
 from flowkit.testing.server import LocalServer
 from tests.support import EXAMPLES, read_json, read_jsonl, write
+
+
+@pytest.fixture
+def server(llm_server: LocalServer) -> Iterator[LocalServer]:
+    """The session's shared server, left without this module's rules afterwards."""
+    yield llm_server
+    llm_server.configure(rules=[])
 
 
 def flowkit(*args: str) -> Result:
@@ -27,7 +35,7 @@ def _embedding_models(run: str) -> set[str]:
     }
 
 
-def test_embedding_model_from_the_command_line_and_flowkit_yaml(llm_server: LocalServer) -> None:
+def test_embedding_model_from_the_command_line_and_flowkit_yaml(server: LocalServer) -> None:
     data = str(EXAMPLES / "qa.jsonl")
     plain = flowkit("ada_similarity", "--data", data, "--output", "a")  # Azure's name finds it
     assert plain.exit_code == 0, plain.output
@@ -44,8 +52,8 @@ def test_embedding_model_from_the_command_line_and_flowkit_yaml(llm_server: Loca
     assert _embedding_models("c") == {"emb-project"}
 
 
-def test_relevance_names_the_domain(llm_server: LocalServer) -> None:
-    llm_server.configure(rules=[(".", "Fine.\nScore: 4")])
+def test_relevance_names_the_domain(server: LocalServer) -> None:
+    server.configure(rules=[(".", "Fine.\nScore: 4")])
     data = str(EXAMPLES / "qa.jsonl")
     result = flowkit("relevance", "--data", data, "--map", "domain=astronomy", "--output", "d")
     assert result.exit_code == 0, result.output
@@ -83,8 +91,8 @@ def test_classification_accuracy_flow(workdir: Path) -> None:
     assert m["classification_accuracy.macro_f1"] == pytest.approx((2 / 3 + 4 / 5 + 1) / 3)
 
 
-def test_qa_suite_runs_embedding_similarity_and_the_safety_flows(llm_server: LocalServer) -> None:
-    llm_server.configure(
+def test_qa_suite_runs_embedding_similarity_and_the_safety_flows(server: LocalServer) -> None:
+    server.configure(
         rules=[
             (r"Content type: ", "Turn 1: very low - calm\nSeverity: very low"),
             (".", "Score: 4"),
