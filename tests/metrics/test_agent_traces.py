@@ -145,3 +145,44 @@ def test_gate_and_compare_use_databricks_names_and_request_id(
     assert compared.exit_code == 0, compared.output
     assert json.loads(compared.output)["paired"] == 4
     server.configure(rules=[])
+
+
+def test_agent_metrics_from_an_earlier_flowkit_run_of_the_app(
+    server: LocalServer, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app ran as a flowkit flow; its own token usage and latency feed agent_metrics."""
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    (workdir / "app.yaml").write_text(
+        "name: app\n"
+        "inputs: {question: {type: string}}\n"
+        "outputs: {answer: '${a.output}'}\n"
+        "nodes:\n"
+        "  - {name: a, type: llm, messages: [{role: user, content: '{{ question }}'}],"
+        " inputs: {question: '${inputs.question}'}}\n"
+    )
+    cli = CliRunner()
+    data = str(EXAMPLES / "qa.jsonl")
+    app = cli.invoke(main, ["run", "app.yaml", "--data", data, "--model", "m", "--output", "app"])
+    assert app.exit_code == 0, app.output
+    usage = {
+        t["line"]: t["llm"]["usage"]
+        for t in (json.loads(x) for x in Path("app/traces.jsonl").read_text().splitlines())
+        if t["node"] == "a"
+    }
+    maps = [
+        "--map",
+        "input_tokens=${run.usage.prompt_tokens}",
+        "--map",
+        "output_tokens=${run.usage.completion_tokens}",
+        "--map",
+        "latency_seconds=${run.usage.latency_seconds}",
+    ]
+    cost = cli.invoke(
+        main, ["run", "agent_metrics", "--data", data, "--run", "app", *maps, "--output", "cost"]
+    )
+    assert cost.exit_code == 0, cost.output
+    m = read_json(Path("cost") / "metrics.json")
+    totals = [u["prompt_tokens"] + u["completion_tokens"] for u in usage.values()]
+    assert m["agent/total_token_count/average"] == pytest.approx(sum(totals) / len(totals))
+    assert m["agent/latency_seconds/average"] > 0
