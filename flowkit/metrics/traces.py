@@ -157,6 +157,22 @@ def from_trace(trace: Any) -> dict[str, Any]:
     }
 
 
+def _found(trace: Any) -> dict[str, Any]:
+    return from_trace(trace) if trace not in (None, "") else {}
+
+
+def _own_or(value: Any, found: dict[str, Any], key: str) -> Any:
+    """The row's own value unless it is missing, then what the trace says."""
+    return value if value not in (None, "") else found.get(key)
+
+
+def _retrieval(found: dict[str, Any], retrieved_context: Any, request_id: Any) -> dict[str, Any]:
+    return {
+        "request_id": _own_or(request_id, found, "request_id"),
+        "retrieved_context": _own_or(retrieved_context, found, "retrieved_context"),
+    }
+
+
 def agent_row(
     response: Any = None,
     retrieved_context: Any = None,
@@ -168,19 +184,14 @@ def agent_row(
     A row with neither ``response`` nor a trace fails with a message naming both, as in
     Databricks, where one of the two is required.
     """
-    found = from_trace(trace) if trace not in (None, "") else {}
+    found = _found(trace)
     if response in (None, "") and found.get("response") is None:
         raise ValueError("the row needs 'response' or a 'trace' whose root span has outputs")
+    usage = ("latency_seconds", "input_tokens", "output_tokens", "total_tokens")
     return {
-        "request_id": request_id if request_id not in (None, "") else found.get("request_id"),
-        "response": response if response not in (None, "") else found["response"],
-        "retrieved_context": retrieved_context
-        if retrieved_context not in (None, "")
-        else found.get("retrieved_context"),
-        **{
-            k: found.get(k)
-            for k in ("latency_seconds", "input_tokens", "output_tokens", "total_tokens")
-        },
+        **_retrieval(found, retrieved_context, request_id),
+        "response": _own_or(response, found, "response"),
+        **{k: found.get(k) for k in usage},
     }
 
 
@@ -188,13 +199,7 @@ def trace_row(
     retrieved_context: Any = None, trace: Any = None, request_id: Any = None
 ) -> dict[str, Any]:
     """:func:`agent_row` for the flows that judge the retrieval only (no response needed)."""
-    found = from_trace(trace) if trace not in (None, "") else {}
-    return {
-        "request_id": request_id if request_id not in (None, "") else found.get("request_id"),
-        "retrieved_context": retrieved_context
-        if retrieved_context not in (None, "")
-        else found.get("retrieved_context"),
-    }
+    return _retrieval(_found(trace), retrieved_context, request_id)
 
 
 def usage_row(
@@ -212,13 +217,13 @@ def usage_row(
     """
     from flowkit.metrics.text import token_counts
 
-    found = from_trace(trace) if trace not in (None, "") else {}
+    found = _found(trace)
     counts = token_counts(usage, input_tokens, output_tokens, total_tokens)
     if all(v is None for v in counts.values()):
         counts = token_counts(
             None, found.get("input_tokens"), found.get("output_tokens"), found.get("total_tokens")
         )
-    latency = latency_seconds if latency_seconds not in (None, "") else found.get("latency_seconds")
+    latency = _own_or(latency_seconds, found, "latency_seconds")
     if latency is not None:
         try:
             latency = float(latency)

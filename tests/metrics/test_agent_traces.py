@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from flowkit.cli.main import main
 from flowkit.metrics.traces import agent_row, from_trace, usage_row
@@ -106,39 +106,16 @@ def test_gate_and_compare_use_databricks_names_and_request_id(
     data = str(EXAMPLES / "agent_traces.jsonl")
     cli = CliRunner()
     name = "retrieval/llm_judged/chunk_relevance/precision/average"
-    ok = cli.invoke(
-        main,
-        [
-            "run",
-            "chunk_relevance",
-            "--data",
-            data,
-            "--model",
-            "m",
-            "--output",
-            "a",
-            "--gate",
-            f"{name}>=0.8",
-        ],
-    )
+
+    def gated(output: str, gate: str) -> Result:
+        args = ["run", "chunk_relevance", "--data", data, "--model", "m", "--output", output]
+        return cli.invoke(main, [*args, "--gate", gate])
+
+    ok = gated("a", f"{name}>=0.8")
     assert ok.exit_code == 0, ok.output
     assert f"gate {name}>=0.8: passed" in ok.output
     assert read_json(Path("a") / "metrics.json")[name] == pytest.approx(0.875)
-    bad = cli.invoke(
-        main,
-        [
-            "run",
-            "chunk_relevance",
-            "--data",
-            data,
-            "--model",
-            "m",
-            "--output",
-            "b",
-            "--gate",
-            f"{name}>=0.9",
-        ],
-    )
+    bad = gated("b", f"{name}>=0.9")
     assert bad.exit_code == 1
     assert f"gate {name}>=0.9: failed, {name} = 0.875" in bad.output
     compared = cli.invoke(main, ["compare", "a", "b", "--key", "request_id", "--json"])
