@@ -87,12 +87,16 @@ def run(
     scheduler: str | None = None,
     chunk_size: int = 512,
     strict: bool = False,
+    target: str | None = None,
+    embedding_model: str | None = None,
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
     ``data`` is a data file's path, a pandas DataFrame or a list of dicts (written to the run
     folder as ``data.jsonl``, so the run can be resumed). With ``strict`` a bad data row stops
     the run before anything runs; otherwise bad rows are recorded as such and the good rows run.
+    With ``target`` (``module:function`` or an app flow) the app is called per row first and
+    ``flow`` judges its answers (flowkit.flow.target).
     """
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
     run_dir = Path(output) if output else new_run_dir(Path(runs_root), flow.name, name)
@@ -119,6 +123,8 @@ def run(
             scheduler=scheduler,
             chunk_size=chunk_size,
             strict=strict,
+            target=target,
+            embedding_model=embedding_model,
         )
 
 
@@ -165,7 +171,11 @@ def _start(
     scheduler: str | None,
     chunk_size: int,
     strict: bool,
+    target: str | None,
+    embedding_model: str | None,
 ) -> RunResult:
+    if target is not None:
+        flow = _with_target(flow, target, data_path, backend)
     prior = Path(prior_run) if prior_run is not None else None
     job = make_job(
         flow,
@@ -187,6 +197,7 @@ def _start(
         scheduler=scheduler,
         chunk_size=chunk_size,
         on_progress=on_progress,
+        embedding_model=embedding_model,
     )
     if strict:
         check_every_row(data_path, job.maps, limit)
@@ -203,6 +214,8 @@ def _start(
         "scheduler": scheduler,
         "chunk_size": chunk_size,
         "settings_object": settings is not None,
+        "target": target,
+        "embedding_model": embedding_model,
     }
     info = {
         "name": name or run_dir.name,
@@ -263,6 +276,8 @@ def _resume(
     if inv.get("settings_object") and settings is None:
         raise UsageError(f"{where} was given a settings object; pass it to resume() again")
     flow = load_flows(inv["flows"])
+    if inv.get("target"):
+        flow = _with_target(flow, inv["target"], Path(inv["data"]), info["options"]["backend"])
     if flow.content_hash != info["flow"]["hash"]:
         raise UsageError(
             f"{where}: flow {flow.name!r} changed since the run (nodes, prompts or code)",
@@ -297,9 +312,19 @@ def _resume(
         scheduler=inv.get("scheduler"),
         chunk_size=inv.get("chunk_size") or 512,
         on_progress=on_progress,
+        embedding_model=inv.get("embedding_model"),
     )
     previous = {k: info.get(k) for k in ("status", "started", "ended", "counts")}
     info["resumes"] = [*info.get("resumes", []), {"previous": previous, "at": iso(time.time())}]
     for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
         info.pop(stale, None)
     return execute(job, RunWriter(run_dir, info, resuming=True), kept=run_dir)
+
+
+def _with_target(flow: Flow, target: str, data_path: Path, backend: str) -> Flow:
+    from flowkit.data.read import peek_columns
+    from flowkit.flow.target import with_target
+
+    if backend != "local":
+        raise UsageError("--target runs with the local backend only", hint="drop --backend")
+    return with_target(flow, target, peek_columns(data_path))

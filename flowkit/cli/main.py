@@ -80,6 +80,11 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
     type=click.Path(file_okay=False),
     help="An earlier run whose outputs ${run.outputs.x} reads, joined on line.",
 )
+@click.option(
+    "--target",
+    metavar="MODULE:FUNCTION|FLOW",
+    help="Call this app (a python callable or an app flow) per row and judge its answers.",
+)
 @click.option("--concurrency", default=16, show_default=True, help="Rows in flight at once.")
 @click.option("--limit", type=int, help="Run only the first N rows.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the node cache.")
@@ -88,6 +93,7 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--output", type=click.Path(file_okay=False), help="The run folder to write.")
 @click.option("--name", help="The run's name (its folder under runs/).")
 @click.option("--model", help="Chat model for llm nodes that pin none.")
+@click.option("--embedding-model", help="Embeddings model for embedding nodes that pin none.")
 @click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
 @click.option("--timeout", type=float, help="Seconds per model request.")
 @click.option(
@@ -127,6 +133,7 @@ def run(
     strict: bool,
     maps: tuple[str, ...],
     prior_run: str | None,
+    target: str | None,
     concurrency: int,
     limit: int | None,
     no_cache: bool,
@@ -135,6 +142,7 @@ def run(
     output: str | None,
     name: str | None,
     model: str | None,
+    embedding_model: str | None,
     connection: str | None,
     timeout: float | None,
     fail_on_error: float | None,
@@ -203,6 +211,8 @@ def run(
                 workers=workers,
                 scheduler=scheduler,
                 strict=strict,
+                target=target,
+                embedding_model=embedding_model,
             )
     report_end(result)
     if otel:  # before the gates, so a failing CI run is exported too

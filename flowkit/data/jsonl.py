@@ -39,3 +39,22 @@ def raw_records(f: BinaryIO, end: int | None = None) -> Iterator[tuple[bytes, An
 
 def read_outputs(run_dir: Path) -> dict[int, dict[str, Any]]:
     return {rec["line"]: rec for rec in iter_jsonl(run_dir / "outputs.jsonl")}
+
+
+def read_usage(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """Per row of an earlier run, from its trace: the tokens its model calls used (summed over
+    every llm and embedding node) and its latency (first node start to last node end), for
+    ``${run.usage.total_tokens}`` and ``${run.usage.latency_seconds}``."""
+    rows: dict[int, dict[str, Any]] = {}
+    for rec in iter_jsonl(run_dir / "traces.jsonl"):
+        line = rec.get("line")
+        if not isinstance(line, int) or line < 0:
+            continue
+        row = rows.setdefault(line, {"start": rec["start"], "end": rec["end"]})
+        row["start"], row["end"] = min(row["start"], rec["start"]), max(row["end"], rec["end"])
+        for key, value in ((rec.get("llm") or {}).get("usage") or {}).items():
+            if isinstance(value, int):
+                row[key] = row.get(key, 0) + value
+    for row in rows.values():
+        row["latency_seconds"] = row.pop("end") - row.pop("start")
+    return rows

@@ -1,6 +1,7 @@
 """The data mapping: how each flow input is filled from a data row or an earlier run.
 
 By default flow input `x` ← `${data.x}`; `--map x=${data.nested.field}` or `x=${run.outputs.y}`
+(or `${run.usage.total_tokens}`, `${run.usage.latency_seconds}`: the earlier run's own cost)
 overrides it, and any other text is a literal. The mapping is checked against the data's columns
 before any row runs, so a required input with nowhere to come from is one clear error up front.
 """
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from flowkit.data.coerce import coerce
-from flowkit.data.jsonl import read_outputs
+from flowkit.data.jsonl import read_outputs, read_usage
 from flowkit.errors import Diagnostic, UsageError, ValidationError, did_you_mean, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk
@@ -58,6 +59,10 @@ class Mapping:
                     hint="pass --run RUN_DIR",
                 )
             self.prior = read_outputs(prior_run)
+            if any(r is not None and r.name.startswith("usage.") for r in self.sources.values()):
+                for line, usage in read_usage(prior_run).items():
+                    if line in self.prior:
+                        self.prior[line]["usage"] = usage
         self._types = {name: spec.type for name, spec in flow.inputs.items()}
         self._defaults = {n: s.default for n, s in flow.inputs.items() if not s.required}
 

@@ -2,7 +2,8 @@
 
 Lists of one call are aligned: index i is the same row in each. A row is left out of an
 aggregate when any node it reads failed or was skipped in that row; the count left out is
-reported in run.json. Metrics are named `<flow or sub-flow node>.<key>`.
+reported in run.json. Metrics are named `<flow or sub-flow node>.<key>`; a key holding `/` (a
+Databricks metric name) is also reported as it is, unprefixed.
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
             done[(agg.path, agg.node.name)] = output
             for k, v in output.items():
                 metrics[f"{agg.prefix}.{k}"] = v
+                if "/" in k:
+                    # A name another tool defines (Databricks' agent metrics), which dashboards
+                    # and gates use as spelt there: also reported unprefixed, first flow wins.
+                    metrics.setdefault(k, v)
         detail["status"] = status
         info[qual] = detail
         end = time.time()

@@ -41,6 +41,10 @@ def builtin_flows() -> dict[str, Path]:
     return found
 
 
+ALIASES = {"ada_similarity": "embedding_similarity"}
+"""Names users know a built-in flow by from other tools (Azure's metric names)."""
+
+
 def resolve_flow_path(flow: str | os.PathLike[str]) -> Path:
     if isinstance(flow, str) and flow.startswith(BUILTIN_PREFIX):
         flow = flow[len(BUILTIN_PREFIX) :]
@@ -48,8 +52,9 @@ def resolve_flow_path(flow: str | os.PathLike[str]) -> Path:
     if path.exists() or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
         return path
     flows = builtin_flows()
-    if str(flow) in flows:
-        return flows[str(flow)]
+    name = ALIASES.get(str(flow), str(flow))
+    if name in flows:
+        return flows[name]
     raise UsageError(
         f"no flow file {str(flow)!r} and no built-in flow of that name"
         f"{did_you_mean(str(flow), flows)}",

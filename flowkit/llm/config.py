@@ -163,6 +163,10 @@ class Endpoint(BaseModel):
         )
 
 
+DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"
+"""The embedding model when nothing names one (what embedding_similarity pinned before)."""
+
+
 class ProjectFile(BaseModel):
     """The schema of ``flowkit.yaml``."""
 
@@ -170,6 +174,8 @@ class ProjectFile(BaseModel):
 
     default_model: str | None = None
     """Model for llm nodes that do not pin one."""
+    default_embedding_model: str | None = None
+    """Model for embedding nodes that do not pin one."""
     default_connection: str | None = None
     """Connection for llm nodes that do not pin one."""
     connections: dict[str, Connection] = Field(default_factory=dict)
@@ -185,6 +191,9 @@ class Settings(BaseModel):
 
     default_model: str | None = None
     """Model for nodes that pin none (FLOWKIT_MODEL < flowkit.yaml < --model)."""
+    default_embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    """Model for embedding nodes that pin none (FLOWKIT_EMBEDDING_MODEL < flowkit.yaml <
+    --embedding-model); a chat model would be refused by an embeddings endpoint."""
     default_connection: str | None = None
     """Connection for nodes that pin none (environment < flowkit.yaml < --connection)."""
     connections: dict[str, Connection] = Field(default_factory=dict)
@@ -217,6 +226,12 @@ class Settings(BaseModel):
     ) -> Endpoint:
         """Validate one node's model configuration before any row runs; returns the endpoint."""
         return self._resolve(f"flow '{flow_name}' node '{node_name}'", connection, model)
+
+    def check_embedding(
+        self, flow_name: str, node_name: str, connection: str | None, model: str | None
+    ) -> Endpoint:
+        """:meth:`check` for an embedding node, whose fallback is the embedding model."""
+        return self.check(flow_name, node_name, connection, model or self.default_embedding_model)
 
     def _resolve(self, who: str, node_connection: str | None, node_model: str | None) -> Endpoint:
         name = node_connection or self.default_connection
@@ -353,6 +368,7 @@ def load_settings(
     model: str | None = None,
     connection: str | None = None,
     env: Mapping[str, str] = os.environ,
+    embedding_model: str | None = None,
 ) -> Settings:
     """Merge environment, ``<project_dir or cwd>/flowkit.yaml`` and CLI overrides.
 
@@ -362,6 +378,7 @@ def load_settings(
     connections = _env_connections(env)
     env_default = next(iter(connections), None)
     default_model = env.get("FLOWKIT_MODEL") or None
+    embedding = env.get("FLOWKIT_EMBEDDING_MODEL") or DEFAULT_EMBEDDING_MODEL
     default_connection = env_default
     prices: dict[str, Price] = {}
     project_file: str | None = None
@@ -374,6 +391,7 @@ def load_settings(
         connections.update(spec.connections)
         prices = dict(spec.prices)
         default_model = spec.default_model or default_model
+        embedding = spec.default_embedding_model or embedding
         if spec.default_connection:
             default_connection = spec.default_connection
         elif len(spec.connections) == 1:
@@ -381,6 +399,7 @@ def load_settings(
 
     return Settings(
         default_model=model or default_model,
+        default_embedding_model=embedding_model or embedding,
         default_connection=connection or default_connection,
         connections={name: _with_secrets(c, env) for name, c in connections.items()},
         prices=prices,

@@ -56,6 +56,7 @@ class Job:
     scheduler: str | None
     chunk_size: int
     on_progress: Callable[[Stats], None] | None
+    embedding_model: str | None = None
 
 
 def make_job(
@@ -78,7 +79,13 @@ def make_job(
     if settings is None and needs_settings(flow):
         from flowkit.llm.config import load_settings
 
-        settings = load_settings(model=rest["model"], connection=rest["connection"])
+        settings = load_settings(
+            model=rest["model"],
+            connection=rest["connection"],
+            embedding_model=rest.get("embedding_model"),
+        )
+    elif settings is not None and rest.get("embedding_model"):
+        settings = settings.model_copy(update={"default_embedding_model": rest["embedding_model"]})
     ctx = RunContext(options, settings)
     prepare_nodes(flow, ctx)
     _check_refresh(flow, options.refresh)

@@ -162,6 +162,8 @@ def reply(body: dict[str, Any], messages: list[tuple[str, str]], fallback: int) 
     verdict = Verdict(system, user)
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
     bare_number, yes_no = (a or b for a, b in zip(_asks(system), _asks(user), strict=True))
+    # A fact-checking model's bare "Document: … Claim: …" input asks for yes or no unsaid.
+    yes_no = yes_no or {"Document", "Claim"} <= verdict.parts.keys()
     if limit == 1 or bare_number:
         return str(verdict.score if verdict.found else fallback)
     response_format = body.get("response_format")

@@ -66,12 +66,13 @@ def test_describe_shows_inputs_outputs_metrics_and_columns() -> None:
     result = CliRunner().invoke(main, ["describe", "groundedness"])
     assert result.exit_code == 0, result.output
     lines = [line.split() for line in result.stdout.splitlines()]
-    assert lines[4][:5] == ["context", "string", "required", "The", "retrieved"]
-    assert lines[7][:3] == ["threshold", "number", "3"]
+    assert lines[4][:5] == ["context", "any", "''", "The", "retrieved"]
+    assert lines[9][:3] == ["threshold", "number", "3"]
     assert ["score", "${parse.output.score}"] in lines
     assert ["groundedness.*", "flowkit.metrics.aggregate:score_summary"] in lines
     assert result.stdout.splitlines()[-1].startswith(
-        "data columns: context, answer required; question, threshold, comparator optional"
+        "data columns: none required; context, answer, messages, question, threshold, comparator, "
+        "invalid_as_fail optional"
     )
 
 

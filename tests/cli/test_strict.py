@@ -30,7 +30,7 @@ def test_where_reads_the_flow_name_prefix_and_refuses_unknown_paths(
     assert typo.exit_code == 2
     assert typo.stderr == (
         "error: --where groundedness.scor<3: run g has no output 'groundedness.scor' (did you "
-        "mean 'groundedness.score'?); its outputs: score, result, reason, raw\n"
+        "mean 'groundedness.score'?); its outputs: score, result, reason, raw, turn_scores\n"
     )
     text = flowkit("trace", "g", "--where", "score<high")
     assert text.exit_code == 2

@@ -199,7 +199,8 @@ def test_project_file_errors_name_the_line_and_a_near_key(tmp_path: Path) -> Non
         "backoff_base, backoff_max, base_url, concurrency, deployment, max_retries, rpm, timeout, "
         "tpm, type",
         f"{path / 'flowkit.yaml'}:6: default_modle: unknown key 'default_modle' (did you mean "
-        "'default_model'?); known keys: connections, default_connection, default_model, prices",
+        "'default_model'?); known keys: connections, default_connection, "
+        "default_embedding_model, default_model, prices",
     ]
 
 

@@ -18,8 +18,10 @@ EXAMPLE = {
         "chunk_relevance context_sufficiency correctness document_recall groundedness_agent "
         "rag_suite relevance_to_query safety"
     ),
+    "agent_traces": "agent_metrics",
     "chat_history": "relevance_chat retrieval retrieval_intents",
-    "conversations": "groundedness_rag",
+    "classification": "classification_accuracy",
+    "conversations": "conversation_suite groundedness_rag",
     "qa": (
         "answer_correctness_yes_no answer_faithfulness answer_relevancy coherence "
         "embedding_similarity exact_match f1_score fact_check fluency groundedness qa_suite "
