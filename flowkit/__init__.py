@@ -26,6 +26,13 @@ def run(*args, **kwargs):  # type: ignore[no-untyped-def]
     return _run(*args, **kwargs)
 
 
+def log_metric(name: str, value: object) -> None:
+    """Record a metric from an aggregate function (`metrics: logged`); see flowkit.kinds."""
+    from flowkit.kinds.metric_log import log_metric as _log
+
+    _log(name, value)
+
+
 def resume(*args, **kwargs):  # type: ignore[no-untyped-def]
     """Finish an interrupted or partly failed run; see :func:`flowkit.api.resume`."""
     from flowkit.api import resume as _resume
@@ -37,6 +44,7 @@ __all__ = [
     "DataError",
     "FlowkitError",
     "UsageError",
+    "log_metric",
     "ValidationError",
     "__version__",
     "load_flow",

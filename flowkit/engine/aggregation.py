@@ -76,8 +76,11 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
             detail["error"] = f"{error.type}: {error.message}"
         if output is not None:
             done[(agg.path, agg.node.name)] = output
+            bare = agg.node.spec.metrics == "logged" and not agg.path
             for k, v in output.items():
                 metrics[f"{agg.prefix}.{k}"] = v
+                if bare:
+                    metrics.setdefault(k, v)
         detail["status"] = status
         info[qual] = detail
         end = time.time()

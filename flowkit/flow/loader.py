@@ -18,6 +18,7 @@ from pydantic import ValidationError as PydanticError
 from flowkit.cache.canonical import canonical_bytes
 from flowkit.errors import Diagnostic, ValidationError, display
 from flowkit.flow.builtin import resolve_flow_path
+from flowkit.flow.formats import foreign_file, translator
 from flowkit.flow.graph import Flow, Node, build_graph, find_cycle, ordered, when_clause
 from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import (
@@ -94,6 +95,10 @@ class LoadContext:
         return flow
 
     def _load(self, path: Path) -> Flow | None:
+        foreign = foreign_file(path)
+        if foreign is not None:
+            raw = translator(foreign).translate(foreign, self)
+            return None if raw is None else self.build(raw, foreign, display(foreign))
         file = display(path)
         if not is_file(path):
             self.report(file, 0, None, "flow file does not exist")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowkit.cache.fingerprint import ImportProblem, code_fingerprint, load_function
 from flowkit.kinds import Kind, NodeResult, register
+from flowkit.kinds.metric_log import collecting
 
 if TYPE_CHECKING:
     from flowkit.flow.graph import Node
@@ -30,7 +31,7 @@ CALLS_BEFORE_JUDGING = 3
 class _Callable:
     """The function plus what the executor learns about how long it takes."""
 
-    __slots__ = ("calls", "fn", "is_coroutine", "params", "seconds", "var_kw")
+    __slots__ = ("calls", "defaults", "fn", "is_coroutine", "params", "seconds", "var_kw")
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
@@ -45,8 +46,9 @@ class _Callable:
                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
             }
             self.var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            self.defaults = {n for n, p in sig.parameters.items() if p.default is not p.empty}
         except (TypeError, ValueError):
-            self.params, self.var_kw = set(), True
+            self.params, self.var_kw, self.defaults = set(), True, set()
 
 
 def _compile_function(node: Node, base_dir: Path, ctx: LoadContext) -> None:
@@ -130,8 +132,11 @@ class AggregateKind(Kind):
 
     def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
-        # Aggregates run after the rows' event loop has closed, so a coroutine gets its own.
-        output = asyncio.run(impl.fn(**inputs)) if impl.is_coroutine else impl.fn(**inputs)
+        with collecting() as logged:
+            # Aggregates run after the rows' event loop has closed, so a coroutine gets its own.
+            output = asyncio.run(impl.fn(**inputs)) if impl.is_coroutine else impl.fn(**inputs)
+        if node.spec.metrics == "logged":
+            return NodeResult(dict(logged), extra={"returned": output})
         if not isinstance(output, dict):
             raise TypeError(
                 f"aggregate function {node.spec.function} returned {type(output).__name__}, "
