@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flowkit import __version__
+from flowkit.data.jsonl import FOREIGN_OUTPUTS
 from flowkit.data.mapping import Mapping
 from flowkit.engine.context import RunOptions, Stats
 from flowkit.errors import UsageError, display
@@ -68,7 +69,7 @@ def run(
     """
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
     data_path = Path(data)
-    prior = Path(prior_run) if prior_run is not None else None
+    prior = _prior_run(prior_run, Path(runs_root)) if prior_run is not None else None
     job = make_job(
         flow,
         data_path,
@@ -125,6 +126,15 @@ def run(
         "invocation": invocation,
     }
     return execute(job, RunWriter(run_dir, info), kept=None)
+
+
+def _prior_run(run: str | os.PathLike[str], root: Path) -> Path:
+    """The earlier run ``${run.…}`` reads: a run folder or name, or another tool's run folder
+    (see flowkit.data.jsonl); one that does not exist is an error, never an empty join."""
+    path = Path(run)
+    if (path / FOREIGN_OUTPUTS).is_file():
+        return path
+    return resolve_run_dir(run, root)
 
 
 def resume(

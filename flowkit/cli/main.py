@@ -19,6 +19,7 @@ from flowkit.cli.terminal import console, err_console
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.inspect.gates import check_gates, parse_gate
 from flowkit.inspect.show import count_rows, metrics_table, progress_display
+from flowkit.pfcompat.cli import COMMANDS as PF_COMMANDS
 
 
 class FlowkitGroup(click.Group):
@@ -60,10 +61,41 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--resume",
+    "--resume-from",
     "resume_run",
     metavar="RUN",
     help="Finish RUN in its folder: keep its finished rows, rerun failed and missing ones.",
 )
+@click.option("--flow", "flow_opt", metavar="FLOW", help="The flow, as an option (as `pf run`).")
+@click.option(
+    "-f",
+    "--file",
+    "run_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A Prompt Flow run YAML (flow, data, run, column_mapping, connections, env).",
+)
+@click.option(
+    "--column-mapping",
+    "column_mapping",
+    multiple=True,
+    metavar="NAME=REF",
+    help="As --map; several pairs may follow one flag; unknown names are only warned about.",
+)
+@click.option(
+    "--connections",
+    "pf_connections",
+    multiple=True,
+    metavar="NODE.KEY=VALUE",
+    help="NODE.deployment_name / NODE.model / NODE.connection: as --model / --connection.",
+)
+@click.option(
+    "--environment-variables",
+    "env_vars",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Set these environment variables for the run.",
+)
+@click.option("--stream", is_flag=True, help="Accepted for Prompt Flow habits; progress shows.")
 @click.option(
     "--strict", is_flag=True, help="Stop before running if any data row is bad (default: skip it)."
 )
@@ -86,7 +118,7 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--refresh", multiple=True, metavar="NODE", help="Recompute this node (repeatable).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Where the cache lives.")
 @click.option("--output", type=click.Path(file_okay=False), help="The run folder to write.")
-@click.option("--name", help="The run's name (its folder under runs/).")
+@click.option("-n", "--name", help="The run's name (its folder under runs/).")
 @click.option("--model", help="Chat model for llm nodes that pin none.")
 @click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
 @click.option("--timeout", type=float, help="Seconds per model request.")
@@ -124,6 +156,12 @@ def run(
     flows: tuple[str, ...],
     data: str | None,
     resume_run: str | None,
+    flow_opt: str | None,
+    run_file: str | None,
+    column_mapping: tuple[str, ...],
+    pf_connections: tuple[str, ...],
+    env_vars: tuple[str, ...],
+    stream: bool,
     strict: bool,
     maps: tuple[str, ...],
     prior_run: str | None,
@@ -155,6 +193,15 @@ def run(
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
     parsed_gates = [parse_gate(g) for g in gates]
+    from flowkit.pfcompat.cli import finish_mapping, habits_of
+
+    habits = habits_of(
+        flows, flow_opt, run_file, data, prior_run, name, column_mapping, pf_connections, env_vars
+    )
+    flows, data, prior_run, name = tuple(habits.flows), habits.data, habits.prior_run, habits.name
+    model, connection = model or habits.model, connection or habits.connection
+    for warning in habits.warnings:
+        err_console.print(f"warning: {escape(warning)}", highlight=False)
     if otel:
         from flowkit.inspect.otel import require
 
@@ -177,12 +224,15 @@ def run(
                 hint="e.g. flowkit run flows/f1_score.yaml --data examples/qa.jsonl",
             )
         flow = load_flows(list(flows))
+        mapping, notes = finish_mapping(flow, data, _parse_maps(maps), habits.mapping)
+        for note in notes:
+            err_console.print(f"{escape(note)}", highlight=False)
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = run_flow(
                 flow,
                 data,
-                mapping=_parse_maps(maps),
+                mapping=mapping,
                 prior_run=prior_run,
                 concurrency=concurrency,
                 limit=limit,
@@ -241,6 +291,10 @@ def _report_bad_rows(result: Any, shown: int = 5) -> None:
 # Options that say what to run; a resume takes them from the run it finishes.
 _RUN_DEFINING = (
     "maps",
+    "column_mapping",
+    "run_file",
+    "flow_opt",
+    "pf_connections",
     "prior_run",
     "limit",
     "no_cache",
@@ -320,5 +374,5 @@ def list_flows() -> None:
     console.print(table)
 
 
-for _command in COMMANDS:
+for _command in [*COMMANDS, *PF_COMMANDS]:
     main.add_command(_command)

@@ -125,6 +125,8 @@ class LoadContext:
         """Validate and compile one flow's parsed YAML (``path`` anchors relative paths)."""
         start = len(self.diagnostics)
         spec, raw_nodes = self._header(raw, file)
+        if spec is not None:
+            extend_import_path(spec.python_path, path.parent)
         nodes = self._nodes(raw_nodes, path, file)
         if spec is None:
             return None
@@ -270,6 +272,23 @@ class LoadContext:
         except RefSyntaxError as err:
             self.error(node, str(err), key=key, sub=sub)
             return None, value
+
+
+def extend_import_path(folders: list[str], base_dir: Path) -> None:
+    """Append a flow's `python_path` folders to sys.path (once each, after what is installed,
+    so that an installed package is never shadowed)."""
+    import sys
+
+    import flowkit
+
+    for folder in folders:
+        if folder.startswith("flowkit:"):
+            where = Path(flowkit.__file__).parent / folder.removeprefix("flowkit:")
+        else:
+            where = base_dir / folder
+        entry = str(where.resolve())
+        if entry not in sys.path:
+            sys.path.append(entry)
 
 
 def _must_ref(text: str) -> Ref:

@@ -172,3 +172,6 @@ class FlowSpec(_Spec):
     """Output name → reference; the per-row results written to outputs.jsonl."""
     nodes: list[NodeSpec] = []
     """The steps, in any order: dependencies come from the references."""
+    python_path: list[PathText] = []
+    """Folders (relative to this file; `flowkit:DIR` is a folder inside flowkit) added to the end
+    of Python's import path before the flow's code is imported, for the modules it imports."""

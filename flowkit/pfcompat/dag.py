@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,22 +66,11 @@ FLOW_KEYS = {"$schema", "name", "description", "inputs", "outputs", "nodes", "no
 FLOW_KEYS |= {"environment", "additional_includes", "tags"}
 NODE_KEYS = {"name", "type", "source", "inputs", "aggregation", "activate", "use_variants"}
 NODE_KEYS |= {"provider", "connection", "api", "module", "comment", "description"}
-SHIM_DIR = Path(__file__).resolve().parent / "shim"
+SHIM = "flowkit:pfcompat/shim"
+"""The shim's folder as a flow's `python_path` names it."""
 
 NOTICES: dict[str, list[str]] = {}
 """Per translated file: what the user should know that is not an error (missing packages)."""
-
-
-def use_shim(folder: Path) -> None:
-    """Make the flow's folder and the `promptflow` shim importable.
-
-    The folder goes first (sibling imports of its code), the shim last: a real installed
-    Prompt Flow is found before it and is never shadowed.
-    """
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    if str(SHIM_DIR) not in sys.path:
-        sys.path.append(str(SHIM_DIR))
 
 
 class _Out:
@@ -143,7 +131,11 @@ class _Translation:
             if isinstance(n, dict)
         ]
         items["nodes"] = nodes
-        return self.out.map(raw, items, {"name": "nodes", "description": "name"})
+        # The folder, for sibling imports of its code; the shim, for `import promptflow`.
+        items["python_path"] = [".", SHIM]
+        return self.out.map(
+            raw, items, {"name": "nodes", "description": "name", "python_path": "nodes"}
+        )
 
     def _requirements(self, env: Any) -> None:
         if not isinstance(env, dict) or not env.get("python_requirements_txt"):
@@ -355,7 +347,6 @@ def translate(file: Path, ctx: LoadContext) -> YDict | None:
     if not isinstance(raw, YDict):
         ctx.report(shown, 1, None, "flow.dag.yaml must be a mapping with inputs, outputs, nodes")
         return None
-    use_shim(file.parent.resolve())
     translation = _Translation(file, ctx)
     out = translation.flow(raw)
     NOTICES[str(file.resolve())] = translation.notices
