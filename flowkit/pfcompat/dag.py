@@ -125,11 +125,18 @@ class _Translation:
             items["description"] = str(raw.get("description") or raw.get("name"))
         items["inputs"] = self.inputs(raw.get("inputs") or {})
         items["outputs"] = self.outputs(raw.get("outputs") or {})
-        nodes = YList(self.node(n) for n in raw_nodes if isinstance(n, dict))
-        nodes.item_lines = [
-            line for n, line in zip(raw_nodes, getattr(raw_nodes, "item_lines", []), strict=False)
-            if isinstance(n, dict)
-        ]
+        nodes, lines = YList(), []
+        for n, line in zip(raw_nodes, getattr(raw_nodes, "item_lines", []), strict=False):
+            start = len(self.ctx.diagnostics)
+            out = self.node(n) if isinstance(n, dict) else None
+            if out is None or len(self.ctx.diagnostics) > start:
+                # Reported already: left out, so that it raises no second error of its own.
+                if isinstance(n, dict) and isinstance(n.get("name"), str):
+                    self.ctx.broken.add(n["name"])
+                continue
+            nodes.append(out)
+            lines.append(line)
+        nodes.item_lines = lines
         items["nodes"] = nodes
         # The folder, for sibling imports of its code; the shim, for `import promptflow`.
         items["python_path"] = [".", SHIM]
