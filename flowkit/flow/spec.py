@@ -67,10 +67,10 @@ class _NodeBase(_Spec):
     """False always recomputes this node (for nodes whose result should not be reused)."""
     description: str | None = None
     """Free text for readers of the flow."""
-    upstream_skipped: Literal["null", "propagate"] = "null"
+    upstream_skipped: Literal["as_null", "propagate"] = "as_null"
     """`propagate`: an input read from a node skipped in this row is left out (the function's
     default applies, else null), and a node without `when` whose node inputs were all skipped is
-    skipped too. `null`: such inputs are null and the node runs."""
+    skipped too. `as_null`: such inputs are null and the node runs."""
 
 
 class PythonNode(_NodeBase):

@@ -126,7 +126,9 @@ def _check_private(ast: nodes.Template) -> None:
 def from_file_text(source: str, hashed: bool = False) -> PromptTemplate:
     """Compile a prompt file whose role markers split it into messages (``hashed``: `# user:`
     counts as a marker too, as in prompts written for other tools)."""
-    marked = (_HASHED_MARKER if hashed else _MARKER).sub(lambda m: f"\x00{_NONCE}:{m[1].lower()}\x00", source)
+    marked = (_HASHED_MARKER if hashed else _MARKER).sub(
+        lambda m: f"\x00{_NONCE}:{m[1].lower()}\x00", source
+    )
     template, variables = _compile(marked)
     return PromptTemplate(source, variables, ((None, template),))
 

@@ -127,8 +127,12 @@ def _cell(value: Any, width: int = 60) -> str:
 @click.argument("flow", required=False)
 @click.option("--flow", "flow_opt", help="The flow, as an option (as `pf flow test`).")
 @click.option("--inputs", multiple=True, metavar="NAME=VALUE", help="Input values (repeatable).")
-@click.option("--input", "input_file", type=click.Path(dir_okay=False, exists=True),
-              help="A JSONL file: its first row is the input.")
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A JSONL file: its first row is the input.",
+)
 @click.argument("more", nargs=-1)
 def test_flow(
     flow: str | None,

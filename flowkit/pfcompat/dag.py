@@ -209,9 +209,7 @@ class _Translation:
             self.error(raw, "use_variants", name, "use_variants: true is not supported")
         kind = raw.get("type")
         source = raw.get("source") if isinstance(raw.get("source"), dict) else {}
-        inputs = {
-            k: v for k, v in (raw.get("inputs") or {}).items() if v is not None and v != ""
-        }
+        inputs = {k: v for k, v in (raw.get("inputs") or {}).items() if v is not None and v != ""}
         items: dict[str, Any] = {"name": name}
         if kind == "python" and source.get("type") == "package":
             items.update(self.embedding(raw, name, source, inputs))

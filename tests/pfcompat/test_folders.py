@@ -31,7 +31,11 @@ def last_run(workdir: Path) -> Path:
 def expected_accuracy() -> float:
     rows = read_jsonl(GRADER / "data.jsonl")
     weights = [r.get("weight", 1.0) for r in rows]
-    right = [w for r, w in zip(rows, weights, strict=True) if r["expected"].lower() == r["answer"].strip().lower()]
+    right = [
+        w
+        for r, w in zip(rows, weights, strict=True)
+        if r["expected"].lower() == r["answer"].strip().lower()
+    ]
     return round(sum(right) / sum(weights), 2)
 
 
@@ -107,16 +111,30 @@ def test_unsupported_features_are_errors_at_their_lines(workdir: Path) -> None:
     dag = "bad/flow.dag.yaml"
     assert "error: 5 problems" in result.output
     for line, message in [
-        (17, "node_variants are not supported: flowkit runs one version of each node; keep the "
-         "variant you want as the node itself"),
-        (3, "input 'y': type 'datetime' is not supported (one of string, int, double, bool, "
-         "list, object)"),
-        (8, "node 'a': package tool 'promptflow.tools.serpapi.SerpAPI.search' is not supported "
-         "(only promptflow.tools.embedding.embedding is)"),
-        (11, "node 'b': node type 'custom_llm' is not supported (python, llm and prompt nodes "
-         "are)"),
-        (15, "node 'c': two.py has 2 @tool functions (f, g); a python node's file must define "
-         "exactly one"),
+        (
+            17,
+            "node_variants are not supported: flowkit runs one version of each node; keep the "
+            "variant you want as the node itself",
+        ),
+        (
+            3,
+            "input 'y': type 'datetime' is not supported (one of string, int, double, bool, "
+            "list, object)",
+        ),
+        (
+            8,
+            "node 'a': package tool 'promptflow.tools.serpapi.SerpAPI.search' is not supported "
+            "(only promptflow.tools.embedding.embedding is)",
+        ),
+        (
+            11,
+            "node 'b': node type 'custom_llm' is not supported (python, llm and prompt nodes are)",
+        ),
+        (
+            15,
+            "node 'c': two.py has 2 @tool functions (f, g); a python node's file must define "
+            "exactly one",
+        ),
     ]:
         assert f"{dag}:{line}: {message}" in result.output
 
@@ -155,8 +173,14 @@ def test_activate_skips_and_skipped_inputs_take_defaults(
     llm_server: LocalServer, workdir: Path
 ) -> None:
     result = cli(
-        "run", JUDGE, "--data", JUDGE / "data.jsonl", "-q",
-        "--column-mapping", "metrics=grounding", "question=${data.question}",
+        "run",
+        JUDGE,
+        "--data",
+        JUDGE / "data.jsonl",
+        "-q",
+        "--column-mapping",
+        "metrics=grounding",
+        "question=${data.question}",
     )
     assert result.exit_code == 0, result.output
     run = last_run(workdir)
@@ -185,8 +209,14 @@ def test_the_model_is_flowkits_when_configured_else_the_deployment(
     cli("run", JUDGE, "--data", JUDGE / "data.jsonl", "-q", "--model", "judge-model")
     assert _trace(last_run(workdir), 0)["relevance"]["llm"]["request"]["model"] == "judge-model"
     cli(
-        "run", JUDGE, "--data", JUDGE / "data.jsonl", "-q",
-        "--connections", "relevance.deployment_name=deployed", "grounding.deployment_name=deployed",
+        "run",
+        JUDGE,
+        "--data",
+        JUDGE / "data.jsonl",
+        "-q",
+        "--connections",
+        "relevance.deployment_name=deployed",
+        "grounding.deployment_name=deployed",
     )
     assert _trace(last_run(workdir), 0)["grounding"]["llm"]["request"]["model"] == "deployed"
 
@@ -226,7 +256,10 @@ def test_the_promptflow_shim_exists_only_for_such_flows_and_never_shadows(tmp_pa
     assert absent == "True"
     assert Path(where).is_relative_to(REPO / "flowkit" / "pfcompat" / "shim")
     real = write(tmp_path / "site" / "promptflow" / "__init__.py", "from promptflow.core import *")
-    write(real.parent / "core.py", "def tool(f):\n    return f\n\n\ndef log_metric(*a, **k):\n    pass\n")
+    write(
+        real.parent / "core.py",
+        "def tool(f):\n    return f\n\n\ndef log_metric(*a, **k):\n    pass\n",
+    )
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(real.parent.parent)])
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["False", str(real)]
@@ -241,7 +274,9 @@ def test_the_flow_folder_is_importable_and_the_fingerprint_covers_the_tool_file(
     data = folder / "data.jsonl"
     first = cli("run", folder, "--data", data, "-q")
     assert "cache hits 0" in first.output
-    write(folder / "grade.py", (folder / "grade.py").read_text().replace('"Correct" if', '"Right" if'))
+    write(
+        folder / "grade.py", (folder / "grade.py").read_text().replace('"Correct" if', '"Right" if')
+    )
     second = cli("run", folder, "--data", data, "-q")
     verdicts = [r["outputs"]["verdict"] for r in read_jsonl(last_run(workdir) / "outputs.jsonl")]
     assert "Right" in verdicts and "Correct" not in verdicts, second.output
@@ -266,8 +301,10 @@ def test_list_and_object_inputs_and_strings_from_any_json(workdir: Path) -> None
           inputs: {items: ${inputs.items}, meta: ${inputs.meta}, text: ${inputs.text},
                    n: ${inputs.n}, ok: ${inputs.ok}}
         """,
-        {"f.py": "from promptflow.core import tool\n\n\n@tool\ndef f(items, meta, text, n, ok):"
-         "\n    return [len(items), sorted(meta), text.strip(), n + 1, not ok]\n"},
+        {
+            "f.py": "from promptflow.core import tool\n\n\n@tool\ndef f(items, meta, text, n, ok):"
+            "\n    return [len(items), sorted(meta), text.strip(), n + 1, not ok]\n"
+        },
     )
     write_jsonl(workdir / "d.jsonl", [{"meta": {"k": 1}, "text": [" x "], "n": "2", "ok": "true"}])
     assert cli("run", folder, "--data", workdir / "d.jsonl", "-q").exit_code == 0
