@@ -44,10 +44,10 @@ __all__ = [
     "DataError",
     "FlowkitError",
     "UsageError",
-    "log_metric",
     "ValidationError",
     "__version__",
     "load_flow",
+    "log_metric",
     "resume",
     "run",
 ]

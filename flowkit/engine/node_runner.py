@@ -48,9 +48,9 @@ def _drop_skipped(node: Node, scope: Scope, inputs: dict[str, Any]) -> None:
     """Leave out inputs read from skipped nodes where the function has a default for them."""
     defaults = getattr(node.impl, "defaults", ())
     for param, ref, _ in node.inputs:
-        if ref is not None and ref.source == "node" and scope.status.get(ref.name) == SKIPPED:
-            if param in defaults:
-                del inputs[param]
+        skipped = ref is not None and ref.source == "node" and scope.status.get(ref.name) == SKIPPED
+        if skipped and param in defaults:
+            del inputs[param]
 
 
 def refreshed(options: RunOptions, node: Node, qual: str) -> bool:

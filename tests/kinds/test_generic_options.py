@@ -41,11 +41,12 @@ def _flow(workdir: Path, rule: str) -> Path:
         inputs: {{x: {{type: number}}}}
         outputs: {{d: ${{d.output}}, k: ${{k.output}}}}
         nodes:
-          - {{name: p, type: python, source: nodes.py, function: pick, inputs: {{x: ${{inputs.x}}}}}}
-          - {{name: a, type: python, source: nodes.py, function: double, inputs: {{v: ${{inputs.x}}}},
-              when: {{ref: "${{p.output}}", equals: true}}}}
-          - {{name: d, type: python, source: nodes.py, function: double, inputs: {{v: ${{a.output}}}},
-              upstream_skipped: {rule}}}
+          - {{name: p, type: python, source: nodes.py, function: pick,
+              inputs: {{x: ${{inputs.x}}}}}}
+          - {{name: a, type: python, source: nodes.py, function: double,
+              inputs: {{v: ${{inputs.x}}}}, when: {{ref: "${{p.output}}", equals: true}}}}
+          - {{name: d, type: python, source: nodes.py, function: double,
+              inputs: {{v: ${{a.output}}}}, upstream_skipped: {rule}}}
           - {{name: k, type: python, source: nodes.py, function: keep,
               inputs: {{v: ${{a.output}}, w: ${{a.output}}}}, upstream_skipped: {rule},
               when: {{ref: "${{inputs.x}}"}}}}

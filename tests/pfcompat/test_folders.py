@@ -3,7 +3,6 @@ prompt nodes, activate/skip rules, embedding and connection tools, and `flowkit 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

@@ -81,7 +81,9 @@ def test_run_reads_a_named_run_and_a_prompt_flow_run_folder(workdir: Path) -> No
     )
     assert named.exit_code == 0, named.output
     first = verdicts(workdir / "runs" / "first")
-    assert verdicts(workdir / "runs" / "second") == [grade(e, v) for e, v in zip("ab", first)]
+    assert verdicts(workdir / "runs" / "second") == [
+        grade(e, v) for e, v in zip("ab", first, strict=True)
+    ]
 
 
 def test_run_file_with_flow_data_mapping_connections_and_environment(workdir: Path) -> None:
