@@ -9,6 +9,7 @@ up the other rows; `async def` functions are awaited.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import inspect
 import time
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowkit.cache.fingerprint import ImportProblem, code_fingerprint, load_function
 from flowkit.kinds import Kind, NodeResult, register
+from flowkit.kinds.calls import as_llm_meta, collecting_calls
 from flowkit.kinds.metric_log import collecting
 
 if TYPE_CHECKING:
@@ -107,17 +109,22 @@ class PythonKind(Kind):
 
     def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
-        output = _call(impl, inputs)
+        with collecting_calls() as calls:
+            output = _call(impl, inputs)
         if impl.calls == CALLS_BEFORE_JUDGING and impl.seconds / impl.calls > SLOW_CALL_SECONDS:
             node.is_async = True
-        return NodeResult(output)
+        return NodeResult(output, llm=as_llm_meta(calls))
 
     async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
-        if impl.is_coroutine:
-            return NodeResult(await impl.fn(**_own(inputs)))
-        loop = asyncio.get_running_loop()
-        return NodeResult(await loop.run_in_executor(ctx.threads, _call, impl, inputs))
+        with collecting_calls() as calls:
+            if impl.is_coroutine:
+                output = await impl.fn(**_own(inputs))
+            else:
+                loop = asyncio.get_running_loop()
+                call = contextvars.copy_context().run
+                output = await loop.run_in_executor(ctx.threads, call, _call, impl, inputs)
+        return NodeResult(output, llm=as_llm_meta(calls))
 
 
 @register

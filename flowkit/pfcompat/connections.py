@@ -14,6 +14,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
+from flowkit.kinds.calls import record_call
 from flowkit.llm.config import Endpoint, load_settings
 
 _loop: threading.local = threading.local()
@@ -62,4 +63,14 @@ def chat(endpoint: Endpoint, model: str, prompt: str, params: dict[str, Any], **
     messages = from_file_text(prompt, hashed=True).render(values)
     sent = {k: v for k, v in params.items() if v is not None and v != "" and v != {}}
     result = run_coroutine(ask(endpoint, model, messages, sent))
+    record_call(
+        {
+            "model": result.model,
+            "messages": messages,
+            "usage": result.usage,
+            "finish_reason": result.finish_reason,
+            "attempts": result.attempts,
+            "request": {"model": model, "params": sent},
+        }
+    )
     return result.text

@@ -162,6 +162,9 @@ def test_llm_prompt_embedding_and_connection_tools(llm_server: LocalServer, work
     outputs = read_jsonl(run / "outputs.jsonl")[0]["outputs"]
     assert outputs["relevance"] == 4.0 and outputs["grounding"] == 2.0
     assert outputs["framed"] == 5  # the tool's own model call, through promptflow.tools.aoai
+    asked = trace["ask_model"]["llm"]  # traced and counted like an llm node's call
+    assert asked["messages"] == [{"role": "user", "content": framed.split("\n", 1)[1].strip()}]
+    assert asked["usage"]["total_tokens"] > 0
     assert outputs["dims"] == len(trace["embed_answer"]["output"]) > 0
     metrics = read_json(run / "metrics.json")
     metrics = metrics.get("metrics", metrics)
