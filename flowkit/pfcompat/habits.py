@@ -138,9 +138,11 @@ def default_notices(flow: Any, columns: list[str], mapping: dict[str, str]) -> l
     out = []
     for name, spec in flow.inputs.items():
         if not spec.required and name in columns and name not in mapping:
+            default = repr(spec.default)
+            default = default if len(default) <= 40 else default[:39] + "…"
             out.append(
                 f"input {name!r} reads the data's column {name!r}; Prompt Flow would use the "
-                f"declared default {spec.default!r} unless --column-mapping maps it"
+                f"declared default {default} unless --column-mapping maps it"
             )
     return out
 

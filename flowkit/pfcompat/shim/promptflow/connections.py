@@ -33,6 +33,8 @@ class _Connection:
         conn = cls.__new__(cls)
         _Connection.__init__(conn, name=name, secrets={"api_key": values.pop("api_key")})
         conn.configs.update(values)
+        if values["api_version"] is None and cls is AzureOpenAIConnection:
+            conn.configs["api_version"] = "2024-02-01"  # the class's own default
         if endpoint.kind != "azure":
             conn.configs["base_url"] = values["api_base"]
         conn._endpoint = endpoint  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -21,20 +22,30 @@ def log_metric(key: str, value: Any, variant_id: str | None = None) -> None:
 log_flow_metric = log_metric
 
 
-def _connection_params(fn: Callable[..., Any]) -> dict[str, type]:
+def _connection_params(fn: Callable[..., Any]) -> dict[str, list[type]]:
+    """Parameter → the connection classes its annotation allows (a Union may allow several)."""
     from promptflow import connections
 
     try:
         hints = typing.get_type_hints(fn)
     except Exception:
         hints = dict(getattr(fn, "__annotations__", {}))
-    out: dict[str, type] = {}
+    out: dict[str, list[type]] = {}
     for name, hint in hints.items():
-        text = str(hint)
+        text = f"{hint} {getattr(hint, '__name__', '')}"
         for cls_name in _CONNECTION_NAMES:
-            if cls_name in text or getattr(hint, "__name__", "") == cls_name:
-                out.setdefault(name, getattr(connections, cls_name))
+            if re.search(rf"\b{cls_name}\b", text):
+                out.setdefault(name, []).append(getattr(connections, cls_name))
     return out
+
+
+def _connection(name: str, classes: list[type]) -> Any:
+    """The connection object for a name: of the allowed class that fits flowkit's endpoint."""
+    from flowkit.pfcompat.connections import endpoint_for
+
+    wanted = "AzureOpenAIConnection" if endpoint_for(name).kind == "azure" else "OpenAIConnection"
+    cls = next((c for c in classes if c.__name__ == wanted), classes[0])
+    return cls._named(name)
 
 
 def _calls_models(fn: Callable[..., Any]) -> bool:
@@ -58,9 +69,9 @@ def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
     conn_params = _connection_params(fn)
 
     def convert(kwargs: dict[str, Any]) -> dict[str, Any]:
-        for name, cls in conn_params.items():
+        for name, classes in conn_params.items():
             if isinstance(kwargs.get(name), str):
-                kwargs[name] = cls._named(kwargs[name])
+                kwargs[name] = _connection(kwargs[name], classes)
         return kwargs
 
     if inspect.iscoroutinefunction(fn) or not _calls_models(fn):
