@@ -14,6 +14,12 @@ from contextvars import ContextVar
 from typing import Any
 
 _calls: ContextVar[list[dict[str, Any]] | None] = ContextVar("flowkit_node_calls", default=None)
+_settings: ContextVar[Any] = ContextVar("flowkit_node_settings", default=None)
+
+
+def current_settings() -> Any:
+    """The running flow's model settings (with --model and --connection), inside a node."""
+    return _settings.get()
 
 
 def record_call(meta: dict[str, Any]) -> None:
@@ -24,13 +30,14 @@ def record_call(meta: dict[str, Any]) -> None:
 
 
 @contextmanager
-def collecting_calls() -> Iterator[list[dict[str, Any]]]:
+def collecting_calls(settings: Any = None) -> Iterator[list[dict[str, Any]]]:
     calls: list[dict[str, Any]] = []
-    token = _calls.set(calls)
+    token, settings_token = _calls.set(calls), _settings.set(settings)
     try:
         yield calls
     finally:
         _calls.reset(token)
+        _settings.reset(settings_token)
 
 
 def as_llm_meta(calls: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -109,7 +109,7 @@ class PythonKind(Kind):
 
     def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
-        with collecting_calls() as calls:
+        with collecting_calls(getattr(ctx, "settings", None)) as calls:
             output = _call(impl, inputs)
         if impl.calls == CALLS_BEFORE_JUDGING and impl.seconds / impl.calls > SLOW_CALL_SECONDS:
             node.is_async = True
@@ -117,7 +117,7 @@ class PythonKind(Kind):
 
     async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
-        with collecting_calls() as calls:
+        with collecting_calls(getattr(ctx, "settings", None)) as calls:
             if impl.is_coroutine:
                 output = await impl.fn(**_own(inputs))
             else:

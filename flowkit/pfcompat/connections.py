@@ -14,15 +14,20 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
-from flowkit.kinds.calls import record_call
+from flowkit.kinds.calls import current_settings, record_call
 from flowkit.llm.config import Endpoint, load_settings
 
 _loop: threading.local = threading.local()
 
 
+def run_settings() -> Any:
+    """The running flow's settings (--model, --connection included), else the configuration."""
+    return current_settings() or load_settings()
+
+
 def endpoint_for(name: str | None, model: str | None = None) -> Endpoint:
     """The flowkit endpoint a Prompt Flow connection name stands for."""
-    settings = load_settings()
+    settings = run_settings()
     known = name if name in settings.connections else None
     return settings.resolve(known, model or settings.default_model or "gpt-4")
 

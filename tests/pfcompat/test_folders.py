@@ -209,7 +209,9 @@ def test_the_model_is_flowkits_when_configured_else_the_deployment(
     cli("run", JUDGE, "--data", JUDGE / "data.jsonl", "-q", "--no-cache")
     assert _trace(last_run(workdir), 0)["relevance"]["llm"]["request"]["model"] == "gpt-4"
     cli("run", JUDGE, "--data", JUDGE / "data.jsonl", "-q", "--model", "judge-model")
-    assert _trace(last_run(workdir), 0)["relevance"]["llm"]["request"]["model"] == "judge-model"
+    trace = _trace(last_run(workdir), 0)
+    assert trace["relevance"]["llm"]["request"]["model"] == "judge-model"
+    assert trace["ask_model"]["llm"]["request"]["model"] == "judge-model"  # a tool's own call
     cli(
         "run",
         JUDGE,

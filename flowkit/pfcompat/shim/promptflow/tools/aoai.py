@@ -9,14 +9,13 @@ _PARAMS += ("frequency_penalty", "logit_bias", "user", "response_format", "seed"
 
 
 def _ask(connection: Any, prompt: str, model: str, kwargs: dict[str, Any]) -> str:
-    from flowkit.llm.config import load_settings
-    from flowkit.pfcompat.connections import chat, endpoint_for
+    from flowkit.pfcompat.connections import chat, endpoint_for, run_settings
 
     endpoint = getattr(connection, "_endpoint", None) or endpoint_for(None)
     params = {k: kwargs.pop(k) for k in list(kwargs) if k in _PARAMS}
     kwargs.pop("stream", None)
     # flowkit's configured model wins over the one written in the code, as for llm nodes.
-    chosen = load_settings().default_model or model or endpoint.model
+    chosen = run_settings().default_model or model or endpoint.model
     return chat(endpoint, chosen, prompt, params, **kwargs)
 
 
