@@ -44,6 +44,13 @@ async def arun(*args, **kwargs):  # type: ignore[no-untyped-def]
     return await _arun(*args, **kwargs)
 
 
+def log_metric(name: str, value: object) -> None:
+    """Record a metric from an aggregate function (`metrics: logged`); see flowkit.kinds."""
+    from flowkit.kinds.metric_log import log_metric as _log
+
+    _log(name, value)
+
+
 def resume(*args, **kwargs):  # type: ignore[no-untyped-def]
     """Finish an interrupted or partly failed run; see :func:`flowkit.api.resume`."""
     from flowkit.api import resume as _resume
@@ -59,6 +66,7 @@ __all__ = [
     "__version__",
     "arun",
     "load_flow",
+    "log_metric",
     "resume",
     "run",
 ]

@@ -20,6 +20,7 @@ from typing import Any
 
 from flowkit import __version__
 from flowkit.data.frames import DATA_FILE, is_in_memory, write_rows
+from flowkit.data.jsonl import FOREIGN_OUTPUTS
 from flowkit.data.mapping import Mapping
 from flowkit.engine.context import RunOptions, Stats
 from flowkit.errors import UsageError, display
@@ -113,6 +114,7 @@ def run(
             refresh=refresh,
             cache_dir=cache_dir,
             name=name,
+            runs_root=Path(runs_root),
             model=model,
             connection=connection,
             timeout=timeout,
@@ -161,6 +163,7 @@ def _start(
     refresh: list[str] | None,
     cache_dir: str | os.PathLike[str] | None,
     name: str | None,
+    runs_root: Path,
     model: str | None,
     connection: str | None,
     timeout: float | None,
@@ -176,7 +179,7 @@ def _start(
 ) -> RunResult:
     if target is not None:
         flow = _with_target(flow, target, data_path, backend)
-    prior = Path(prior_run) if prior_run is not None else None
+    prior = _prior_run(prior_run, runs_root) if prior_run is not None else None
     job = make_job(
         flow,
         data_path,
@@ -235,6 +238,15 @@ def _start(
         "invocation": invocation,
     }
     return execute(job, RunWriter(run_dir, info), kept=None)
+
+
+def _prior_run(run: str | os.PathLike[str], root: Path) -> Path:
+    """The earlier run ``${run.…}`` reads: a run folder or name, or another tool's run folder
+    (see flowkit.data.jsonl); one that does not exist is an error, never an empty join."""
+    path = Path(run)
+    if (path / FOREIGN_OUTPUTS).is_file():
+        return path
+    return resolve_run_dir(run, root)
 
 
 @_outside_any_loop

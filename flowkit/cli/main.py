@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from flowkit import __version__
 from flowkit.cli.author_commands import COMMANDS as AUTHOR_COMMANDS
 from flowkit.cli.inspect_commands import COMMANDS
 from flowkit.cli.terminal import console, err_console
 from flowkit.errors import FlowkitError, UsageError
+from flowkit.pfcompat.cli import COMMANDS as PF_COMMANDS
 
 
 class FlowkitGroup(click.Group):
@@ -26,8 +28,6 @@ class FlowkitGroup(click.Group):
         try:
             return super().invoke(ctx)
         except FlowkitError as err:
-            from rich.markup import escape
-
             err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
             sys.exit(err.exit_code)
 
@@ -60,10 +60,41 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--resume",
+    "--resume-from",
     "resume_run",
     metavar="RUN",
     help="Finish RUN in its folder: keep its finished rows, rerun failed and missing ones.",
 )
+@click.option("--flow", "flow_opt", metavar="FLOW", help="The flow, as an option (as `pf run`).")
+@click.option(
+    "-f",
+    "--file",
+    "run_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A Prompt Flow run YAML (flow, data, run, column_mapping, connections, env).",
+)
+@click.option(
+    "--column-mapping",
+    "column_mapping",
+    multiple=True,
+    metavar="NAME=REF",
+    help="As --map; several pairs may follow one flag; unknown names are only warned about.",
+)
+@click.option(
+    "--connections",
+    "pf_connections",
+    multiple=True,
+    metavar="NODE.KEY=VALUE",
+    help="NODE.deployment_name / NODE.model / NODE.connection: as --model / --connection.",
+)
+@click.option(
+    "--environment-variables",
+    "env_vars",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Set these environment variables for the run.",
+)
+@click.option("--stream", is_flag=True, help="Accepted for Prompt Flow habits; progress shows.")
 @click.option(
     "--strict", is_flag=True, help="Stop before running if any data row is bad (default: skip it)."
 )
@@ -91,7 +122,7 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--refresh", multiple=True, metavar="NODE", help="Recompute this node (repeatable).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Where the cache lives.")
 @click.option("--output", type=click.Path(file_okay=False), help="The run folder to write.")
-@click.option("--name", help="The run's name (its folder under runs/).")
+@click.option("-n", "--name", help="The run's name (its folder under runs/).")
 @click.option("--model", help="Chat model for llm nodes that pin none.")
 @click.option("--embedding-model", help="Embeddings model for embedding nodes that pin none.")
 @click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
@@ -130,6 +161,12 @@ def run(
     flows: tuple[str, ...],
     data: str | None,
     resume_run: str | None,
+    flow_opt: str | None,
+    run_file: str | None,
+    column_mapping: tuple[str, ...],
+    pf_connections: tuple[str, ...],
+    env_vars: tuple[str, ...],
+    stream: bool,
     strict: bool,
     maps: tuple[str, ...],
     prior_run: str | None,
@@ -166,6 +203,15 @@ def run(
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
     parsed_gates = [parse_gate(g) for g in gates]
+    from flowkit.pfcompat.cli import finish_mapping, habits_of
+
+    habits = habits_of(
+        flows, flow_opt, run_file, data, prior_run, name, column_mapping, pf_connections, env_vars
+    )
+    flows, data, prior_run, name = tuple(habits.flows), habits.data, habits.prior_run, habits.name
+    model, connection = model or habits.model, connection or habits.connection
+    for warning in habits.warnings:
+        err_console.print(f"warning: {escape(warning)}", highlight=False)
     if otel:
         from flowkit.inspect.otel import require
 
@@ -189,12 +235,15 @@ def run(
             )
         flow = load_flows(list(flows))
         check_gate_names(parsed_gates, flow)
+        mapping, notes = finish_mapping(flow, data, _parse_maps(maps), habits.mapping)
+        for note in notes:
+            err_console.print(f"{escape(note)}", highlight=False)
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = run_flow(
                 flow,
                 data,
-                mapping=_parse_maps(maps),
+                mapping=mapping,
                 prior_run=prior_run,
                 concurrency=concurrency,
                 limit=limit,
@@ -232,6 +281,10 @@ def run(
 # Options that say what to run; a resume takes them from the run it finishes.
 _RUN_DEFINING = (
     "maps",
+    "column_mapping",
+    "run_file",
+    "flow_opt",
+    "pf_connections",
     "prior_run",
     "limit",
     "no_cache",
@@ -311,5 +364,5 @@ def list_flows() -> None:
     console.print(table)
 
 
-for _command in (*COMMANDS, *AUTHOR_COMMANDS):
+for _command in (*COMMANDS, *AUTHOR_COMMANDS, *PF_COMMANDS):
     main.add_command(_command)

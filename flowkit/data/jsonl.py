@@ -37,7 +37,14 @@ def raw_records(f: BinaryIO, end: int | None = None) -> Iterator[tuple[bytes, An
         yield (raw if raw.endswith(b"\n") else raw + b"\n"), value
 
 
+FOREIGN_OUTPUTS = Path("flow_outputs") / "output.jsonl"
+"""Another tool's run folder: per-row outputs here and inputs in inputs.jsonl, each record
+keyed by ``line_number`` (the row's 0-based index, as flowkit's ``line``)."""
+
+
 def read_outputs(run_dir: Path) -> dict[int, dict[str, Any]]:
+    if not (run_dir / "outputs.jsonl").is_file() and (run_dir / FOREIGN_OUTPUTS).is_file():
+        return _read_line_numbered(run_dir)
     return {rec["line"]: rec for rec in iter_jsonl(run_dir / "outputs.jsonl")}
 
 
@@ -58,3 +65,13 @@ def read_usage(run_dir: Path) -> dict[int, dict[str, Any]]:
     for row in rows.values():
         row["latency_seconds"] = row.pop("end") - row.pop("start")
     return rows
+
+
+def _read_line_numbered(run_dir: Path) -> dict[int, dict[str, Any]]:
+    records: dict[int, dict[str, Any]] = {}
+    for part, file in (("inputs", Path("inputs.jsonl")), ("outputs", FOREIGN_OUTPUTS)):
+        for rec in iter_jsonl(run_dir / file):
+            if isinstance(rec, dict) and isinstance(rec.get("line_number"), int):
+                line = rec.pop("line_number")
+                records.setdefault(line, {"line": line, "inputs": {}, "outputs": {}})[part] = rec
+    return records

@@ -77,11 +77,13 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
             detail["error"] = f"{error.type}: {error.message}"
         if output is not None:
             done[(agg.path, agg.node.name)] = output
+            bare = agg.node.spec.metrics == "logged" and not agg.path
             for k, v in output.items():
                 metrics[f"{agg.prefix}.{k}"] = v
-                if "/" in k:
-                    # A name another tool defines (Databricks' agent metrics), which dashboards
-                    # and gates use as spelt there: also reported unprefixed, first flow wins.
+                if bare or "/" in k:
+                    # A logged metric keeps its bare name (Prompt Flow's habit), and a name
+                    # another tool defines (Databricks' agent metrics) is spelt as dashboards
+                    # and gates use it: both also reported unprefixed, first flow wins.
                     metrics.setdefault(k, v)
         detail["status"] = status
         info[qual] = detail
