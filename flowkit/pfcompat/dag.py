@@ -291,13 +291,7 @@ class _Translation:
             "output": "text",
             "role_markers": "hashed",
         }
-        model = inputs.get("deployment_name") or inputs.get("model")
-        if isinstance(model, str) and model:
-            items["model_default"] = model
-        connection = raw.get("connection")
-        if isinstance(connection, str) and connection in _flowkit_connections():
-            items["connection"] = connection
-        return items
+        return _with_endpoint(items, "model_default", inputs, raw.get("connection"))
 
     def prompt(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
         path = self._code(raw, name, source)
@@ -318,13 +312,20 @@ class _Translation:
                 f"package tool {tool!r} is not supported (only {EMBEDDING_TOOL} is)",
             )
         items: dict[str, Any] = {"type": "embedding", "inputs": {"text": inputs.get("input")}}
-        model = inputs.get("deployment_name") or inputs.get("model")
-        if isinstance(model, str) and model:
-            items["model"] = model
-        connection = inputs.get("connection")
-        if isinstance(connection, str) and connection in _flowkit_connections():
-            items["connection"] = connection
-        return items
+        return _with_endpoint(items, "model", inputs, inputs.get("connection"))
+
+
+def _with_endpoint(
+    items: dict[str, Any], model_key: str, inputs: dict[str, Any], connection: Any
+) -> dict[str, Any]:
+    """The node's model (a Prompt Flow deployment name) and its connection, when flowkit's
+    configuration defines one of that name (otherwise flowkit's default connection serves)."""
+    model = inputs.get("deployment_name") or inputs.get("model")
+    if isinstance(model, str) and model:
+        items[model_key] = model
+    if isinstance(connection, str) and connection in _flowkit_connections():
+        items["connection"] = connection
+    return items
 
 
 def _flowkit_connections() -> set[str]:
