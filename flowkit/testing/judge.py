@@ -162,7 +162,8 @@ def scale(text: str) -> tuple[int, int]:
 
 def conversation(parts: dict[str, str]) -> dict[str, str]:
     """A "User: … Bot: …" transcript split into what the user asked and what the bot said."""
-    text = parts["CONVERSATION"].replace("\\n", "\n")
+    # Often a dict's repr, with its newlines and quotes escaped.
+    text = parts["CONVERSATION"].replace("\\n", "\n").replace("\\'", "'")
     said: dict[str, list[str]] = {"QUESTION": [], "ANSWER": []}
     for who, turn in re.findall(r"(?m)^\W*(User|Bot|Assistant):\s*(.*)$", text):
         said["QUESTION" if who == "User" else "ANSWER"].append(turn.strip(" '\"}"))
