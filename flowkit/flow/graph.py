@@ -68,6 +68,9 @@ class Flow:
     """Edges run from a node to the nodes that consume its output."""
     sources: tuple[str, ...] = ()
     """The flow files this was loaded from, so a worker process can load it again."""
+    import_path: tuple[str, ...] = ()
+    """Folders its python code imports from, on sys.path only while it loads or runs
+    (flowkit.flow.importpath)."""
 
     @property
     def composed(self) -> bool:

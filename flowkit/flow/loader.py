@@ -17,6 +17,7 @@ from pydantic import ValidationError as PydanticError
 
 from flowkit.cache.canonical import canonical_bytes
 from flowkit.errors import Diagnostic, ValidationError, display
+from flowkit.flow import importpath
 from flowkit.flow.builtin import resolve_flow_path
 from flowkit.flow.formats import foreign_file, translator
 from flowkit.flow.graph import Flow, Node, build_graph, find_cycle, ordered, when_clause
@@ -132,9 +133,11 @@ class LoadContext:
         """Validate and compile one flow's parsed YAML (``path`` anchors relative paths)."""
         start = len(self.diagnostics)
         spec, raw_nodes = self._header(raw, file)
-        if spec is not None:
-            extend_import_path(spec.python_path, path.parent)
-        nodes = self._nodes(raw_nodes, path, file)
+        folders = importpath.resolve(spec.python_path, path.parent) if spec is not None else ()
+        with importpath.importable(folders):
+            nodes = self._nodes(raw_nodes, path, file)
+        for node in nodes.values():  # a sub-flow's folders are needed while this one runs
+            folders += getattr(node.impl, "import_path", ()) if node.kind == "flow" else ()
         if spec is None:
             return None
         spec = spec.model_copy(update={"nodes": [n.spec for n in nodes.values()]})
@@ -168,6 +171,7 @@ class LoadContext:
             ordered(graph, agg, position),
             digest,
             graph,
+            import_path=tuple(dict.fromkeys(folders)),
         )
 
     def _header(self, raw: YDict, file: str) -> tuple[FlowSpec | None, list[Any]]:
@@ -279,23 +283,6 @@ class LoadContext:
         except RefSyntaxError as err:
             self.error(node, str(err), key=key, sub=sub)
             return None, value
-
-
-def extend_import_path(folders: list[str], base_dir: Path) -> None:
-    """Append a flow's `python_path` folders to sys.path (once each, after what is installed,
-    so that an installed package is never shadowed)."""
-    import sys
-
-    import flowkit
-
-    for folder in folders:
-        if folder.startswith("flowkit:"):
-            where = Path(flowkit.__file__).parent / folder.removeprefix("flowkit:")
-        else:
-            where = base_dir / folder
-        entry = str(where.resolve())
-        if entry not in sys.path:
-            sys.path.append(entry)
 
 
 def _must_ref(text: str) -> Ref:

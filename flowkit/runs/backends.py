@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from flowkit.errors import UsageError
+from flowkit.flow.importpath import importable
 
 BACKENDS = ("local", "loky", "threading", "multiprocessing", "dask", "ray")
 
@@ -132,7 +133,8 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     writer = MemoryWriter(job.run_id)
     executor = Executor(flow, job.options, cache, writer, ctx)  # type: ignore[arg-type]
     try:
-        asyncio.run(_run(executor, rows))
+        with importable(flow.import_path):
+            asyncio.run(_run(executor, rows))
     finally:
         ctx.threads.shutdown(wait=False)
     result = ChunkResult(

@@ -23,6 +23,7 @@ from flowkit.engine.executor import Executor
 from flowkit.engine.prepare import needs_settings, prepare_nodes, walk_nodes
 from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, display
 from flowkit.flow.graph import Flow
+from flowkit.flow.importpath import importable
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
@@ -93,7 +94,13 @@ def make_job(
 
 
 def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
-    """Stream the rows through the executor, aggregate, and close the folder honestly.
+    """Stream the rows through the executor, aggregate, and close the folder honestly."""
+    with importable(job.flow.import_path):
+        return _execute(job, writer, kept=kept)
+
+
+def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
+    """The body of :func:`execute`, with the flow's import folders on sys.path.
 
     The folder exists (status running) before this is called, so everything that can fail,
     opening the cache included, happens inside the block that closes it with a true status.

@@ -1,7 +1,7 @@
 """The test server's aiohttp application: OpenAI routes, control routes and their counters.
 
 Routes: ``/v1/chat/completions``, ``/v1/embeddings``, ``/v1/models`` (also without ``/v1`` and in
-the Azure ``/openai/deployments/{name}/...`` form), and the unauthenticated control routes
+the Azure ``[/v1]/openai/deployments/{name}/...`` form), and the unauthenticated control routes
 ``GET /stats``, ``POST /reset`` and ``POST /config`` (a JSON object of ``ServerConfig`` fields).
 """
 
@@ -70,7 +70,9 @@ class Core:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 2**20)
-        for prefix in ("/v1", "", "/openai/deployments/{deployment}"):
+        # Azure clients given a base URL ending in /v1 put their deployment route under it.
+        azure = ("/openai/deployments/{deployment}", "/v1/openai/deployments/{deployment}")
+        for prefix in ("/v1", "", *azure):
             app.router.add_post(f"{prefix}/chat/completions", self._chat)
             app.router.add_post(f"{prefix}/embeddings", self._embed)
         app.router.add_get("/v1/models", self._models)

@@ -34,7 +34,22 @@ _ASSISTANT_TURN = re.compile(
     r"^\[Assistant, turn (\d+)\]\n(.*?)(?=^\[|</transcript>|\Z)", re.M | re.S
 )
 _BARE_NUMBER = re.compile(
-    r"(only|just|single)\s+(the\s+|a\s+|one\s+)?(number|digit|integer|score)", re.I
+    r"(only|just|single)\s+(the\s+|a\s+|one\s+)?(number|digit|integer|score)"
+    r"|\bscores?\s+only\b|only\s+contain\s+the\s+(score|number)"
+    r"|formatted\s+as\s+an\s+integer|respond\s+with\s+(only\s+)?the\s+(score|number)"
+    r"|(score|number)[^.\n]{0,20}nothing\s+else",
+    re.I,
+)
+# Labels written in lower or title case ("question: …", "# Chat Response", a JSON key), which
+# count only when they name a known part, since such words also start ordinary lines.
+_SOFT_LABEL = re.compile(r"^(?:#+[ \t]*)?([A-Za-z][A-Za-z ]{1,30}?)[ \t]*:[ \t]*(.*)$")
+_HEADING = re.compile(r"^#+[ \t]*([A-Za-z][A-Za-z ]{1,30}?)[ \t]*$")
+_BLANK_LABEL = re.compile(r"^[A-Z][\w ()/-]{0,40}:$")
+_JSON_KEY = re.compile(r'"([A-Za-z][A-Za-z ]{1,30})"\s*:\s*')
+_SCALE = re.compile(
+    r"(?:scale|range|between|from|score|rate|rating)\D{0,12}?\b([01])\s*(?:-|–|to|and)\s*"
+    r"(\d{1,2})\b|\(([01])\s*-\s*(\d{1,2})\)",
+    re.I,
 )
 _YES_NO = re.compile(r"\byes or no\b|\"yes\".{0,300}?\"no\"", re.I | re.S)
 _HARM = {
@@ -46,9 +61,28 @@ _HARM = {
 }
 
 GUIDES = ("GROUND TRUTH", "CORRECT ANSWER", "EXPECTED RESPONSE")
-CANDIDATES = ("ANSWER", "RESPONSE", "PREDICTED ANSWER", "STUDENT ANSWER", "Claim")
-CONTEXTS = ("CONTEXT", "RETRIEVED CONTEXT", "FACTS", "Document", "RETRIEVED DOCUMENTS")
+CANDIDATES = (
+    "ANSWER",
+    "RESPONSE",
+    "PREDICTED ANSWER",
+    "STUDENT ANSWER",
+    "Claim",
+    "CHAT RESPONSE",
+    "PROVIDED RESPONSE",
+    "SUMMARY",
+)
+CONTEXTS = (
+    "CONTEXT",
+    "RETRIEVED CONTEXT",
+    "FACTS",
+    "Document",
+    "RETRIEVED DOCUMENTS",
+    "FETCHED DOCUMENTS",
+    "SOURCE DOCUMENT",
+    "DOCUMENTS",
+)
 QUESTIONS = ("QUESTION", "REQUEST", "QUERY")
+_KNOWN = frozenset((*GUIDES, *CANDIDATES, *CONTEXTS, *QUESTIONS, "CONVERSATION"))
 
 
 def words(text: str) -> set[str]:
@@ -72,18 +106,75 @@ def support(claim: str, source: str) -> float:
 
 
 def sections(text: str) -> dict[str, str]:
-    """Labelled parts of a prompt (``CONTEXT:`` on a line, or ``Claim: …`` inline) → text."""
+    """Labelled parts of a prompt (``CONTEXT:`` on a line, ``Claim: …`` inline, ``# Question``
+    as a heading, ``{"CONTEXT": …, "ANSWER": …}`` on one line) → text. A label seen again
+    replaces the earlier one, so in a few-shot prompt the item under judgement (last) wins."""
     found: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in text.splitlines():
-        match = _LABEL.match(line)
-        if match:
-            found[match.group(1)] = [match.group(2)]
+        label = _label(line)
+        if label:
+            name, inline = label
+            found[name] = [inline]
             # A label with its text inline ("Claim: …") holds that line only.
-            current = None if match.group(2) else found[match.group(1)]
+            current = None if inline else found[name]
+        elif line.lstrip().startswith('{"') and _json_labels(line):
+            found.update({name: [value] for name, value in _json_labels(line).items()})
+            current = None
+        elif _BLANK_LABEL.match(line.strip()):
+            current = None  # "Evaluation Form:" and the like end the part above them
         elif current is not None and not (line.startswith("(") and line.endswith(")")):
             current.append(line)
     return {name: "\n".join(lines).strip() for name, lines in found.items()}
+
+
+def _label(line: str) -> tuple[str, str] | None:
+    match = _LABEL.match(line)
+    if match:
+        return match.group(1), match.group(2)
+    match = _SOFT_LABEL.match(line) or _HEADING.match(line)
+    if match and match.group(1).strip().upper() in _KNOWN:
+        inline = match.group(2) if match.re is _SOFT_LABEL else ""
+        return match.group(1).strip().upper(), inline
+    return None
+
+
+def _json_labels(line: str) -> dict[str, str]:
+    """``{"CONTEXT": …, "ANSWER": …}`` read loosely: a template may drop values in unquoted."""
+    keys = list(_JSON_KEY.finditer(line))
+    found = {}
+    for index, key in enumerate(keys):
+        end = keys[index + 1].start() if index + 1 < len(keys) else len(line.rstrip().rstrip("}"))
+        value = line[key.end() : end].strip().rstrip(",").strip()
+        if key.group(1).upper() in _KNOWN:
+            found[key.group(1).upper()] = value.strip('"')
+    return found
+
+
+def scale(text: str) -> tuple[int, int]:
+    """The score range a prompt asks for ("on a scale of 1 to 5", "Fluency (1-3)"); 1–5."""
+    for match in _SCALE.finditer(text):
+        low, high = (int(g) for g in match.groups() if g is not None)
+        if low < high <= 10:
+            return low, high
+    return 1, 5
+
+
+def conversation(parts: dict[str, str]) -> dict[str, str]:
+    """A "User: … Bot: …" transcript split into what the user asked and what the bot said."""
+    # Often a dict's repr, with its newlines and quotes escaped.
+    text = parts["CONVERSATION"].replace("\\n", "\n").replace("\\'", "'")
+    said: dict[str, list[str]] = {"QUESTION": [], "ANSWER": []}
+    for who, turn in re.findall(r"(?m)^\W*(User|Bot|Assistant):\s*(.*)$", text):
+        said["QUESTION" if who == "User" else "ANSWER"].append(turn.strip(" '\"}"))
+    return {name: "\n".join(lines) for name, lines in said.items() if lines}
+
+
+def _instructions(system: str, user: str) -> str:
+    """What the judge is told to do: the system message, or a user prompt's opening paragraph
+    when the system message is only a persona."""
+    opening = user.strip().split("\n\n", 1)[0] if user is not system else ""
+    return (system + "\n" + opening).lower()
 
 
 def first(parts: dict[str, str], names: tuple[str, ...], but: str | None = None) -> str | None:
@@ -103,6 +194,8 @@ class Verdict:
     def __init__(self, system: str, user: str) -> None:
         self.system, self.user = system, user
         parts = sections(user)
+        if "CONVERSATION" in parts:
+            parts = {**conversation(parts), **parts}
         candidate = first(parts, CANDIDATES) or first(parts, GUIDES)
         guide = first(parts, GUIDES, but=candidate)
         context = first(parts, CONTEXTS) or first(parts, ("DOCUMENTS",))
@@ -112,7 +205,9 @@ class Verdict:
             self.grade = support(parts[guide], parts[candidate])
             self.why = f"the {candidate.lower()} shares {self.grade:.0%} of the {guide.lower()}"
         elif (
-            "relevan" in system.lower() and question and (candidate or context or "CHUNK" in parts)
+            "relevan" in _instructions(system, user)
+            and question
+            and (candidate or context or "CHUNK" in parts)
         ):
             other = candidate or ("CHUNK" if "CHUNK" in parts else context)
             assert other is not None
@@ -148,11 +243,17 @@ class Verdict:
     def score(self) -> int:
         return to_scale(self.grade)
 
+    def scaled(self) -> int:
+        """The grade on the scale the prompt asks for."""
+        low, high = scale(self.system + "\n" + self.user)
+        return low + round((high - low) * max(0.0, min(1.0, self.grade)))
+
 
 def split(messages: list[tuple[str, str]]) -> tuple[str, str]:
     """The instructions (system messages) and the material (the last user message)."""
     system = "\n".join(text for role, text in messages if role in ("system", "developer"))
-    return system, next((text for role, text in reversed(messages) if role == "user"), "")
+    # A prompt sent as a single system message holds its material there too.
+    return system, next((text for role, text in reversed(messages) if role == "user"), system)
 
 
 def reply(body: dict[str, Any], messages: list[tuple[str, str]], fallback: int) -> str | None:
@@ -165,7 +266,7 @@ def reply(body: dict[str, Any], messages: list[tuple[str, str]], fallback: int) 
     # A fact-checking model's bare "Document: … Claim: …" input asks for yes or no unsaid.
     yes_no = yes_no or {"Document", "Claim"} <= verdict.parts.keys()
     if limit == 1 or bare_number:
-        return str(verdict.score if verdict.found else fallback)
+        return str(verdict.scaled() if verdict.found else fallback)
     response_format = body.get("response_format")
     kind = response_format.get("type") if isinstance(response_format, dict) else None
     for marker, form in _FORMS:
@@ -173,6 +274,14 @@ def reply(body: dict[str, Any], messages: list[tuple[str, str]], fallback: int) 
             return form(verdict)
     if kind == "json_schema" or not verdict.found:
         return None  # the caller fills the schema, or says "Score: N"
+    from flowkit.testing import fewshot  # it builds on this module's verdict
+
+    example = fewshot.example_form(user)
+    shaped = fewshot.answer_like(example, verdict) if example else None
+    if shaped is None:
+        shaped = fewshot.fill_slots(whole, verdict)
+    if shaped is not None:
+        return shaped
     if kind == "json_object" or '"score"' in whole:
         answer: dict[str, Any] = {"reason": verdict.why, "score": verdict.score}
         if '"reference_answer"' in whole:

@@ -246,27 +246,52 @@ def test_a_converted_flow_gives_the_same_results(llm_server: LocalServer, workdi
         )
 
 
-def test_the_promptflow_shim_exists_only_for_such_flows_and_never_shadows(tmp_path: Path) -> None:
+def test_the_promptflow_shim_is_importable_only_while_such_a_flow_loads_or_runs(
+    tmp_path: Path,
+) -> None:
+    # The tool imports promptflow when the module loads and again when it runs.
+    where = (
+        "from promptflow import tool\n\n\n@tool\ndef where(x: str) -> str:\n"
+        "    import promptflow\n    import sibling\n\n"
+        "    return promptflow.__file__ + ' ' + sibling.NAME\n"
+    )
+    folder = _flow(
+        tmp_path / "flow",
+        "inputs:\n  x:\n    type: string\noutputs:\n  where:\n    type: string\n"
+        "    reference: ${where.output}\nnodes:\n- name: where\n  type: python\n"
+        "  source:\n    type: code\n    path: where.py\n  inputs:\n    x: ${inputs.x}\n",
+        {"where.py": where, "sibling.py": "NAME = 'sibling'\n"},
+    )
+    data = write_jsonl(tmp_path / "data.jsonl", [{"x": "a"}])
     code = (
-        "import importlib.util, flowkit\n"
-        "print(importlib.util.find_spec('promptflow') is None)\n"
-        f"flowkit.load_flow({str(GRADER)!r})\n"
-        "import promptflow\n"
-        "print(promptflow.__file__)\n"
+        "import importlib.util, sys, flowkit\n"
+        "def gone():\n"
+        "    shim = importlib.util.find_spec('promptflow')\n"
+        "    return shim is None and 'sibling' not in sys.modules\n"
+        "print(gone())\n"
+        f"flow = flowkit.load_flow({str(folder)!r})\n"
+        "print(gone())\n"
+        # Uncached: the second process must run the tool, not reuse the first one's result.
+        f"result = flowkit.run(flow, {str(data)!r}, output={str(tmp_path / 'run')!r},"
+        " use_cache=False)\n"
+        "print(next(result.rows())['outputs']['where'])\n"
+        "print(gone())\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    absent, where = out.stdout.split()
-    assert absent == "True"
-    assert Path(where).is_relative_to(REPO / "flowkit" / "pfcompat" / "shim")
+    assert out.stdout.split() == [
+        "True",
+        "True",
+        str(REPO / "flowkit" / "pfcompat" / "shim" / "promptflow" / "__init__.py"),
+        "sibling",
+        "True",
+    ], out.stderr
+    # An installed promptflow is never shadowed, and stays importable.
     real = write(tmp_path / "site" / "promptflow" / "__init__.py", "from promptflow.core import *")
-    write(
-        real.parent / "core.py",
-        "def tool(f):\n    return f\n\n\ndef log_metric(*a, **k):\n    pass\n",
-    )
+    write(real.parent / "core.py", "def tool(f):\n    return f\n")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(real.parent.parent)])
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.split() == ["False", str(real)]
+    assert out.stdout.split() == ["False", "False", str(real), "sibling", "False"], out.stderr
 
 
 def test_the_flow_folder_is_importable_and_the_fingerprint_covers_the_tool_file(
