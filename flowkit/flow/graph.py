@@ -68,6 +68,9 @@ class Flow:
     """Edges run from a node to the nodes that consume its output."""
     sources: tuple[str, ...] = ()
     """The flow files this was loaded from, so a worker process can load it again."""
+    target: Any = None
+    """How ``--target`` wrapped the flow in sources (flowkit.flow.target.Target), so a worker
+    process can wrap it again; None for a flow run as it is."""
 
     @property
     def composed(self) -> bool:
