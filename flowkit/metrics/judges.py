@@ -31,7 +31,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flowkit.metrics.aggregate import Metrics, score_summary
+from flowkit.metrics.aggregate import SCORE_SUMMARY_KEYS, Metrics, score_summary
+from flowkit.metrics.keys import returns_keys
 from flowkit.metrics.scores import parse_score, passes
 
 ALIASES: dict[str, str] = {
@@ -67,6 +68,14 @@ _REASON_KEYS = ("reason", "reasoning", "rationale", "analysis", "explanation", "
 # --------------------------------------------------------------------------- aggregate
 
 
+def _agent_keys(judge: Any) -> list[str] | None:
+    if not isinstance(judge, str) or judge not in ALIASES:
+        return None  # a judge given per row, or unknown: the run says which
+    extra = ["defect_rate"] if judge == "safety" else []
+    return [*SCORE_SUMMARY_KEYS, ALIASES[judge], f"judge/{judge}/error_count", *extra]
+
+
+@returns_keys(lambda inputs: _agent_keys(inputs.get("judge")))
 def agent_summary(
     scores: Sequence[Any],
     judge: str,

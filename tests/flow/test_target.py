@@ -231,3 +231,39 @@ def test_bad_targets(questions: Path, target: str, message: str) -> None:
     result = flowkit("groundedness", "--data", "q.jsonl", "--target", target)
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {message}"), result.stderr
+
+
+def test_gates_are_checked_on_the_flow_with_its_target(questions: Path, workdir: Path) -> None:
+    """The app's latency metrics exist only once --target wraps the metric flow."""
+    gates = [
+        "--gate",
+        "agent/latency_seconds/average<=60",
+        "--gate",
+        "agent.latency_seconds.mean<=60",
+    ]
+    result = flowkit("groundedness", "--data", "q.jsonl", "--target", "app.py:answer", *gates)
+    assert result.exit_code == 0, result.output
+    assert "gate agent/latency_seconds/average<=60: passed" in result.stderr
+    typo = flowkit(
+        "groundedness",
+        "--data",
+        "q.jsonl",
+        "--target",
+        "app.py:answer",
+        "--output",
+        "typo",
+        "--gate",
+        "agent.latency_seconds.meen<=60",
+    )
+    assert typo.exit_code == 2
+    assert typo.stderr == (
+        "error: --gate agent.latency_seconds.meen<=60: flow 'groundedness_on_target' cannot "
+        "produce metric 'agent.latency_seconds.meen' (did you mean 'agent.latency_seconds.mean'?); "
+        "it reports agent.agent/latency_seconds/average, "
+        "agent.agent/total_input_token_count/average, "
+        "agent.agent/total_output_token_count/average, agent.agent/total_token_count/average, "
+        "agent.input.mean, agent.input.sum, agent.latency_seconds.mean, agent.latency_seconds.sum, "
+        "agent.output.mean, agent.output.sum, agent.total.mean, agent.total.sum\n"
+        "  hint: nothing was run\n"
+    )
+    assert not (workdir / "typo").exists()

@@ -10,8 +10,10 @@ import openai
 import pytest
 
 import flowkit
+from flowkit.flow.loader import load_flow
+from flowkit.inspect.gates import metric_keys
 from flowkit.testing.server import LocalServer
-from tests.support import EXAMPLES, REPO, write_jsonl
+from tests.support import EXAMPLES, REPO, read_jsonl, write_jsonl
 
 EXAMPLE = {
     "agent_eval": (
@@ -57,6 +59,21 @@ def test_every_builtin_flow_reads_the_offline_judge(
         assert not invalid or row["line"] in empty, (invalid, row)
     counts = {k: v for k, v in result.metrics.items() if k.endswith(".invalid")}
     assert all(v <= len(empty) for v in counts.values()), counts
+    # The keys an aggregate function declares (what --gate checks before the run) are exactly
+    # the keys it returned.
+    declared = _declared(load_flow(REPO / "flows" / f"{flow}.yaml"))
+    for record in read_jsonl(result.run_dir / "traces.jsonl"):
+        if record["line"] == -1 and declared.get(record["node"]) is not None:
+            assert set(record["output"]) == declared[record["node"]], record["node"]
+
+
+def _declared(flow: Any, path: tuple[str, ...] = ()) -> dict[str, frozenset[str] | None]:
+    """Each aggregate node's declared keys, by the name its trace records carry."""
+    found = {".".join((*path, n)): metric_keys(flow.nodes[n]) for n in flow.aggregate_order}
+    for name in flow.row_order:
+        if flow.nodes[name].kind == "flow":
+            found.update(_declared(flow.nodes[name].impl, (*path, name)))
+    return found
 
 
 def _results(outputs: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
