@@ -42,6 +42,7 @@ ALIASES: dict[str, str] = {
     "correctness": "response/llm_judged/correctness/rating/percentage",
     "chunk_relevance": "retrieval/llm_judged/chunk_relevance/precision/average",
     "context_sufficiency": "retrieval/llm_judged/context_sufficiency/rating/percentage",
+    "guideline_adherence": "response/llm_judged/guideline_adherence/rating/percentage",
 }
 """Databricks judge name → its run-level metric name (a fraction in 0–1, as Databricks reports)."""
 

@@ -24,6 +24,7 @@ EXAMPLE = {
     "chat_history": "relevance_chat retrieval retrieval_intents",
     "classification": "classification_accuracy",
     "conversations": "conversation_suite groundedness_rag",
+    "guidelines": "guideline_adherence",
     "qa": (
         "answer_correctness_yes_no answer_faithfulness answer_relevancy coherence "
         "embedding_similarity exact_match f1_score fact_check fluency groundedness qa_suite "
