@@ -267,3 +267,35 @@ def test_gates_are_checked_on_the_flow_with_its_target(questions: Path, workdir:
         "  hint: nothing was run\n"
     )
     assert not (workdir / "typo").exists()
+
+
+def test_a_resume_from_another_directory_finds_the_app(
+    questions: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.json records the directory the target was named from; a resume loads it there."""
+    write(
+        workdir / "flaky.py",
+        """
+        from pathlib import Path
+
+        def answer(question):
+            if "Mars" in question and not Path(__file__).with_name("fixed").exists():
+                raise RuntimeError("the app is down")
+            return "Paris."
+        """,
+    )
+    first = flowkit(
+        "groundedness", "--data", "q.jsonl", "--target", "flaky.py:answer", "--output", "r"
+    )
+    assert first.exit_code == 0, first.output
+    assert [r["status"] for r in read_jsonl(Path("r/outputs.jsonl"))] == ["ok", "failed"]
+    assert read_json(Path("r/run.json"))["invocation"]["target_dir"] == str(workdir)
+    (workdir / "fixed").touch()
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    resumed = CliRunner().invoke(main, ["run", "--resume", str(workdir / "r"), "-q"])
+    assert resumed.exit_code == 0, resumed.output
+    rows = read_jsonl(workdir / "r" / "outputs.jsonl")
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert [r["outputs"]["app_answer"] for r in rows] == ["Paris.", "Paris."]
