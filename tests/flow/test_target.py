@@ -181,16 +181,8 @@ def test_a_target_runs_on_loky_workers_as_it_does_locally(
         ],
     )
     local = fk.run("f1_score", data, target=target, cache_dir=tmp_path / "a", output="local")
-    on_loky = fk.run(
-        "f1_score",
-        data,
-        target=target,
-        cache_dir=tmp_path / "b",
-        output="loky",
-        backend="loky",
-        workers=2,
-        chunk_size=2,
-    )
+    on_workers = {"target": target, "backend": "loky", "workers": 2, "chunk_size": 2}
+    on_loky = fk.run("f1_score", data, cache_dir=tmp_path / "b", output="loky", **on_workers)
     assert on_loky.info["options"] == {**local.info["options"], "backend": "loky", "workers": 2}
     rows = read_jsonl(on_loky.run_dir / "outputs.jsonl")
     scores = [r["outputs"]["f1_score"]["score"] for r in rows]
@@ -205,16 +197,7 @@ def test_a_target_runs_on_loky_workers_as_it_does_locally(
 
     # The workers' cache entries came back to the driver: a second run hits them all and keeps
     # the latencies measured on the workers.
-    again = fk.run(
-        "f1_score",
-        data,
-        target=target,
-        cache_dir=tmp_path / "b",
-        output="again",
-        backend="loky",
-        workers=2,
-        chunk_size=2,
-    )
+    again = fk.run("f1_score", data, cache_dir=tmp_path / "b", output="again", **on_workers)
     rows = read_jsonl(again.run_dir / "outputs.jsonl")
     assert [r["outputs"]["latency_seconds"] for r in rows] == latencies
     assert again.counts["node_runs"] < on_loky.counts["node_runs"]
