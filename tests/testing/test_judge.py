@@ -134,6 +134,18 @@ def test_correctness_follows_the_expected_response(llm_server: LocalServer, tmp_
     assert _score("correctness", {**row, "response": UNRELATED}, tmp_path) == 0
 
 
+def test_guidelines_are_followed_by_their_words(llm_server: LocalServer, tmp_path: Path) -> None:
+    row = {
+        "request": "How tall is the Eiffel Tower?",
+        "guidelines": {
+            "facts": ["The response must give the height in metres."],
+            "scope": ["The response must not mention bananas."],
+        },
+    }
+    assert _score("guideline_adherence", {**row, "response": COPIED}, tmp_path) == 1
+    assert _score("guideline_adherence", {**row, "response": UNRELATED}, tmp_path) == 0
+
+
 def _ask(server: LocalServer, prompt: str, **params: Any) -> str:
     client = openai.OpenAI(base_url=server.base_url, api_key="x")
     reply = client.chat.completions.create(
