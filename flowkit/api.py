@@ -177,8 +177,8 @@ def _start(
     target: str | None,
     embedding_model: str | None,
 ) -> RunResult:
-    if target is not None:
-        flow = _with_target(flow, target, data_path, backend)
+    if target is not None and flow.target is None:
+        flow = with_target(flow, target, data_path)
     prior = _prior_run(prior_run, runs_root) if prior_run is not None else None
     job = make_job(
         flow,
@@ -218,6 +218,7 @@ def _start(
         "chunk_size": chunk_size,
         "settings_object": settings is not None,
         "target": target,
+        "target_dir": flow.target.base if flow.target else None,
         "embedding_model": embedding_model,
     }
     info = {
@@ -289,7 +290,7 @@ def _resume(
         raise UsageError(f"{where} was given a settings object; pass it to resume() again")
     flow = load_flows(inv["flows"])
     if inv.get("target"):
-        flow = _with_target(flow, inv["target"], Path(inv["data"]), info["options"]["backend"])
+        flow = with_target(flow, inv["target"], Path(inv["data"]), inv.get("target_dir"))
     if flow.content_hash != info["flow"]["hash"]:
         raise UsageError(
             f"{where}: flow {flow.name!r} changed since the run (nodes, prompts or code)",
@@ -333,10 +334,12 @@ def _resume(
     return execute(job, RunWriter(run_dir, info, resuming=True), kept=run_dir)
 
 
-def _with_target(flow: Flow, target: str, data_path: Path, backend: str) -> Flow:
+def with_target(
+    flow: Flow, target: str, data: str | os.PathLike[str], base: str | None = None
+) -> Flow:
+    """``flow`` judging the answers of ``target``, called per row of ``data`` (see
+    flowkit.flow.target); the CLI builds it before the run to check ``--gate`` names on it."""
     from flowkit.data.read import peek_columns
-    from flowkit.flow.target import with_target
+    from flowkit.flow.target import with_target as wrap
 
-    if backend != "local":
-        raise UsageError("--target runs with the local backend only", hint="drop --backend")
-    return with_target(flow, target, peek_columns(data_path))
+    return wrap(flow, target, peek_columns(Path(data)), Path(base) if base else None)

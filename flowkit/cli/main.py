@@ -234,8 +234,12 @@ def run(
                 hint="e.g. flowkit run flows/f1_score.yaml --data examples/qa.jsonl",
             )
         flow = load_flows(list(flows))
-        check_gate_names(parsed_gates, flow)
         mapping, notes = finish_mapping(flow, data, _parse_maps(maps), habits.mapping)
+        if target is not None:  # the app's latency metrics are the wrapped flow's too
+            from flowkit.api import with_target
+
+            flow = with_target(flow, target, data)
+        check_gate_names(parsed_gates, flow)
         for note in notes:
             err_console.print(f"{escape(note)}", highlight=False)
         total = count_rows(Path(data), limit)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from flowkit.cache.store import Cache
+from flowkit.cache.store import MISS, Cache, node_key
 from flowkit.engine.context import RunContext, RunOptions, Stats
 from flowkit.engine.lookahead import Lookahead, Row
 from flowkit.engine.node_runner import NodeRunner, refreshed
@@ -36,6 +36,7 @@ from flowkit.engine.scope import (
     value_or_none,
 )
 from flowkit.flow.graph import Flow, Node
+from flowkit.flow.spec import LATENCY_OUTPUT
 
 if TYPE_CHECKING:
     from flowkit.runs.folder import RunWriter
@@ -259,9 +260,13 @@ class Executor:
         sub: Flow = node.impl
         sub_inputs = {n: s.default for n, s in sub.inputs.items() if not s.required}
         sub_inputs.update(inputs)
+        began = time.perf_counter()
         child = await self.run_scope(sub, sub_inputs, line, qual + ".")
         scope.children[node.name] = child
+        scope.ran = scope.ran or child.ran
         output = {name: value_or_none(child, ref) for name, ref in sub.outputs.items()}
+        if node.spec.latency:
+            output[LATENCY_OUTPUT] = self._latency(node, inputs, child, began)
         failed = first_error(child, qual + ".")
         if failed:
             info = ErrorInfo("SubflowFailed", f"node {failed[0]!r} failed: {failed[1].message}")
@@ -270,6 +275,22 @@ class Executor:
             )
         else:
             self.nodes.done(node, scope, line, qual, OK, inputs, output, start=start)
+
+    def _latency(
+        self, node: Node, inputs: dict[str, Any], child: Scope, began: float
+    ) -> float | None:
+        """A timed sub-flow's wall time in this row. When none of its nodes ran (all came from
+        the cache) the time measured when they did is kept, as a cached callable's reply keeps
+        its time; None when that was never measured."""
+        seconds = time.perf_counter() - began
+        if self.cache is None:
+            return seconds
+        key = node_key(node.static_key, inputs)
+        if child.ran:
+            self.cache.put(key, seconds)
+            return seconds
+        hit = self.cache.get(key)
+        return None if hit is MISS else hit[0]  # type: ignore[index]
 
     def _waits(self, flow: Flow) -> bool:
         """Whether any node in ``flow``'s tree awaits I/O (flow nodes inherit from their tree)."""

@@ -180,6 +180,7 @@ class NodeRunner:
             self._fail(node, scope, line, qual, inputs, err, start)
             return
         self.stats.node_runs += 1
+        scope.ran = True
         if result.llm and result.llm.get("usage"):
             self.stats.add_usage(qual, result.llm["usage"], result.llm.get("model"))
         if key is not None and self.cache is not None:
@@ -197,6 +198,7 @@ class NodeRunner:
         start: float,
     ) -> None:
         self.stats.node_failures += 1
+        scope.ran = True
         info = ErrorInfo.from_exception(err)
         self.done(node, scope, line, qual, FAILED, inputs, None, start=start, error=info)
 

@@ -16,7 +16,7 @@ from flowkit.flow.refs import MissingValue, Ref, walk
 class Scope:
     """One flow's values within one row; sub-flow nodes get child scopes."""
 
-    __slots__ = ("children", "errors", "inputs", "status", "values")
+    __slots__ = ("children", "errors", "inputs", "ran", "status", "values")
 
     def __init__(self, inputs: dict[str, Any]) -> None:
         self.inputs = inputs
@@ -24,6 +24,8 @@ class Scope:
         self.status: dict[str, str] = {}
         self.errors: list[tuple[str, ErrorInfo]] = []
         self.children: dict[str, Scope] = {}
+        self.ran = False
+        """Whether a node of this scope (or of a sub-flow's) ran rather than came from the cache."""
 
     def get(self, ref: Ref) -> Any:
         if ref.source == "node" and self.status.get(ref.name) == SKIPPED:

@@ -71,6 +71,9 @@ class Flow:
     import_path: tuple[str, ...] = ()
     """Folders its python code imports from, on sys.path only while it loads or runs
     (flowkit.flow.importpath)."""
+    target: Any = None
+    """How ``--target`` wrapped the flow in sources (flowkit.flow.target.Target), so a worker
+    process can wrap it again; None for a flow run as it is."""
 
     @property
     def composed(self) -> bool:

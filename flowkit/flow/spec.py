@@ -141,10 +141,16 @@ class AggregateNode(_NodeBase):
     under their bare names); its return value (any JSON) is not a metric."""
 
 
+LATENCY_OUTPUT = "latency_seconds"
+"""The output a flow node with `latency: true` adds to its sub-flow's."""
+
+
 class FlowNode(_NodeBase):
     type: Literal["flow"]
     flow: PathText
     """Another flow file (relative to this one) or a built-in flow's name, run as one node."""
+    latency: bool = False
+    """Add the sub-flow's wall time in each row to its outputs as `latency_seconds`."""
 
 
 NodeSpec = Annotated[

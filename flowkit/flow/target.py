@@ -4,6 +4,9 @@
 ``target`` node that calls the app, the metric flow as a sub-flow fed from the app's outputs,
 and ``agent_metrics`` fed with the measured latency. The app therefore runs like any node:
 concurrently, cached (its key holds the app's code, so an edited app runs again) and traced.
+A callable is timed by the node that calls it; an app flow is a ``latency: true`` flow node
+(its wall time in the row). A cached answer keeps the latency measured when it was computed.
+Worker processes (``--backend loky`` …) wrap the metric flow again from ``Flow.target``.
 
 The target is a python callable (``module:function`` or ``file.py:function``, sync or async) or
 an app flow (a flow file). A callable's parameters, and an app flow's inputs, become the run's
@@ -15,10 +18,9 @@ or an app flow's outputs go by name.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 import time
-from functools import lru_cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from flowkit.cache.fingerprint import ImportProblem, code_fingerprint, load_func
 from flowkit.errors import UsageError, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
+from flowkit.flow.spec import LATENCY_OUTPUT
 
 ANSWER_INPUTS = ("answer", "response")
 """Metric inputs the app always fills: judging the app's own answer is the point."""
@@ -34,7 +37,22 @@ APP_FIELDS = ("retrieved_context", "context", "documents")
 TARGET_NODE = "target"
 
 
-def _load(target: str) -> Any:
+@dataclass(frozen=True)
+class Target:
+    """What ``with_target`` wrapped a flow with, enough for a worker process to do it again."""
+
+    target: str
+    columns: tuple[str, ...]
+    base: str
+    """The directory the target is named relative to (the driver's working directory)."""
+
+
+_apps: dict[tuple[str, str], Any] = {}
+"""(target, code fingerprint) → the app, filled by ``with_target`` in each process that runs
+the flow (the driver, every worker), so a row calls it without importing it again."""
+
+
+def _load(target: str, base: Path) -> Any:
     module, sep, name = target.rpartition(":")
     if not sep:
         raise UsageError(
@@ -42,18 +60,17 @@ def _load(target: str) -> Any:
         )
     try:
         if module.endswith(".py"):
-            return load_function(name, module, Path.cwd())
-        if str(Path.cwd()) not in sys.path and "" not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))  # as `python -m` would, for the user's app
-        return load_function(target, None, Path.cwd())
+            return load_function(name, module, base)
+        if str(base) not in sys.path and (base != Path.cwd() or "" not in sys.path):
+            sys.path.insert(0, str(base))  # as `python -m` would, for the user's app
+        return load_function(target, None, base)
     except ImportProblem as err:
         raise UsageError(f"--target {target!r}: {err}") from None
 
 
-@lru_cache(maxsize=32)
-def _loaded(target: str, code: str, cwd: str) -> Any:
-    """The app, imported once per run rather than once per row (``code`` keys an edit)."""
-    return _load(target)
+def _app(target: str, code: str) -> Any:
+    fn = _apps.get((target, code))
+    return fn if fn is not None else _load(target, Path.cwd())
 
 
 def _is_flow(target: str) -> bool:
@@ -90,7 +107,7 @@ def call_target(
 ) -> dict[str, Any]:
     """Call a sync app once with the row's ``args``; ``flowkit_code`` (the app's fingerprint)
     is only there so that an edited app misses the cache."""
-    fn = _loaded(flowkit_target, flowkit_code, os.getcwd())
+    fn = _app(flowkit_target, flowkit_code)
     start = time.perf_counter()
     reply = fn(**args)
     latency = time.perf_counter() - start
@@ -101,7 +118,7 @@ async def call_target_async(
     flowkit_target: str, flowkit_code: str, flowkit_provides: list[str], **args: Any
 ) -> dict[str, Any]:
     """:func:`call_target` for an ``async def`` app."""
-    fn = _loaded(flowkit_target, flowkit_code, os.getcwd())
+    fn = _app(flowkit_target, flowkit_code)
     start = time.perf_counter()
     reply = await fn(**args)
     latency = time.perf_counter() - start
@@ -119,9 +136,14 @@ def _params(fn: Any) -> dict[str, bool]:
     }
 
 
-def with_target(metric: Flow, target: str, columns: list[str]) -> Flow:
-    """``metric`` preceded by a node that calls ``target`` per row (see the module docstring)."""
+def with_target(
+    metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path | None = None
+) -> Flow:
+    """``metric`` preceded by a node that calls ``target`` (named relative to ``base``, the
+    working directory by default) per row; see the module docstring."""
     from flowkit.flow.loader import LoadContext, _raise, load_flow
+
+    base = base or Path.cwd()
 
     if len(metric.sources) != 1:
         raise UsageError("--target runs one metric flow; give a suite flow to run several")
@@ -138,7 +160,7 @@ def with_target(metric: Flow, target: str, columns: list[str]) -> Flow:
         )
     inputs: dict[str, Any] = {}
     if _is_flow(target):
-        app = load_flow(target)
+        app = load_flow(base / target)
         app_inputs = {k: s.required for k, s in app.inputs.items()}
         missing = [k for k in provides if k not in app.outputs]
         if missing and not (len(app.outputs) == 1 and len(provides) == 1):
@@ -153,10 +175,10 @@ def with_target(metric: Flow, target: str, columns: list[str]) -> Flow:
             "type": "flow",
             "flow": str(app.sources[0]),
             "inputs": {k: f"${{inputs.{k}}}" for k in app_inputs},
+            "latency": True,
         }
-        latency = None
     else:
-        fn = _load(target)
+        fn = _load(target, base)
         app_inputs = _params(fn)
         call = "call_target_async" if inspect.iscoroutinefunction(fn) else "call_target"
         app_node = {
@@ -171,8 +193,8 @@ def with_target(metric: Flow, target: str, columns: list[str]) -> Flow:
                 **{k: f"${{inputs.{k}}}" for k in app_inputs},
             },
         }
+        _apps[(target, app_node["inputs"]["flowkit_code"])] = fn
         out = {k: f"${{{TARGET_NODE}.output.{k}}}" for k in provides}
-        latency = f"${{{TARGET_NODE}.output.latency_seconds}}"
     for name, required in app_inputs.items():
         inputs[name] = {"type": "any"} if required else {"type": "any", "default": None}
     for name, spec in metric.inputs.items():
@@ -183,17 +205,20 @@ def with_target(metric: Flow, target: str, columns: list[str]) -> Flow:
         app_node,
         {"name": metric.name, "type": "flow", "flow": metric_path, "inputs": metric_inputs},
     ]
-    outputs = {metric.name: f"${{{metric.name}.output}}", **{f"app_{k}": v for k, v in out.items()}}
-    if latency is not None:
-        nodes.append(
-            {
-                "name": "agent",
-                "type": "flow",
-                "flow": "agent_metrics",
-                "inputs": {"latency_seconds": latency},
-            }
-        )
-        outputs["latency_seconds"] = latency
+    latency = f"${{{TARGET_NODE}.output.{LATENCY_OUTPUT}}}"
+    nodes.append(
+        {
+            "name": "agent",
+            "type": "flow",
+            "flow": "agent_metrics",
+            "inputs": {"latency_seconds": latency},
+        }
+    )
+    outputs = {
+        metric.name: f"${{{metric.name}.output}}",
+        **{f"app_{k}": v for k, v in out.items()},
+        LATENCY_OUTPUT: latency,
+    }
     name = f"{metric.name}_on_target"
     raw = YDict(
         name=name,
@@ -204,8 +229,9 @@ def with_target(metric: Flow, target: str, columns: list[str]) -> Flow:
     )
     raw.file, raw.line, raw.key_lines = name, 0, {}
     ctx = LoadContext()
-    flow = ctx.build(raw, Path.cwd() / f"{name}.yaml", name)
+    flow = ctx.build(raw, base / f"{name}.yaml", name)
     _raise(ctx, name)
     assert flow is not None
     flow.sources = (metric_path,)
+    flow.target = Target(target, tuple(columns), str(base))
     return flow

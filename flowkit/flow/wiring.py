@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from flowkit.errors import did_you_mean, one_of
 from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import YDict, line_of
-from flowkit.flow.spec import FlowSpec
+from flowkit.flow.spec import LATENCY_OUTPUT, FlowSpec
 
 if TYPE_CHECKING:
     from flowkit.flow.graph import Node
@@ -109,6 +109,8 @@ def _target_problem(
     target = nodes[ref.name]
     if target.kind == "flow" and ref.path and target.impl is not None:
         outs = target.impl.spec.outputs
+        if target.spec.latency:
+            outs = {**outs, LATENCY_OUTPUT: None}
         if isinstance(ref.path[0], str) and ref.path[0] not in outs:
             return (
                 f"refers to unknown output {ref.path[0]!r} of sub-flow "

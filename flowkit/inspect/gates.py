@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
-from flowkit.errors import GateError, UsageError, did_you_mean
+from flowkit.errors import GateError, UsageError, did_you_mean, one_of
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
@@ -72,17 +72,41 @@ def metric_prefixes(flow: Any) -> list[str]:
     return list(dict.fromkeys(prefix for prefix, _ in aggregate_nodes(flow)))
 
 
+def metric_keys(node: Any) -> frozenset[str] | None:
+    """The keys an aggregate node returns, when its function declares them (see
+    flowkit.metrics.keys); None when they are known only once it has run."""
+    from flowkit.metrics.keys import PER_ROW, declared_keys
+
+    if node.spec.metrics == "logged":
+        return None
+    inputs = {param: PER_ROW if ref is not None else value for param, ref, value in node.inputs}
+    return declared_keys(getattr(node.impl, "fn", None), inputs)
+
+
 def check_gate_names(gates: list[Gate], flow: Any) -> None:
     """A gate on a metric the flow cannot produce would fail only after the whole (maybe paid)
-    run: refuse it before the first row. Metric keys are known only once aggregates run, but
-    their prefixes are known now."""
-    prefixes = metric_prefixes(flow)
+    run: refuse it before the first row. The metrics' prefixes are known now, and so are the
+    keys of aggregate functions that declare them; other keys are checked after the run."""
+    known = [(prefix, metric_keys(node), node) for prefix, node in aggregate_nodes(flow)]
+    prefixes = list(dict.fromkeys(prefix for prefix, _, _ in known))
     for gate in gates:
-        if any(gate.metric.startswith(f"{p}.") for p in prefixes):
+        owners = [(p, keys) for p, keys, _ in known if gate.metric.startswith(f"{p}.")]
+        if owners:
+            if any(keys is None for _, keys in owners):
+                continue
+            names = {f"{p}.{k}" for p, keys in owners for k in keys or ()}
+            if gate.metric not in names:
+                _refuse(gate, flow, names, "it reports " + one_of(names))
             continue
-        if "/" in gate.metric and prefixes:
-            # Another tool's name (Databricks'), reported unprefixed by whichever aggregate
-            # computes it: only known once the aggregates ran, so checked after the run.
+        if "/" in gate.metric or any(n.spec.metrics == "logged" for _, _, n in known):
+            # Another tool's name (Databricks'), or a logged metric's bare name: reported
+            # unprefixed by whichever aggregate computes it, so known now only if every
+            # aggregate declares its keys.
+            if any(keys is None for _, keys, _ in known):
+                continue
+            bare = {k for _, keys, _ in known for k in keys or () if "/" in k}
+            if gate.metric not in bare:
+                _refuse(gate, flow, bare, "its unprefixed names are " + one_of(bare))
             continue
         if not prefixes:
             raise UsageError(
@@ -90,12 +114,17 @@ def check_gate_names(gates: list[Gate], flow: Any) -> None:
             )
         key = gate.metric.partition(".")[2] or gate.metric
         guesses = [f"{p}.{key}" for p in prefixes]
-        raise UsageError(
-            f"--gate {gate}: flow {flow.name!r} cannot produce metric {gate.metric!r}"
-            f"{did_you_mean(gate.metric, guesses)}; its metrics start with "
-            + ", ".join(f"'{p}.'" for p in prefixes),
-            hint="nothing was run",
+        _refuse(
+            gate, flow, guesses, "its metrics start with " + ", ".join(f"'{p}.'" for p in prefixes)
         )
+
+
+def _refuse(gate: Gate, flow: Any, near: Iterable[str], known: str) -> None:
+    raise UsageError(
+        f"--gate {gate}: flow {flow.name!r} cannot produce metric {gate.metric!r}"
+        f"{did_you_mean(gate.metric, near)}; {known}",
+        hint="nothing was run",
+    )
 
 
 def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:

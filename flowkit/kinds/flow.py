@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from flowkit.errors import did_you_mean, display, one_of
 from flowkit.flow.builtin import BUILTIN_PREFIX, builtin_flows
+from flowkit.flow.spec import LATENCY_OUTPUT
 from flowkit.kinds import Kind, register
 
 if TYPE_CHECKING:
@@ -58,6 +59,13 @@ class FlowKind(Kind):
                 f"sub-flow {sub.name!r} needs input(s) {', '.join(missing)}; map them "
                 "under this node's inputs",
                 key="inputs",
+            )
+        if node.spec.latency and LATENCY_OUTPUT in sub.outputs:
+            ctx.error(
+                node,
+                f"sub-flow {sub.name!r} has an output {LATENCY_OUTPUT!r} already, and "
+                "`latency: true` would replace it; rename that output or drop `latency`",
+                key="latency",
             )
         node.impl = sub
         # Whether it waits is decided per call from the sub-flow's own nodes (executor._waits).

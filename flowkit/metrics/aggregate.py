@@ -24,6 +24,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from flowkit.metrics.keys import PER_ROW, returns_keys
 from flowkit.metrics.scores import COMPARATORS, passes
 
 Number = int | float
@@ -140,6 +141,7 @@ def _safe_key(value: Any) -> str:
 # ----------------------------------------------------------------------- numeric summaries
 
 
+@returns_keys(("mean", "count", "invalid", "min", "max", "stdev"))
 def mean(values: Sequence[Any]) -> Metrics:
     """Mean, spread and range of numeric scores; ``None`` entries are counted as invalid."""
     valid, invalid = _numbers(_rows(values))
@@ -153,12 +155,14 @@ def mean(values: Sequence[Any]) -> Metrics:
     }
 
 
+@returns_keys(("mean", "count"))
 def mean_of(values: Sequence[Any]) -> Metrics:
     """Plain mean of per-row floats such as chunk precision, where None means "not measured"."""
     valid, _ = _numbers(_rows(values))
     return {"mean": statistics.fmean(valid) if valid else None, "count": len(valid)}
 
 
+@returns_keys(lambda columns: [f"{k}.{s}" for k in columns for s in ("sum", "mean")])
 def sums(**columns: Sequence[Any]) -> Metrics:
     """Total and per-row mean of each keyword column, e.g. token counts.
 
@@ -182,6 +186,12 @@ AGENT_NAMES = {
 """Column → Databricks' name for its per-row mean."""
 
 
+@returns_keys(
+    lambda columns: [
+        *(f"{k}.{s}" for k in columns for s in ("sum", "mean")),
+        *(AGENT_NAMES[k] for k in columns if k in AGENT_NAMES),
+    ]
+)
 def agent_sums(**columns: Sequence[Any]) -> Metrics:
     """``sums`` plus Databricks' names for the per-row means (token counts, latency)."""
     out = sums(**columns)
@@ -226,6 +236,7 @@ def _pass_counts(values: Sequence[Any], threshold: Any, comparator: Any) -> tupl
     return passed, valid, len(rows) - valid
 
 
+@returns_keys(("pass_rate", "passed", "count", "invalid"))
 def pass_rate(values: Sequence[Any], threshold: Any, comparator: Any = ">") -> Metrics:
     """Fraction of valid rows that pass; invalid rows are excluded from the denominator.
 
@@ -247,6 +258,10 @@ def _flag(value: Any) -> bool:
     return any(v is True or str(v).strip().lower() in ("true", "1", "yes") for v in rows)
 
 
+SCORE_SUMMARY_KEYS = ("mean", "pass_rate", "invalid", "invalid_rate", "count", "stdev")
+
+
+@returns_keys(SCORE_SUMMARY_KEYS)
 def score_summary(
     scores: Sequence[Any], threshold: Any = 3, comparator: Any = ">", invalid_as_fail: Any = False
 ) -> Metrics:
@@ -272,6 +287,7 @@ def score_summary(
     }
 
 
+@returns_keys(("rate", "count", "invalid"))
 def yes_rate(values: Sequence[Any]) -> Metrics:
     """Fraction of valid rows answering yes, for judges that reply 1/0, yes/no or true/false."""
     yes = valid = 0
@@ -338,6 +354,19 @@ def _check_levels(levels: Sequence[str] | None) -> list[str]:
     return names
 
 
+def _defect_keys(levels: Any) -> list[str] | None:
+    """defect_rate's keys for the ``levels`` given (None when they come from the rows)."""
+    if levels is PER_ROW:
+        return None
+    try:
+        names = _check_levels(levels)
+    except ValueError:
+        return None  # the run says what is wrong with them
+    rates = [f"defect_rate@{_safe_key(name)}" for name in names[1:]]
+    return ["defect_rate", *rates, "count", "invalid"]
+
+
+@returns_keys(lambda inputs: _defect_keys(inputs.get("levels")))
 def defect_rate(
     severities: Sequence[Any], threshold: Any = "medium", levels: Sequence[str] | None = None
 ) -> Metrics:

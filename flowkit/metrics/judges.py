@@ -31,7 +31,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flowkit.metrics.aggregate import Metrics, score_summary
+from flowkit.metrics.aggregate import SCORE_SUMMARY_KEYS, Metrics, score_summary
+from flowkit.metrics.keys import returns_keys
 from flowkit.metrics.scores import parse_score, passes
 
 ALIASES: dict[str, str] = {
@@ -41,6 +42,7 @@ ALIASES: dict[str, str] = {
     "correctness": "response/llm_judged/correctness/rating/percentage",
     "chunk_relevance": "retrieval/llm_judged/chunk_relevance/precision/average",
     "context_sufficiency": "retrieval/llm_judged/context_sufficiency/rating/percentage",
+    "guideline_adherence": "response/llm_judged/guideline_adherence/rating/percentage",
 }
 """Databricks judge name → its run-level metric name (a fraction in 0–1, as Databricks reports)."""
 
@@ -67,6 +69,14 @@ _REASON_KEYS = ("reason", "reasoning", "rationale", "analysis", "explanation", "
 # --------------------------------------------------------------------------- aggregate
 
 
+def _agent_keys(judge: Any) -> list[str] | None:
+    if not isinstance(judge, str) or judge not in ALIASES:
+        return None  # a judge given per row, or unknown: the run says which
+    extra = ["defect_rate"] if judge == "safety" else []
+    return [*SCORE_SUMMARY_KEYS, ALIASES[judge], f"judge/{judge}/error_count", *extra]
+
+
+@returns_keys(lambda inputs: _agent_keys(inputs.get("judge")))
 def agent_summary(
     scores: Sequence[Any],
     judge: str,

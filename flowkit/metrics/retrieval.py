@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flowkit.metrics.aggregate import Metrics, mean_of, score_summary
+from flowkit.metrics.aggregate import SCORE_SUMMARY_KEYS, Metrics, mean_of, score_summary
+from flowkit.metrics.keys import returns_keys
 from flowkit.metrics.scores import passes
 
 
@@ -88,6 +89,9 @@ RECALL_NAME = "retrieval/ground_truth/document_recall/average"
 """Databricks' name for the mean recall (rows without both lists are not counted there either)."""
 
 
+@returns_keys(
+    (*SCORE_SUMMARY_KEYS, "document_precision.mean", "document_precision.count", RECALL_NAME)
+)
 def document_summary(
     recall: Sequence[Any], precision: Sequence[Any], threshold: Any = 1.0
 ) -> Metrics:

@@ -40,6 +40,8 @@ class WorkerJob:
     workers: int
     flow_hash: str = ""
     """The driver's flow content hash: a worker that loads anything else must not run it."""
+    target: Any = None
+    """``--target``'s wrapping (flowkit.flow.target.Target), done again in the worker."""
 
 
 @dataclass
@@ -84,6 +86,11 @@ def _load(job: WorkerJob) -> Any:
     cached = (job.flows, job.flow_hash)
     if cached not in _flows:
         flow = load_flows(list(job.flows))
+        if job.target is not None:
+            from flowkit.flow.target import with_target
+
+            target = job.target
+            flow = with_target(flow, target.target, target.columns, Path(target.base))
         if job.flow_hash and flow.content_hash != job.flow_hash:
             raise UsageError(
                 f"worker on {socket.gethostname()} loaded flow {flow.name!r} from "

@@ -178,6 +178,7 @@ def _run_rows(
         writer.run_id,
         job.workers,
         job.flow.content_hash,
+        job.flow.target,
     )
     run_distributed(
         executor,

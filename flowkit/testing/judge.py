@@ -2,7 +2,8 @@
 
 The answer is a pure function of the request, so it is deterministic, and it is *plausible*:
 the score comes from word overlap between the prompt's labelled sections (ANSWER against
-CONTEXT, RESPONSE against EXPECTED RESPONSE, REQUEST against CHUNK, …), so an answer copied
+CONTEXT, RESPONSE against EXPECTED RESPONSE, REQUEST against CHUNK, RESPONSE against
+GUIDELINE, …), so an answer copied
 from the context scores high and an unrelated one low. The scores are synthetic: they measure
 shared words, not meaning. Forms, in the order they are recognised: a bare digit (``max_tokens:
 1`` or a prompt asking for only a number), the per-turn JSON of ``groundedness_rag``, the
@@ -51,6 +52,7 @@ _SCALE = re.compile(
     r"(\d{1,2})\b|\(([01])\s*-\s*(\d{1,2})\)",
     re.I,
 )
+_NEGATED = re.compile(r"\b(not|never|avoid|without|no)\b", re.I)
 _YES_NO = re.compile(r"\byes or no\b|\"yes\".{0,300}?\"no\"", re.I | re.S)
 _HARM = {
     "violence": "kill killed killing murder stab shoot shot gun bomb explosive attack beat hurt "
@@ -97,6 +99,10 @@ def words(text: str) -> set[str]:
                 break
         found.add(word)
     return found
+
+
+_INSTRUCTION = words("response answer reply state say mention give include whether talk")
+"""Words a guideline uses to instruct, not to name what the response should say."""
 
 
 def support(claim: str, source: str) -> float:
@@ -201,7 +207,9 @@ class Verdict:
         context = first(parts, CONTEXTS) or first(parts, ("DOCUMENTS",))
         question = first(parts, QUESTIONS)
         self.found = candidate is not None or question is not None
-        if candidate and guide:
+        if candidate and "GUIDELINE" in parts:
+            self.grade, self.why = _follows(parts["GUIDELINE"], parts[candidate])
+        elif candidate and guide:
             self.grade = support(parts[guide], parts[candidate])
             self.why = f"the {candidate.lower()} shares {self.grade:.0%} of the {guide.lower()}"
         elif (
@@ -247,6 +255,18 @@ class Verdict:
         """The grade on the scale the prompt asks for."""
         low, high = scale(self.system + "\n" + self.user)
         return low + round((high - low) * max(0.0, min(1.0, self.grade)))
+
+
+def _follows(guideline: str, said: str) -> tuple[float, str]:
+    """Whether a response follows a guideline, by words: a "must" rule's words should be in it,
+    a "must not" rule's words should not."""
+    rule = words(guideline) - _INSTRUCTION
+    shared = rule & words(said)
+    if _NEGATED.search(guideline):
+        why = f"it says {', '.join(sorted(shared))}" if shared else "it says none of it"
+        return (0.0 if shared else 1.0), why
+    grade = len(shared) / len(rule) if rule else 1.0
+    return grade, f"it holds {grade:.0%} of the guideline's words"
 
 
 def split(messages: list[tuple[str, str]]) -> tuple[str, str]:

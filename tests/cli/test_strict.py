@@ -94,6 +94,57 @@ def test_a_gate_on_a_metric_the_flow_cannot_produce_fails_before_any_row(workdir
     assert "cannot produce" not in suite.stderr
 
 
+def test_a_gate_on_a_misspelt_key_fails_before_any_row(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    """score_summary declares its keys, so a wrong key after a right prefix is known now."""
+    result = flowkit(
+        "run", "groundedness", "--data", EXAMPLES / "qa.jsonl", "--gate", "groundedness.meen>=3"
+    )
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --gate groundedness.meen>=3: flow 'groundedness' cannot produce metric "
+        "'groundedness.meen' (did you mean 'groundedness.mean'?); it reports "
+        "groundedness.count, groundedness.invalid, groundedness.invalid_rate, "
+        "groundedness.mean, groundedness.pass_rate, groundedness.stdev\n"
+        "  hint: nothing was run\n"
+    )
+    assert not (workdir / "runs").exists()
+    assert llm_server.stats()["requests"] == 0
+
+
+def test_a_gate_on_a_misspelt_databricks_name_fails_before_any_row(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    """Every aggregate of rag_suite declares its keys, so its unprefixed names are known too."""
+    name = "response/llm_judged/groundedness/rating/percentag"
+    result = flowkit(
+        "run", "rag_suite", "--data", EXAMPLES / "agent_eval.jsonl", "--gate", f"{name}>=0.5"
+    )
+    assert result.exit_code == 2
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(
+        f"error: --gate {name}>=0.5: flow 'rag_suite' cannot produce metric '{name}' "
+        f"(did you mean '{name}e'?); its unprefixed names are agent/latency_seconds/average, "
+    )
+    assert "retrieval/ground_truth/document_recall/average, " in first
+    assert result.stderr.endswith("\n  hint: nothing was run\n")
+    assert not (workdir / "runs").exists()
+    assert llm_server.stats()["requests"] == 0
+
+
+def test_a_gate_on_a_key_known_only_at_run_time_is_checked_after_the_run(workdir: Path) -> None:
+    """classification_accuracy's per-class keys depend on the labels in the data."""
+    data = EXAMPLES / "classification.jsonl"
+    gate = "classification_accuracy.class.no_such_label.f1>=0.5"
+    result = flowkit("run", "classification_accuracy", "--data", data, "--gate", gate, "-q")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1].startswith(
+        f"error: gate {gate}: no metric 'classification_accuracy.class.no_such_label.f1'"
+    )
+    assert (workdir / "runs").is_dir()
+
+
 def test_a_missing_sub_flow_names_the_referencing_flow_line_and_a_near_match(
     workdir: Path,
 ) -> None:

@@ -103,22 +103,104 @@ def test_an_app_returning_fields_fills_the_metric_inputs(
     assert row["outputs"]["groundedness_agent"]["score"] == 1  # judged on the app's chunks
 
 
-def test_an_app_flow_target(questions: Path) -> None:
-    write(
-        Path("app.yaml"),
-        """
-        name: app
-        inputs: {question: {type: string}}
-        outputs: {answer: "${a.output}"}
-        nodes:
-          - {name: a, type: python, source: app.py, function: answer,
-             inputs: {question: "${inputs.question}"}}
-        """,
-    )
+APP_FLOW = """
+name: app
+inputs: {question: {type: string}}
+outputs: {answer: "${a.output}"}
+nodes:
+  - {name: a, type: python, source: app.py, function: answer,
+     inputs: {question: "${inputs.question}"}}
+"""
+
+
+def test_an_app_flow_target_is_judged_and_timed(questions: Path) -> None:
+    write(Path("app.yaml"), APP_FLOW)
     result = flowkit("groundedness", "--data", "q.jsonl", "--target", "app.yaml", "--output", "f")
     assert result.exit_code == 0, result.output
     rows = read_jsonl(Path("f/outputs.jsonl"))
     assert [r["outputs"]["groundedness"]["score"] for r in rows] == [5, 1]
+    # The app flow's wall time in each row: its one node sleeps 0.02 s.
+    latencies = [r["outputs"]["latency_seconds"] for r in rows]
+    assert all(s >= 0.02 for s in latencies)
+    traces = read_jsonl(Path("f/traces.jsonl"))
+    spans = [t for t in traces if t["node"] == "target"]
+    assert [t["output"]["latency_seconds"] for t in spans] == latencies
+    assert all(t["duration"] >= s for t, s in zip(spans, latencies, strict=True))
+    metrics = read_json(Path("f/metrics.json"))
+    assert metrics["agent/latency_seconds/average"] == pytest.approx(sum(latencies) / 2)
+
+    # Again: the app's node comes from the cache, and each row keeps its measured latency.
+    again = flowkit("groundedness", "--data", "q.jsonl", "--target", "app.yaml", "--output", "g")
+    assert again.exit_code == 0, again.output
+    traces = read_jsonl(Path("g/traces.jsonl"))
+    assert [t["cache_hit"] for t in traces if t["node"] == "target.a"] == [True, True]
+    rows = read_jsonl(Path("g/outputs.jsonl"))
+    assert [r["outputs"]["latency_seconds"] for r in rows] == latencies
+
+    # Without the cache every row is timed afresh.
+    fresh = flowkit(
+        "groundedness", "--data", "q.jsonl", "--target", "app.yaml", "--output", "h", "--no-cache"
+    )
+    assert fresh.exit_code == 0, fresh.output
+    rows = read_jsonl(Path("h/outputs.jsonl"))
+    assert all(r["outputs"]["latency_seconds"] >= 0.02 for r in rows)
+    assert [r["outputs"]["latency_seconds"] for r in rows] != latencies
+
+
+def test_an_app_flow_that_reports_its_own_latency_is_refused(questions: Path) -> None:
+    write(
+        Path("app.yaml"),
+        APP_FLOW.replace(
+            'outputs: {answer: "${a.output}"}',
+            'outputs: {answer: "${a.output}", latency_seconds: "${a.output}"}',
+        ),
+    )
+    result = flowkit("groundedness", "--data", "q.jsonl", "--target", "app.yaml")
+    assert result.exit_code == 2
+    assert (
+        "sub-flow 'app' has an output 'latency_seconds' already, and `latency: true` would "
+        "replace it; rename that output or drop `latency`"
+    ) in result.stderr
+
+
+@pytest.mark.parametrize("target", ["app.py:answer", "app.yaml"])
+def test_a_target_runs_on_loky_workers_as_it_does_locally(
+    workdir: Path, tmp_path: Path, target: str
+) -> None:
+    """The workers wrap the metric flow with the target again (they are started elsewhere, so
+    the app is found from the driver's directory, not theirs)."""
+    import flowkit as fk
+
+    write(workdir / "app.py", APP)
+    write(workdir / "app.yaml", APP_FLOW)
+    data = write_jsonl(
+        workdir / "q.jsonl",
+        [
+            {"question": f"{i}: Capital of {c}?", "ground_truth": "Paris."}
+            for i, c in enumerate(["France", "Mars"] * 3)
+        ],
+    )
+    local = fk.run("f1_score", data, target=target, cache_dir=tmp_path / "a", output="local")
+    on_workers = {"target": target, "backend": "loky", "workers": 2, "chunk_size": 2}
+    on_loky = fk.run("f1_score", data, cache_dir=tmp_path / "b", output="loky", **on_workers)
+    assert on_loky.info["options"] == {**local.info["options"], "backend": "loky", "workers": 2}
+    rows = read_jsonl(on_loky.run_dir / "outputs.jsonl")
+    scores = [r["outputs"]["f1_score"]["score"] for r in rows]
+    assert scores == [
+        r["outputs"]["f1_score"]["score"] for r in read_jsonl(local.run_dir / "outputs.jsonl")
+    ]
+    assert scores == [1.0, 0.0] * 3
+    latencies = [r["outputs"]["latency_seconds"] for r in rows]
+    assert all(s >= 0.02 for s in latencies)
+    assert set(on_loky.metrics) == set(local.metrics)
+    assert on_loky.metrics["agent/latency_seconds/average"] == pytest.approx(sum(latencies) / 6)
+
+    # The workers' cache entries came back to the driver: a second run hits them all and keeps
+    # the latencies measured on the workers.
+    again = fk.run("f1_score", data, cache_dir=tmp_path / "b", output="again", **on_workers)
+    rows = read_jsonl(again.run_dir / "outputs.jsonl")
+    assert [r["outputs"]["latency_seconds"] for r in rows] == latencies
+    assert again.counts["node_runs"] < on_loky.counts["node_runs"]
 
 
 @pytest.mark.parametrize(
@@ -132,3 +214,71 @@ def test_bad_targets(questions: Path, target: str, message: str) -> None:
     result = flowkit("groundedness", "--data", "q.jsonl", "--target", target)
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {message}"), result.stderr
+
+
+def test_gates_are_checked_on_the_flow_with_its_target(questions: Path, workdir: Path) -> None:
+    """The app's latency metrics exist only once --target wraps the metric flow."""
+    gates = [
+        "--gate",
+        "agent/latency_seconds/average<=60",
+        "--gate",
+        "agent.latency_seconds.mean<=60",
+    ]
+    result = flowkit("groundedness", "--data", "q.jsonl", "--target", "app.py:answer", *gates)
+    assert result.exit_code == 0, result.output
+    assert "gate agent/latency_seconds/average<=60: passed" in result.stderr
+    typo = flowkit(
+        "groundedness",
+        "--data",
+        "q.jsonl",
+        "--target",
+        "app.py:answer",
+        "--output",
+        "typo",
+        "--gate",
+        "agent.latency_seconds.meen<=60",
+    )
+    assert typo.exit_code == 2
+    assert typo.stderr == (
+        "error: --gate agent.latency_seconds.meen<=60: flow 'groundedness_on_target' cannot "
+        "produce metric 'agent.latency_seconds.meen' (did you mean 'agent.latency_seconds.mean'?); "
+        "it reports agent.agent/latency_seconds/average, "
+        "agent.agent/total_input_token_count/average, "
+        "agent.agent/total_output_token_count/average, agent.agent/total_token_count/average, "
+        "agent.input.mean, agent.input.sum, agent.latency_seconds.mean, agent.latency_seconds.sum, "
+        "agent.output.mean, agent.output.sum, agent.total.mean, agent.total.sum\n"
+        "  hint: nothing was run\n"
+    )
+    assert not (workdir / "typo").exists()
+
+
+def test_a_resume_from_another_directory_finds_the_app(
+    questions: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.json records the directory the target was named from; a resume loads it there."""
+    write(
+        workdir / "flaky.py",
+        """
+        from pathlib import Path
+
+        def answer(question):
+            if "Mars" in question and not Path(__file__).with_name("fixed").exists():
+                raise RuntimeError("the app is down")
+            return "Paris."
+        """,
+    )
+    first = flowkit(
+        "groundedness", "--data", "q.jsonl", "--target", "flaky.py:answer", "--output", "r"
+    )
+    assert first.exit_code == 0, first.output
+    assert [r["status"] for r in read_jsonl(Path("r/outputs.jsonl"))] == ["ok", "failed"]
+    assert read_json(Path("r/run.json"))["invocation"]["target_dir"] == str(workdir)
+    (workdir / "fixed").touch()
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    resumed = CliRunner().invoke(main, ["run", "--resume", str(workdir / "r"), "-q"])
+    assert resumed.exit_code == 0, resumed.output
+    rows = read_jsonl(workdir / "r" / "outputs.jsonl")
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert [r["outputs"]["app_answer"] for r in rows] == ["Paris.", "Paris."]

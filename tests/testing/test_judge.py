@@ -10,8 +10,10 @@ import openai
 import pytest
 
 import flowkit
+from flowkit.flow.loader import load_flow
+from flowkit.inspect.gates import metric_keys
 from flowkit.testing.server import LocalServer
-from tests.support import EXAMPLES, REPO, write_jsonl
+from tests.support import EXAMPLES, REPO, read_jsonl, write_jsonl
 
 EXAMPLE = {
     "agent_eval": (
@@ -22,6 +24,7 @@ EXAMPLE = {
     "chat_history": "relevance_chat retrieval retrieval_intents",
     "classification": "classification_accuracy",
     "conversations": "conversation_suite groundedness_rag",
+    "guidelines": "guideline_adherence",
     "qa": (
         "answer_correctness_yes_no answer_faithfulness answer_relevancy coherence "
         "embedding_similarity exact_match f1_score fact_check fluency groundedness qa_suite "
@@ -57,6 +60,21 @@ def test_every_builtin_flow_reads_the_offline_judge(
         assert not invalid or row["line"] in empty, (invalid, row)
     counts = {k: v for k, v in result.metrics.items() if k.endswith(".invalid")}
     assert all(v <= len(empty) for v in counts.values()), counts
+    # The keys an aggregate function declares (what --gate checks before the run) are exactly
+    # the keys it returned.
+    declared = _declared(load_flow(REPO / "flows" / f"{flow}.yaml"))
+    for record in read_jsonl(result.run_dir / "traces.jsonl"):
+        if record["line"] == -1 and declared.get(record["node"]) is not None:
+            assert set(record["output"]) == declared[record["node"]], record["node"]
+
+
+def _declared(flow: Any, path: tuple[str, ...] = ()) -> dict[str, frozenset[str] | None]:
+    """Each aggregate node's declared keys, by the name its trace records carry."""
+    found = {".".join((*path, n)): metric_keys(flow.nodes[n]) for n in flow.aggregate_order}
+    for name in flow.row_order:
+        if flow.nodes[name].kind == "flow":
+            found.update(_declared(flow.nodes[name].impl, (*path, name)))
+    return found
 
 
 def _results(outputs: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -114,6 +132,18 @@ def test_correctness_follows_the_expected_response(llm_server: LocalServer, tmp_
         _score("correctness", {**row, "response": "The tower is 330 metres tall."}, tmp_path) == 1
     )
     assert _score("correctness", {**row, "response": UNRELATED}, tmp_path) == 0
+
+
+def test_guidelines_are_followed_by_their_words(llm_server: LocalServer, tmp_path: Path) -> None:
+    row = {
+        "request": "How tall is the Eiffel Tower?",
+        "guidelines": {
+            "facts": ["The response must give the height in metres."],
+            "scope": ["The response must not mention bananas."],
+        },
+    }
+    assert _score("guideline_adherence", {**row, "response": COPIED}, tmp_path) == 1
+    assert _score("guideline_adherence", {**row, "response": UNRELATED}, tmp_path) == 0
 
 
 def _ask(server: LocalServer, prompt: str, **params: Any) -> str:
