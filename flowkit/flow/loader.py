@@ -29,7 +29,7 @@ from flowkit.flow.source import (
     locate,
     read_yaml,
 )
-from flowkit.flow.spec import FlowSpec, InputSpec, NodeSpec
+from flowkit.flow.spec import CacheSpec, FlowSpec, InputSpec, NodeSpec
 from flowkit.flow.spec_messages import message as schema_message
 from flowkit.flow.spec_messages import node_keys
 from flowkit.flow.use import PATH_FIELDS, merge_use
@@ -277,7 +277,11 @@ def _must_ref(text: str) -> Ref:
 def static_key(node: Node) -> str:
     """The part of a node's cache key that does not depend on the row."""
     spec = node.spec.model_dump(mode="json", exclude=_KEY_EXCLUDE)
-    return hashlib.sha256(canonical_bytes({"spec": spec, **node.key_parts})).hexdigest()
+    parts = {"spec": spec, **node.key_parts}
+    if isinstance(node.spec.cache, CacheSpec) and node.spec.cache.env:
+        # Read once, at load: the run uses the environment it was started in.
+        parts["env"] = {var: os.environ.get(var) for var in node.spec.cache.env}
+    return hashlib.sha256(canonical_bytes(parts)).hexdigest()
 
 
 def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:

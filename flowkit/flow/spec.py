@@ -56,6 +56,13 @@ class WhenSpec(_Spec):
     """Run only when the value equals this (or is one of these); unset means 'is truthy'."""
 
 
+class CacheSpec(_Spec):
+    """What else belongs in a node's cache key, beyond its spec, code and inputs."""
+
+    env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = []
+    """Environment variables the node's result depends on: their values join the key."""
+
+
 class _NodeBase(_Spec):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """Unique within the flow; other nodes read this node's output as `${name.output}`."""
@@ -63,8 +70,8 @@ class _NodeBase(_Spec):
     """Parameter name → a literal, or a value that is exactly one `${reference}`."""
     when: str | WhenSpec | list[str | WhenSpec] | None = None
     """Run the node only if this reference is truthy (or equals `equals`); a list: all must hold."""
-    cache: bool = True
-    """False always recomputes this node (for nodes whose result should not be reused)."""
+    cache: bool | CacheSpec = True
+    """False always recomputes this node; `{env: [VAR, ...]}` keys it on those variables too."""
     description: str | None = None
     """Free text for readers of the flow."""
 
