@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import json
 import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -242,6 +243,38 @@ def _masked(value: Any, secret: str) -> Any:
     return value
 
 
+class MalformedReply(json.JSONDecodeError):
+    """A 200 whose body is not a chat completion. A JSONDecodeError so the retry policy treats
+    it as it treats a body cut off in transit: a failed attempt, retried, never cached."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the endpoint answered 200 but not with a chat completion: {what}", "", 0)
+        self.what = what
+
+    def __str__(self) -> str:
+        return self.msg
+
+    def __reduce__(self) -> tuple[Any, ...]:  # errors cross to the driver from workers
+        return (MalformedReply, (self.what,))
+
+
+def checked_completion(response: Any) -> Any:
+    """``response`` if it is a chat completion with at least one choice holding a message;
+    else ``MalformedReply`` (an HTML page, ``{"hello": "world"}``, ``choices: null``...)."""
+    if isinstance(response, (str, bytes)):
+        text = response if isinstance(response, str) else response.decode("utf-8", "replace")
+        raise MalformedReply(f"a body of text starting {text[:60]!r}")
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise MalformedReply(
+            f"'choices' is {'an empty list' if choices == [] else 'missing or null'}"
+        )
+    for choice in choices:
+        if getattr(choice, "message", None) is None:
+            raise MalformedReply("a choice has no 'message'")
+    return response
+
+
 def _usage(raw: Any) -> dict[str, int]:
     if raw is None:
         return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
@@ -285,8 +318,10 @@ async def chat(
     target = endpoint.deployment or model
 
     async def call() -> Any:
-        return await client.chat.completions.create(
-            model=target, messages=messages, timeout=attempt_timeout, **kwargs
+        return checked_completion(
+            await client.chat.completions.create(
+                model=target, messages=messages, timeout=attempt_timeout, **kwargs
+            )
         )
 
     try:
