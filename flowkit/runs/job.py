@@ -156,14 +156,18 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             status, metrics = FAILED, None
             raise
         finally:
+            notices = list(writer.info.get("notices") or ())
             if cache is not None:
                 cache.close()
+                if cache.problem:  # the run went on without it: say why, once
+                    notices.append(cache.problem)
             job.ctx.threads.shutdown(wait=False, cancel_futures=True)
             stats = executor.stats if executor is not None else Stats()
             counts = _counts(stats, cache)
             writer.close(
                 status,
                 metrics,
+                notices=notices,
                 counts=counts,
                 tokens=stats.token_totals(),
                 tokens_by_node=_with_models(stats),
