@@ -23,6 +23,7 @@ from flowkit.flow.loader import load_flow, load_flows
 from flowkit.runs.folder import (
     RUNNING,
     RunWriter,
+    claim_run_dir,
     claimed,
     effective_status,
     iso,
@@ -60,11 +61,13 @@ def run(
     scheduler: str | None = None,
     chunk_size: int = 512,
     strict: bool = False,
+    overwrite: bool = False,
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
     With ``strict`` a bad data row stops the run before anything runs; otherwise bad rows are
-    recorded as such and the good rows run.
+    recorded as such and the good rows run. A run folder that already holds anything is
+    refused unless ``overwrite`` is given (which replaces its run files only).
     """
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
     data_path = Path(data)
@@ -124,7 +127,8 @@ def run(
         "notices": job.maps.notices,
         "invocation": invocation,
     }
-    return execute(job, RunWriter(run_dir, info), kept=None)
+    lock = claim_run_dir(run_dir, overwrite=overwrite)
+    return execute(job, RunWriter(run_dir, info, lock=lock), kept=None)
 
 
 def resume(

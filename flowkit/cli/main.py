@@ -86,6 +86,7 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--refresh", multiple=True, metavar="NODE", help="Recompute this node (repeatable).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Where the cache lives.")
 @click.option("--output", type=click.Path(file_okay=False), help="The run folder to write.")
+@click.option("--overwrite", is_flag=True, help="Replace the run in an existing --output/--name.")
 @click.option("--name", help="The run's name (its folder under runs/).")
 @click.option("--model", help="Chat model for llm nodes that pin none.")
 @click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
@@ -144,6 +145,7 @@ def run(
     scheduler: str | None,
     quiet: bool,
     otel: bool,
+    overwrite: bool = False,
 ) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data.
 
@@ -199,6 +201,7 @@ def run(
                 workers=workers,
                 scheduler=scheduler,
                 strict=strict,
+                overwrite=overwrite,
             )
     for notice in result.info.get("notices") or ():
         err_console.print(f"note: {escape(notice)}", highlight=False)

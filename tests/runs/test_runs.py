@@ -160,7 +160,7 @@ def test_an_output_folder_and_a_run_name(tmp_path: Path, finished: flowkit.api.R
             runs_root=tmp_path / "runs",
             cache_dir=tmp_path / "cache",
         )
-    assert "already exists and is not empty" in str(info.value)
+    assert "already exists and holds a run" in str(info.value)
 
 
 def test_the_writer_holds_rows_back_until_earlier_ones_arrive(tmp_path: Path) -> None:
