@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from flowkit import __version__
 from flowkit.cli.inspect_commands import COMMANDS
-from flowkit.cli.terminal import console, err_console
+from flowkit.cli.terminal import console, err_console, styled
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.inspect.gates import check_gates, parse_gate
 from flowkit.inspect.show import count_rows, metrics_table, progress_display
@@ -28,7 +27,7 @@ class FlowkitGroup(click.Group):
         try:
             return super().invoke(ctx)
         except FlowkitError as err:
-            err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
+            err_console.print(styled("[bold red]error:[/]"), str(err), highlight=False)
             sys.exit(err.exit_code)
 
 
@@ -204,7 +203,7 @@ def run(
                 overwrite=overwrite,
             )
     for notice in result.info.get("notices") or ():
-        err_console.print(f"note: {escape(notice)}", highlight=False)
+        err_console.print(f"note: {notice}", highlight=False)
     if result.counts.get("bad_input"):
         _report_bad_rows(result)
     console.print(metrics_table(result.metrics, result.info))
@@ -220,8 +219,8 @@ def run(
         err_console.print(str(export_run(result.run_dir)), highlight=False)
     if fail_on_error is not None and result.failed_ratio > fail_on_error:
         err_console.print(
-            f"[bold red]error:[/] {result.failed_ratio:.1%} of rows failed, "
-            f"more than --fail-on-error {fail_on_error}"
+            styled("[bold red]error:[/]"),
+            f"{result.failed_ratio:.1%} of rows failed, more than --fail-on-error {fail_on_error}",
         )
         sys.exit(1)
     check_gates(parsed_gates, result.metrics, err_console)
@@ -235,7 +234,7 @@ def _report_bad_rows(result: Any, shown: int = 5) -> None:
         highlight=False,
     )
     for row in bad[:shown]:
-        err_console.print(f"  {escape(str((row.get('error') or {}).get('message')))}")
+        err_console.print(f"  {(row.get('error') or {}).get('message')}")
     if len(bad) > shown:
         more = len(bad) - shown
         err_console.print(f"  … and {more} more: flowkit trace {result.run_id} --failed")

@@ -18,6 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from flowkit.engine.context import Stats
 from flowkit.inspect.trace_view import show_sections
@@ -86,11 +87,11 @@ def metrics_table(metrics: dict[str, Any], info: dict[str, Any] | None = None) -
         table.add_row(name, _fmt(value))
     for node, detail in ((info or {}).get("aggregates") or {}).items():
         if detail.get("status") == "skipped":
-            table.add_row(f"[dim]{node}: skipped[/]", "no row had its inputs")
+            table.add_row(Text(f"{node}: skipped", "dim"), "no row had its inputs")
         elif detail.get("rows_left_out"):
-            table.add_row(f"[dim]{node}: rows left out[/]", str(detail["rows_left_out"]))
+            table.add_row(Text(f"{node}: rows left out", "dim"), str(detail["rows_left_out"]))
         if detail.get("error"):
-            table.add_row(f"[red]{node} failed[/]", detail["error"])
+            table.add_row(Text(f"{node} failed", "red"), detail["error"])
     return table
 
 
