@@ -11,12 +11,14 @@ never formatted into an error message: run records, caches and logs are shared f
 
 from __future__ import annotations
 
+import base64
 import datetime
 import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -134,11 +136,21 @@ class Endpoint(BaseModel):
         """The server address, whichever kind this is."""
         return (self.azure_endpoint if self.kind == "azure" else self.base_url) or OPENAI_PUBLIC_URL
 
+    def secrets(self) -> list[str]:
+        """Every credential this endpoint sends: the key, and a password in the URL (also as
+        the Basic Authorization token httpx makes of it). Masked wherever text is recorded."""
+        found = [self.api_key.get_secret_value()] if self.api_key else []
+        parts = urlsplit(self.url)
+        if parts.password:
+            user, password = unquote(parts.username or ""), unquote(parts.password)
+            found += [password, base64.b64encode(f"{user}:{password}".encode()).decode()]
+        return [s for s in found if len(s) >= 4]
+
     def fingerprint(self) -> dict[str, str | None]:
         """What identifies the server for cache keys and run records; never holds a secret."""
         return {
             "kind": self.kind,
-            "url": self.url,
+            "url": redact_url(self.url),
             "deployment": self.deployment,
             "api_version": self.api_version,
         }
@@ -161,6 +173,15 @@ class Endpoint(BaseModel):
             digest,
             self.limits.model_dump_json(),
         )
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password in it replaced by ****."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:****@{host}"))
 
 
 class ProjectFile(BaseModel):

@@ -211,6 +211,8 @@ class Core:
         attempt, found, fault, rng = await self._admit(self.prompts, key, text, prompt_tokens)
         if fault == "garbage":
             scripted: str | None = garbage(rng)
+        elif found.get("echo") == "headers":
+            scripted = json.dumps(dict(request.headers))
         else:
             # An empty [[reply: ]] is a reply too: the empty content a judge can send.
             scripted = found["reply"] if "reply" in found else await self._scripted(body, messages)
