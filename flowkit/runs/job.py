@@ -149,6 +149,11 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         try:
             # After Ctrl-C the finished rows still get their metrics; after a crash, none.
             if ready and status != FAILED:
+                # Every finished row reaches the disk (and the cache) first: a kill during a
+                # long aggregate must not lose rows, nor make a resume pay for them again.
+                writer.flush()
+                if cache is not None:
+                    cache.flush()
                 metrics, agg_info = run_aggregates(executor)  # type: ignore[arg-type]
         except KeyboardInterrupt:
             status, metrics = INTERRUPTED, None

@@ -118,3 +118,34 @@ def test_two_runs_started_together_with_one_name(project: Path) -> None:
                     "error: run folder 'runs/same' already exists and holds a run\n",
                 )
             ), err
+
+
+def test_rows_are_on_disk_before_the_aggregates_run(tmp_path: Path) -> None:
+    write(
+        tmp_path / "t.yaml",
+        """
+        name: t
+        inputs: {x: {type: integer}}
+        outputs: {y: ${n.output}}
+        nodes:
+          - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}
+          - {name: a, type: aggregate, source: m.py, function: seen, inputs: {ys: ${n.output}}}
+        """,
+    )
+    # The aggregate counts what a kill at this moment would leave on disk.
+    write(
+        tmp_path / "m.py",
+        "from pathlib import Path\n\ndef f(x):\n    return x\n\n"
+        "def seen(ys):\n"
+        "    run = Path('runs/r')\n"
+        "    rows = (run / 'outputs.jsonl').read_text().count('\\n')\n"
+        "    traces = (run / 'traces.jsonl').read_text().count('\\n')\n"
+        "    return {'rows_on_disk': rows, 'traces_on_disk': traces}\n",
+    )
+    write_jsonl(tmp_path / "d.jsonl", [{"x": i} for i in range(50)])
+    code, out, err = _run(tmp_path, "--name", "r")
+    assert code == 0, out + err
+    assert read_json(tmp_path / "runs" / "r" / "metrics.json") == {
+        "t.rows_on_disk": 50,
+        "t.traces_on_disk": 50,
+    }
