@@ -6,6 +6,7 @@ else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,38 @@ from flowkit.cli.terminal import console, err_console, styled
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.inspect.gates import check_gates, parse_gate
 from flowkit.inspect.show import count_rows, metrics_table, progress_display
+
+
+class _Number(click.ParamType):
+    """A finite number (never NaN or infinite) at least ``low``, or more than it (``open_low``),
+    and at most ``high``; anything else is a one-line usage error (exit 2)."""
+
+    name = "number"
+
+    def __init__(
+        self, kind: type, low: float, *, open_low: bool = False, high: float | None = None
+    ) -> None:
+        self.kind, self.low, self.open_low, self.high = kind, low, open_low, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        what = "a whole number" if self.kind is int else "a number"
+        bound = f"more than {self.low:g}" if self.open_low else f"at least {self.low:g}"
+        if self.high is not None:
+            bound += f" and at most {self.high:g}"
+        try:
+            number = value if isinstance(value, self.kind) else self.kind(str(value).strip())
+        except ValueError:
+            number = None
+        if (
+            number is None
+            or not math.isfinite(number)
+            or number < self.low
+            or (self.open_low and number == self.low)
+            or (self.high is not None and number > self.high)
+        ):
+            opt = param.opts[0] if param is not None and param.opts else "the value"
+            raise UsageError(f"{opt} must be {what} {bound}, not {value!r}")
+        return number
 
 
 class FlowkitGroup(click.Group):
@@ -79,8 +112,14 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
     type=click.Path(file_okay=False),
     help="An earlier run whose outputs ${run.outputs.x} reads, joined on line.",
 )
-@click.option("--concurrency", default=16, show_default=True, help="Rows in flight at once.")
-@click.option("--limit", type=int, help="Run only the first N rows.")
+@click.option(
+    "--concurrency",
+    default=16,
+    show_default=True,
+    type=_Number(int, 1),
+    help="Rows in flight at once.",
+)
+@click.option("--limit", type=_Number(int, 0), help="Run only the first N rows.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the node cache.")
 @click.option("--refresh", multiple=True, metavar="NODE", help="Recompute this node (repeatable).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Where the cache lives.")
@@ -89,10 +128,10 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--name", help="The run's name (its folder under runs/).")
 @click.option("--model", help="Chat model for llm nodes that pin none.")
 @click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
-@click.option("--timeout", type=float, help="Seconds per model request.")
+@click.option("--timeout", type=_Number(float, 0, open_low=True), help="Seconds per model request.")
 @click.option(
     "--fail-on-error",
-    type=float,
+    type=_Number(float, 0, high=1),
     metavar="RATIO",
     help="Exit 1 when more than this fraction of rows failed.",
 )
@@ -111,7 +150,11 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
     help="Where rows run: this process, or joblib workers (see README, Running at scale).",
 )
 @click.option(
-    "--workers", default=2, show_default=True, help="joblib workers (non-local backends)."
+    "--workers",
+    default=2,
+    show_default=True,
+    type=_Number(int, 1),
+    help="joblib workers (non-local backends).",
 )
 @click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")

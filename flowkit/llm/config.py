@@ -74,9 +74,26 @@ class Connection(Limits):
     type: Literal["openai", "azure"] = "openai"
     """``openai`` for the OpenAI API and any OpenAI-compatible server, ``azure`` for Azure."""
     base_url: str | None = None
-    """Server URL ending in ``/v1`` (openai type); empty means the public OpenAI API."""
+    """Server URL ending in ``/v1`` (openai type); unset means the public OpenAI API."""
     azure_endpoint: str | None = None
     """Resource URL such as ``https://x.openai.azure.com`` (azure type)."""
+
+    @field_validator("base_url", "azure_endpoint")
+    @classmethod
+    def _a_url(cls, value: str | None) -> str | None:
+        """A URL typo must not send requests (and keys) elsewhere: an empty or unparsable one
+        is refused, never replaced by the public OpenAI URL."""
+        if value is None:
+            return None
+        if not value.strip():
+            raise ValueError("is empty: give the server's URL, or leave the key out for OpenAI")
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"{value!r} is not an http(s) URL; write it like 'http://localhost:8000/v1'"
+            )
+        return value.strip()
+
     api_version: str | None = None
     """Azure API version such as ``2024-06-01``; defaults to $OPENAI_API_VERSION."""
     deployment: str | None = None
