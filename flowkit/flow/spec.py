@@ -6,9 +6,10 @@ they reach these models, so every node here is complete.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 InputType = Literal["string", "number", "integer", "boolean", "list", "object", "any"]
 Comparable = str | int | float | bool | None
@@ -161,8 +162,20 @@ class FlowSpec(_Spec):
     description: str = ""
     """One line shown by `flowkit list`."""
     inputs: dict[str, InputSpec] = {}
-    """The flow's typed inputs, filled per row from the data mapping."""
+    """The flow's typed inputs (names as in Python: `${inputs.NAME}` must be able to say them),
+    filled per row from the data mapping."""
     outputs: dict[str, str] = {}
     """Output name → reference; the per-row results written to outputs.jsonl."""
     nodes: list[NodeSpec] = []
     """The steps, in any order: dependencies come from the references."""
+
+    @field_validator("inputs")
+    @classmethod
+    def _input_names(cls, value: dict[str, InputSpec]) -> dict[str, InputSpec]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(
+                    f"input name {name!r} must be letters, digits and '_' (not starting with a "
+                    "digit): ${inputs.NAME} and --map NAME=... must be able to say it"
+                )
+        return value

@@ -356,6 +356,13 @@ def read_project_file(path: Path) -> ProjectFile:
         ) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes().count(b"\n", 0, exc.start) + 1
+        raise UsageError(
+            f"{path}:{line}: not valid UTF-8 (byte {exc.start + 1})", hint="save the file as UTF-8"
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{path}: not valid YAML (nested too deeply)") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

@@ -1,0 +1,65 @@
+"""Bad flows and project files are refused at validation with one line naming file:LINE."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from flowkit.cli.main import main
+from tests.support import write, write_jsonl
+
+
+def _validate(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["validate", *args])
+    return result.exit_code, result.output
+
+
+def test_include_in_a_prompt_is_refused_at_validation(workdir: Path) -> None:
+    write(
+        workdir / "f.yaml",
+        """
+        name: inc
+        inputs: {q: {type: string}}
+        outputs: {a: ${ask.output}}
+        nodes:
+          - name: ask
+            type: llm
+            messages: [{role: user, content: "{% include 'x.txt' %} {{ q }}"}]
+            inputs: {q: ${inputs.q}}
+        """,
+    )
+    code, out = _validate("f.yaml")
+    assert code == 2
+    assert (
+        "f.yaml:7: node 'ask': {% include %} is not supported in prompts: put the text in the "
+        "prompt itself (or pass it in as an input) (in messages, template line 1)"
+    ) in out
+
+
+def test_an_input_name_no_reference_can_say_is_refused(workdir: Path) -> None:
+    write(
+        workdir / "g.yaml",
+        """
+        name: g
+        inputs: {"x y": {type: string}}
+        outputs: {a: ${n.output}}
+        nodes:
+          - {name: n, type: python, function: "flowkit.metrics.text:normalize", inputs: {text: a}}
+        """,
+    )
+    code, out = _validate("g.yaml")
+    assert code == 2
+    assert "g.yaml:2: inputs: input name 'x y' must be letters, digits and '_'" in out
+
+
+def test_a_latin1_or_deeply_nested_project_file_is_one_line(workdir: Path) -> None:
+    write_jsonl(workdir / "d.jsonl", [{"context": "c", "answer": "a"}])
+    (workdir / "flowkit.yaml").write_bytes(b"default_model: caf\xe9\n")
+    result = CliRunner().invoke(main, ["run", "groundedness", "--data", "d.jsonl"])
+    assert result.exit_code == 2, result.output
+    assert f"error: {workdir / 'flowkit.yaml'}:1: not valid UTF-8 (byte 19)" in result.output
+    (workdir / "flowkit.yaml").write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    result = CliRunner().invoke(main, ["run", "groundedness", "--data", "d.jsonl"])
+    assert result.exit_code == 2, result.output
+    assert f"error: {workdir / 'flowkit.yaml'}: not valid YAML (nested too deeply)" in result.output
