@@ -138,7 +138,33 @@ def _check_file(p: Path, display: str) -> str:
         raise DataError(f"cannot read data file '{display}': {e.strerror}") from None
     if blank:
         raise DataError(f"data file '{display}' is empty", hint="add rows, or use another file")
+    _check_encoding(p, display, line_based=suffix != ".json")
     return suffix
+
+
+def _check_encoding(p: Path, display: str, *, line_based: bool) -> None:
+    """Name a wrong encoding or line ending instead of letting every row (or the header) look
+    like it has no columns."""
+    with p.open("rb") as f:
+        head = f.read(_CHUNK)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
+        len(head) >= 4 and head.count(0) * 4 >= len(head)
+    ):
+        raise DataError(
+            f"data file '{display}' is UTF-16 (or another wide encoding), not UTF-8",
+            hint="save the file as UTF-8",
+        )
+    if (
+        line_based
+        and b"\r" in head
+        and b"\n" not in head
+        and len(head.rstrip(b"\r")) > head.find(b"\r") + 1
+    ):
+        raise DataError(
+            f"data file '{display}' ends its lines with CR only (old Mac style), so it reads "
+            "as one line",
+            hint="save it with LF (or CRLF) line endings",
+        )
 
 
 def _is_blank(p: Path) -> bool:
