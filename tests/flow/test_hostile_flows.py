@@ -63,3 +63,16 @@ def test_a_latin1_or_deeply_nested_project_file_is_one_line(workdir: Path) -> No
     result = CliRunner().invoke(main, ["run", "groundedness", "--data", "d.jsonl"])
     assert result.exit_code == 2, result.output
     assert f"error: {workdir / 'flowkit.yaml'}: not valid YAML (nested too deeply)" in result.output
+
+
+def test_a_long_string_repeated_through_aliases_is_capped_by_size(workdir: Path) -> None:
+    lines = ["name: laugh", "description: &big " + "x" * 1_000_000, "inputs: {}", "nodes:"]
+    lines += ["  - {name: n, type: python, function: 'flowkit.metrics.text:normalize',"]
+    lines += ["     inputs: {text: [" + ", ".join(["*big"] * 100) + "]}}"]
+    (workdir / "laugh.yaml").write_text("\n".join(lines) + "\n")
+    code, out = _validate("laugh.yaml")
+    assert code == 2
+    assert (
+        "the text here expands to more than 33,554,432 characters (long strings repeated "
+        "through aliases, *name)"
+    ) in out
