@@ -117,6 +117,16 @@ def peek_columns(path: str | Path, *, sample: int = 50) -> list[str]:
 
 def _check_file(p: Path, display: str) -> str:
     """Raise ``DataError`` for a file that cannot yield rows at all; return its extension."""
+    try:
+        p.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as err:  # a name too long, a loop of links...
+        raise DataError(
+            f"data file '{display[:80]}{'…' if len(display) > 80 else ''}' cannot be opened: "
+            f"{err.strerror or err}",
+            hint="check the --data path",
+        ) from None
     if not p.exists():
         raise DataError(
             f"data file '{display}' does not exist",

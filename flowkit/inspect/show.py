@@ -35,7 +35,11 @@ def count_rows(path: Path, limit: int | None = None) -> int | None:
     """The rows a data file will yield, for the ETA: lines of a .jsonl (a .csv less its header),
     counted in binary chunks; None for .json, whose rows are only known once it is parsed."""
     suffix = path.suffix.lower()
-    if suffix not in (".jsonl", ".csv") or not path.is_file():
+    try:
+        regular = path.is_file()
+    except OSError:  # a name too long: the run itself says so
+        regular = False
+    if suffix not in (".jsonl", ".csv") or not regular:
         return limit
     lines = 0
     with open(path, "rb") as f:

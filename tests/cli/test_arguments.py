@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from flowkit.cli.main import main
-from tests.support import write_jsonl
+from tests.support import start_flowkit, write_jsonl
 
 
 @pytest.mark.parametrize(
@@ -56,3 +56,30 @@ def test_a_base_url_that_is_no_url_is_refused(workdir: Path, url: str, message: 
     )
     assert result.exit_code == 2, result.output
     assert "connections.x.base_url: Value error, " + message in result.output
+
+
+def test_paths_the_os_refuses_are_one_line_errors(workdir: Path) -> None:
+    long_name = "a" * 300 + ".jsonl"
+    result = CliRunner().invoke(main, ["run", "exact_match", "--data", long_name])
+    assert result.exit_code == 2, result.output
+    assert f"error: data file '{long_name[:80]}…' cannot be opened: File name too long" in (
+        result.output
+    )
+    write_jsonl(workdir / "d.jsonl", [{"answer": "a", "ground_truth": "a"}])
+    ran = CliRunner().invoke(main, ["run", "exact_match", "--data", "d.jsonl", "--name", "r"])
+    assert ran.exit_code == 0, ran.output
+    (workdir / "file").write_text("")
+    result = CliRunner().invoke(main, ["report", "r", "-o", "file/x.html"])
+    assert result.exit_code == 2, result.output
+    assert "error: cannot write the report to 'file/x.html': 'file' is a file" in result.output
+
+
+def test_an_unreachable_dask_scheduler_is_one_line(workdir: Path) -> None:
+    pytest.importorskip("dask.distributed")
+    write_jsonl(workdir / "d.jsonl", [{"answer": "a", "ground_truth": "a"}])
+    args = ["--backend", "dask", "--scheduler", "tcp://127.0.0.1:9", "-q"]
+    proc = start_flowkit(workdir, "run", "exact_match", "--data", "d.jsonl", *args)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out + err
+    assert err.startswith("error: cannot reach the Dask scheduler at tcp://127.0.0.1:9: ")
+    assert "Traceback" not in err
