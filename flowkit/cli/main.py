@@ -6,7 +6,9 @@ else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,8 +62,20 @@ class FlowkitGroup(click.Group):
         try:
             return super().invoke(ctx)
         except FlowkitError as err:
+            _quiet_ctrl_c()
             err_console.print(styled("[bold red]error:[/]"), str(err), highlight=False)
             sys.exit(err.exit_code)
+        except KeyboardInterrupt:  # a Ctrl-C outside a run's own handling: still 130
+            _quiet_ctrl_c()
+            err_console.print(styled("[bold red]error:[/]"), "interrupted", highlight=False)
+            sys.exit(130)
+
+
+def _quiet_ctrl_c() -> None:
+    """The command is ending with its own exit code: a further Ctrl-C (a held key) must not
+    turn that into click's `Aborted!` and exit 1."""
+    with contextlib.suppress(ValueError):  # not the main thread (an embedding caller)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @click.group(cls=FlowkitGroup)

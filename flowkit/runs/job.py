@@ -7,7 +7,10 @@ the aggregates, and a run folder closed with an honest status whatever happened.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -161,25 +164,26 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             status, metrics = FAILED, None
             raise
         finally:
-            notices = list(writer.info.get("notices") or ())
-            if cache is not None:
-                cache.close()
-                if cache.problem:  # the run went on without it: say why, once
-                    notices.append(cache.problem)
-            job.ctx.threads.shutdown(wait=False, cancel_futures=True)
-            stats = executor.stats if executor is not None else Stats()
-            counts = _counts(stats, cache)
-            writer.close(
-                status,
-                metrics,
-                notices=notices,
-                counts=counts,
-                tokens=stats.token_totals(),
-                tokens_by_node=_with_models(stats),
-                aggregates=agg_info,
-                cost=_cost(stats, job.settings),
-                duration_seconds=round(time.monotonic() - t0, 3),
-            )
+            with _sigint_deferred():
+                notices = list(writer.info.get("notices") or ())
+                if cache is not None:
+                    cache.close()
+                    if cache.problem:  # the run went on without it: say why, once
+                        notices.append(cache.problem)
+                job.ctx.threads.shutdown(wait=False, cancel_futures=True)
+                stats = executor.stats if executor is not None else Stats()
+                counts = _counts(stats, cache)
+                writer.close(
+                    status,
+                    metrics,
+                    notices=notices,
+                    counts=counts,
+                    tokens=stats.token_totals(),
+                    tokens_by_node=_with_models(stats),
+                    aggregates=agg_info,
+                    cost=_cost(stats, job.settings),
+                    duration_seconds=round(time.monotonic() - t0, 3),
+                )
     if status == INTERRUPTED:
         raise Interrupted(writer.dir)
     return RunResult(writer.dir, status, metrics or {}, counts, stats.token_totals(), writer.info)
@@ -292,6 +296,20 @@ def _mapped_rows(
             yield row.line, maps.apply(row.values, row.line), None
         except RowError as err:
             yield row.line, None, f"{display(path)}:{row.source_line}: {err}"
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Ctrl-C waits while the run folder is closed: a second Ctrl-C (after the first stopped
+    the rows or the aggregates) must not leave run.json saying `running`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Interrupted(FlowkitError):

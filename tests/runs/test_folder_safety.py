@@ -149,3 +149,43 @@ def test_rows_are_on_disk_before_the_aggregates_run(tmp_path: Path) -> None:
         "t.rows_on_disk": 50,
         "t.traces_on_disk": 50,
     }
+
+
+def test_two_ctrl_c_during_aggregation_exit_130_and_mark_the_run(tmp_path: Path) -> None:
+    import signal
+
+    write(
+        tmp_path / "t.yaml",
+        """
+        name: t
+        inputs: {x: {type: integer}}
+        outputs: {y: ${n.output}}
+        nodes:
+          - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}
+          - {name: a, type: aggregate, source: m.py, function: slow, inputs: {ys: ${n.output}}}
+        """,
+    )
+    write(
+        tmp_path / "m.py",
+        "import time\nfrom pathlib import Path\n\ndef f(x):\n    return x\n\n"
+        "def slow(ys):\n    Path('aggregating').touch()\n"
+        "    time.sleep(30)\n"
+        "    return {'n': len(ys)}\n",
+    )
+    write_jsonl(tmp_path / "d.jsonl", [{"x": i} for i in range(20_000)])
+    proc = start_flowkit(tmp_path, "run", "t.yaml", "--data", "d.jsonl", "--name", "r", "-q")
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "aggregating").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Ctrl-C held down: the first stops the aggregate, the rest land wherever the run is then,
+    # closing its folder included.
+    end = time.monotonic() + 0.5
+    while proc.poll() is None and time.monotonic() < end:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.002)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "Aborted!" not in err and "Traceback" not in err
+    info = read_json(tmp_path / "runs" / "r" / "run.json")
+    assert info["status"] == "interrupted"
+    assert info["counts"]["rows"] == 20_000
