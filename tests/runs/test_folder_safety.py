@@ -102,6 +102,9 @@ def test_output_under_a_file_is_a_one_line_error(project: Path) -> None:
 
 
 def test_two_runs_started_together_with_one_name(project: Path) -> None:
+    # A module that takes a second to import lines the three runs up: started a few
+    # milliseconds apart, they reach the folder at about the same moment.
+    write(project / "m.py", "import time\n\ntime.sleep(1)\n\ndef f(x):\n    return x\n")
     args = ("run", "t.yaml", "--data", "d.jsonl", "--no-cache", "-q", "--name", "same")
     procs = [start_flowkit(project, *args) for _ in range(3)]
     results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
