@@ -69,6 +69,11 @@ class LoadContext:
         self.report(self._file.get(id(node), node.file), line, node.name, message)
 
     # -- loading --------------------------------------------------------------------------
+    @property
+    def chain(self) -> list[Path]:
+        """The flow files being read, outermost first: the sub-flow being loaded is last."""
+        return list(self._stack)
+
     def load(self, path: Path) -> Flow | None:
         try:
             path = path.resolve()

@@ -8,13 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flowkit.errors import did_you_mean, one_of
+from flowkit.errors import did_you_mean, display, one_of
 from flowkit.flow.builtin import builtin_flows
 from flowkit.kinds import Kind, register
 
 if TYPE_CHECKING:
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
+
+MAX_NESTING = 32
+"""Sub-flows within sub-flows: far deeper than any flow a person writes, far shallower than
+the stack that loading and running them take."""
 
 
 @register
@@ -26,6 +30,20 @@ class FlowKind(Kind):
         path = base_dir / target
         if not path.exists() and target in builtin_flows():
             path = builtin_flows()[target]
+        chain = ctx.chain
+        if len(chain) >= MAX_NESTING:
+            # Refused here, at the node that goes one level too deep: left to run out of stack,
+            # the error would surface in whichever file was being parsed at that moment.
+            shown = [display(p) for p in chain]
+            if len(shown) > 4:
+                shown = [*shown[:2], "…", *shown[-2:]]
+            ctx.error(
+                node,
+                f"sub-flows nest more than {MAX_NESTING} levels deep "
+                f"({' → '.join(shown)} → {target}); flatten some of them",
+                key="flow",
+            )
+            return
         before = len(ctx.diagnostics)
         sub = ctx.load(path)
         if sub is None:

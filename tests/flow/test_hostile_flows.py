@@ -76,3 +76,32 @@ def test_a_long_string_repeated_through_aliases_is_capped_by_size(workdir: Path)
         "the text here expands to more than 33,554,432 characters (long strings repeated "
         "through aliases, *name)"
     ) in out
+
+
+def test_deep_sub_flow_nesting_names_the_node_that_goes_too_deep(workdir: Path) -> None:
+    # 200 files, each running the next as a sub-flow; every file on its own is fine.
+    depth = 200
+    for i in range(depth):
+        if i < depth - 1:
+            node = f"{{name: s, type: flow, flow: f{i + 1}.yaml, inputs: {{x: ${{inputs.x}}}}}}"
+            out = "${s.output.y}"
+        else:
+            node = "{name: s, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}"
+            out = "${s.output}"
+        text = f"name: f{i}\ninputs: {{x: {{type: integer}}}}\noutputs: {{y: {out}}}\n"
+        (workdir / f"f{i}.yaml").write_text(f"{text}nodes:\n  - {node}\n")
+    write(workdir / "m.py", "def f(x):\n    return x\n")
+    code, out = _validate("f0.yaml")
+    assert code == 2
+    assert out.splitlines()[1:] == [
+        "f31.yaml:5: node 's': sub-flows nest more than 32 levels deep (f0.yaml → f1.yaml → … "
+        "→ f30.yaml → f31.yaml → f32.yaml); flatten some of them"
+    ]
+    # 32 levels load and run.
+    (workdir / "f31.yaml").write_text(
+        (workdir / "f199.yaml").read_text().replace("name: f199", "name: f31")
+    )
+    write_jsonl(workdir / "d.jsonl", [{"x": 7}])
+    result = CliRunner().invoke(main, ["run", "f0.yaml", "--data", "d.jsonl", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "1 ok, 0 failed" in result.output
