@@ -18,7 +18,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -27,6 +27,7 @@ from flowkit.cache.canonical import dumps
 from flowkit.data.jsonl import raw_records
 from flowkit.engine.records import NodeRecord, encode
 from flowkit.errors import UsageError
+from flowkit.runs.space import give_back, hold, no_space
 
 RUN_FORMAT = "flowkit.run"
 RUN_VERSION = 1
@@ -163,6 +164,9 @@ class RunWriter:
     ):
         self.dir = directory
         self._lock = lock  # from claim_run_dir: released when the run is closed
+        hold(lock)
+        self.out_of_space = False
+        """A write found the disk full: the run was closed as interrupted."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.run_id = directory.name
         self.info = {
@@ -245,6 +249,36 @@ class RunWriter:
         self.write_info(counts=counts(), updated=iso(time.time()))
 
     def close(self, status: str, metrics: dict[str, Any] | None, **updates: Any) -> None:
+        try:
+            self._close_files()
+        except OSError as err:
+            if not no_space(err):
+                raise
+            self._full()
+            for f in (self._outputs, self._traces):  # already closed, unless flushing failed
+                with suppress(OSError, ValueError):
+                    f.close()  # type: ignore[union-attr]
+        for attempt in (1, 2):
+            try:
+                if metrics is not None:
+                    write_json(self.dir / "metrics.json", metrics)
+                if self.out_of_space and status == COMPLETED:
+                    status = INTERRUPTED  # its last rows may be torn
+                self.write_info(status=status, ended=iso(time.time()), **updates)
+                break
+            except OSError as err:
+                if not no_space(err) or attempt == 2:
+                    raise
+                self._full()
+        give_back(self._lock)
+        if self._lock is not None:
+            self._lock.close()
+
+    def _full(self) -> None:
+        self.out_of_space = True
+        give_back(self._lock)
+
+    def _close_files(self) -> None:
         # Rows still held for ordering (an earlier row never finished) are written anyway.
         for index in sorted(self._buffer):
             self._outputs.write(self._buffer.pop(index))
@@ -254,11 +288,6 @@ class RunWriter:
             self._traces.close()
         if self._merge_from:
             _merge_sorted_parts(self.dir / "outputs.jsonl", self._merge_from)
-        if metrics is not None:
-            write_json(self.dir / "metrics.json", metrics)
-        self.write_info(status=status, ended=iso(time.time()), **updates)
-        if self._lock is not None:
-            self._lock.close()
 
 
 def _merge_sorted_parts(path: Path, split: int) -> None:

@@ -29,6 +29,7 @@ from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, di
 from flowkit.flow.graph import Flow
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.resume import prepare
+from flowkit.runs.space import OutOfSpace, no_space
 
 
 @dataclass
@@ -128,6 +129,7 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     executor: Executor | None = None
     status, metrics, agg_info = FAILED, None, {}
     ready = False  # the executor holds every kept row: aggregates over it are meaningful
+    full = False  # a write to the run folder found the disk full
     t0 = time.monotonic()
 
     def progress(stats: Stats) -> None:
@@ -148,10 +150,15 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         status = COMPLETED
     except KeyboardInterrupt:
         status = INTERRUPTED
+    except OSError as err:
+        if not no_space(err):
+            raise
+        status, full = INTERRUPTED, True
     finally:
         try:
-            # After Ctrl-C the finished rows still get their metrics; after a crash, none.
-            if ready and status != FAILED:
+            # After Ctrl-C the finished rows still get their metrics; after a crash, or with
+            # the disk full, none.
+            if ready and status != FAILED and not full:
                 # Every finished row reaches the disk (and the cache) first: a kill during a
                 # long aggregate must not lose rows, nor make a resume pay for them again.
                 writer.flush()
@@ -160,6 +167,11 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
                 metrics, agg_info = run_aggregates(executor)  # type: ignore[arg-type]
         except KeyboardInterrupt:
             status, metrics = INTERRUPTED, None
+        except OSError as err:
+            if not no_space(err):
+                status, metrics = FAILED, None
+                raise
+            status, metrics, full = INTERRUPTED, None, True
         except BaseException:
             status, metrics = FAILED, None
             raise
@@ -184,6 +196,8 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
                     cost=_cost(stats, job.settings),
                     duration_seconds=round(time.monotonic() - t0, 3),
                 )
+    if full or writer.out_of_space:
+        raise OutOfSpace(writer.dir)
     if status == INTERRUPTED:
         raise Interrupted(writer.dir)
     return RunResult(writer.dir, status, metrics or {}, counts, stats.token_totals(), writer.info)
