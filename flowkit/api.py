@@ -17,6 +17,7 @@ from typing import Any
 from flowkit import __version__
 from flowkit.data.mapping import Mapping
 from flowkit.engine.context import RunOptions, Stats
+from flowkit.engine.records import TRACE_LEVELS
 from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow, load_flows
@@ -62,13 +63,18 @@ def run(
     chunk_size: int = 512,
     strict: bool = False,
     overwrite: bool = False,
+    trace: str = "compact",
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
     With ``strict`` a bad data row stops the run before anything runs; otherwise bad rows are
     recorded as such and the good rows run. A run folder that already holds anything is
-    refused unless ``overwrite`` is given (which replaces its run files only).
+    refused unless ``overwrite`` is given (which replaces its run files only). ``trace`` is
+    what traces.jsonl keeps: ``"full"``, or ``"compact"`` (python nodes' successes without
+    their inputs; see README, Traces).
     """
+    if trace not in TRACE_LEVELS:
+        raise UsageError(f"trace {trace!r} must be one of: {', '.join(TRACE_LEVELS)}")
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
     data_path = Path(data)
     prior = Path(prior_run) if prior_run is not None else None
@@ -122,6 +128,7 @@ def run(
             "refresh": sorted(job.options.refresh),
             "backend": backend,
             "workers": workers if backend != "local" else 1,
+            "trace": trace,
         },
         "flowkit_version": __version__,
         "notices": job.maps.notices,

@@ -171,6 +171,15 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
     help="joblib workers (non-local backends).",
 )
 @click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
+@click.option(
+    "--trace",
+    "trace_level",
+    default="compact",
+    show_default=True,
+    type=click.Choice(["full", "compact"]),
+    help="What traces.jsonl keeps: everything, or python nodes' successes without their "
+    "inputs (see README, Traces).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option(
     "--otel",
@@ -202,6 +211,7 @@ def run(
     quiet: bool,
     otel: bool,
     overwrite: bool = False,
+    trace_level: str = "compact",
 ) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data.
 
@@ -258,6 +268,7 @@ def run(
                 scheduler=scheduler,
                 strict=strict,
                 overwrite=overwrite,
+                trace=trace_level,
             )
     for notice in result.info.get("notices") or ():
         err_console.print(f"note: {notice}", highlight=False)

@@ -10,10 +10,12 @@ resamples), seeded, so the same command prints the same interval.
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import random
-from collections.abc import Iterable, Iterator
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,22 +122,54 @@ def _hashable(value: Any) -> Any:
 
 @dataclass
 class _Side:
-    rows: dict[Any, tuple[int, dict[str, float]]]
+    """Each row's numbers, one column per output (NaN where a row has none): a million rows
+    take a few arrays of 8-byte values, not a dict per row."""
+
+    lines: array[int] = field(default_factory=lambda: array("q"))
+    columns: dict[str, array[float]] = field(default_factory=dict)
+    keys: list[Any] = field(default_factory=list)
+    """With --key: each kept row's key value (without, the line is the key)."""
+    index: dict[Any, int] = field(default_factory=dict)
+    """With --key: key value → the row's place in the columns."""
     count: int = 0
     unkeyed: int = 0
     duplicates: int = 0
-    names: set[str] = field(default_factory=set)
     input_names: set[str] = field(default_factory=set)
+
+    @property
+    def names(self) -> set[str]:
+        return set(self.columns)
+
+    def add(self, line: int, values: Iterable[tuple[str, float]]) -> None:
+        at = len(self.lines)
+        self.lines.append(line)
+        for name, value in values:
+            column = self.columns.get(name)
+            if column is None:
+                column = self.columns[name] = array("d", [_NAN]) * at
+                column.append(value)
+            elif len(column) == at:
+                column.append(value)
+        for column in self.columns.values():
+            if len(column) == at:
+                column.append(_NAN)
+
+
+_NAN = float("nan")
 
 
 def _read_side(run_dir: Path, key: str | None) -> _Side:
     """Each row's numbers, by pairing key; only numbers are kept, so memory stays small."""
-    side = _Side({})
+    side = _Side()
     for rec in iter_jsonl(run_dir / "outputs.jsonl"):
         side.count += 1
-        if key is None:
-            k: Any = rec.get("line")
-        else:
+        line = rec.get("line")
+        if not isinstance(line, int):
+            if key is None:
+                side.unkeyed += 1
+                continue
+            line = -1
+        if key is not None:
             if isinstance(rec.get("inputs"), dict) and len(side.input_names) < 1000:
                 side.input_names.update(rec["inputs"])
             found, value = lookup(rec.get("inputs"), key)
@@ -143,17 +177,81 @@ def _read_side(run_dir: Path, key: str | None) -> _Side:
                 side.unkeyed += 1
                 continue
             k = _hashable(value)
-        if k in side.rows:
-            side.duplicates += 1
-            continue
-        values = dict(numeric_outputs(rec.get("outputs")))
-        side.names.update(values)
-        side.rows[k] = (rec.get("line", -1), values)
+            if k in side.index:
+                side.duplicates += 1
+                continue
+            side.index[k] = len(side.lines)
+            side.keys.append(k)
+        side.add(line, numeric_outputs(rec.get("outputs")))
     return side
 
 
+def _by_line(side: _Side) -> Iterator[tuple[int, int]]:
+    """(line, place) in line order, each line once (its first row)."""
+    lines = side.lines
+    ordered = all(lines[i] < lines[i + 1] for i in range(len(lines) - 1))
+    places: Iterable[int] = (
+        range(len(lines)) if ordered else sorted(range(len(lines)), key=lines.__getitem__)
+    )
+    last = None
+    for place in places:
+        line = lines[place]
+        if line == last:
+            side.duplicates += 1
+        else:
+            yield line, place
+            last = line
+
+
+@dataclass
+class _Pairs:
+    """Which row of A goes with which row of B (places in each side's columns)."""
+
+    a: array[int] = field(default_factory=lambda: array("q"))
+    b: array[int] = field(default_factory=lambda: array("q"))
+    keys: list[Any] = field(default_factory=list)
+    """With --key, each pair's key value (by line, the lines in ``a`` say it)."""
+    only_a: list[Any] = field(default_factory=list)
+    only_b: list[Any] = field(default_factory=list)
+
+    def key(self, i: int, side_a: _Side) -> Any:
+        return self.keys[i] if self.keys else side_a.lines[self.a[i]]
+
+
+def _pair(a: _Side, b: _Side, key: str | None) -> _Pairs:
+    pairs = _Pairs()
+    if key is not None:
+        for k, place in a.index.items():
+            other = b.index.get(k)
+            if other is None:
+                pairs.only_a.append(k)
+            else:
+                pairs.a.append(place)
+                pairs.b.append(other)
+                pairs.keys.append(k)
+        pairs.only_b = [k for k in b.index if k not in a.index]
+        return pairs
+    # Both files are in line order: a merge of the two, never a dict of a million lines.
+    left, right = _by_line(a), _by_line(b)
+    x, y = next(left, None), next(right, None)
+    while x is not None and y is not None:
+        if x[0] == y[0]:
+            pairs.a.append(x[1])
+            pairs.b.append(y[1])
+            x, y = next(left, None), next(right, None)
+        elif x[0] < y[0]:
+            pairs.only_a.append(x[0])
+            x = next(left, None)
+        else:
+            pairs.only_b.append(y[0])
+            y = next(right, None)
+    pairs.only_a.extend(line for line, _ in ([x] if x else []) + list(left))
+    pairs.only_b.extend(line for line, _ in ([y] if y else []) + list(right))
+    return pairs
+
+
 def bootstrap_ci(
-    diffs: list[float], *, resamples: int, seed: int, confidence: float = 0.95
+    diffs: Sequence[float], *, resamples: int, seed: int, confidence: float = 0.95
 ) -> tuple[float, float]:
     """Percentile interval of the mean of ``diffs`` over ``resamples`` resamples."""
     n = len(diffs)
@@ -210,7 +308,7 @@ def compare_runs(
     if resamples < 1:
         raise UsageError("--resamples must be at least 1")
     a, b = _read_side(run_a, key), _read_side(run_b, key)
-    if key is not None and not (a.rows or b.rows):
+    if key is not None and not (a.index or b.index):
         names = a.input_names | b.input_names
         raise UsageError(
             f"--key {key!r}: no row of either run has that input{did_you_mean(key, names)}",
@@ -221,16 +319,16 @@ def compare_runs(
     _check_names(asked, common, "--metric")
     _check_names(sorted(lower), common, "--lower-is-better")
     names = asked or sorted(common)
-    keys = [k for k in a.rows if k in b.rows]
+    pairs = _pair(a, b, key)
     result = Comparison(
         run_a=run_a.name,
         run_b=run_b.name,
         key=key,
         rows_a=a.count,
         rows_b=b.count,
-        paired=len(keys),
-        only_a=[k for k in a.rows if k not in b.rows],
-        only_b=[k for k in b.rows if k not in a.rows],
+        paired=len(pairs.a),
+        only_a=pairs.only_a,
+        only_b=pairs.only_b,
         unkeyed={"a": a.unkeyed, "b": b.unkeyed},
         duplicates={"a": a.duplicates, "b": b.duplicates},
         metrics=[],
@@ -243,32 +341,43 @@ def compare_runs(
     if not common:
         result.notes.append("no numeric per-row output is present in both runs")
     for name in names:
-        result.metrics.append(_metric(name, keys, a, b, result, lower=name in lower, top=top))
+        result.metrics.append(_metric(name, pairs, a, b, result, lower=name in lower, top=top))
     return result
 
 
 def _metric(
-    name: str, keys: list[Any], a: _Side, b: _Side, result: Comparison, *, lower: bool, top: int
+    name: str, pairs: _Pairs, a: _Side, b: _Side, result: Comparison, *, lower: bool, top: int
 ) -> MetricDelta:
-    xs: list[float] = []
-    ys: list[float] = []
-    diffs: list[float] = []
-    changes: list[RowChange] = []
-    for k in keys:
-        (line_a, va), (line_b, vb) = a.rows[k], b.rows[k]
-        if name not in va or name not in vb:
+    col_a, col_b = a.columns[name], b.columns[name]
+    xs: array[float] = array("d")
+    ys: array[float] = array("d")
+    diffs: array[float] = array("d")
+    # The `top` biggest changes, regressions first, kept in a bounded heap whose root is the
+    # least of them: (-regression, |delta|, -i) orders as the listing does, earlier rows first.
+    kept: list[tuple[int, float, int]] = []
+    for i, (pa, pb) in enumerate(zip(pairs.a, pairs.b, strict=True)):
+        x, y = col_a[pa], col_b[pb]
+        if x != x or y != y:  # NaN: the output is missing on one side
             continue
-        x, y = va[name], vb[name]
         xs.append(x)
         ys.append(y)
         diffs.append(y - x)
-        if x != y:
+        if x != y and top > 0:
             worse = (y > x) if lower else (y < x)
-            changes.append(RowChange(name, k, line_a, line_b, x, y, y - x, worse))
-    changes.sort(key=lambda c: (not c.regression, -abs(c.delta)))
-    result.changes.extend(changes[:top])
+            item = (int(worse), abs(y - x), -i)
+            if len(kept) < top:
+                heapq.heappush(kept, item)
+            elif item > kept[0]:
+                heapq.heapreplace(kept, item)
+    for _, _, neg_i in sorted(kept, reverse=True):
+        i = -neg_i
+        pa, pb = pairs.a[i], pairs.b[i]
+        x, y = col_a[pa], col_b[pb]
+        worse = (y > x) if lower else (y < x)
+        k = pairs.key(i, a)
+        result.changes.append(RowChange(name, k, a.lines[pa], b.lines[pb], x, y, y - x, worse))
     n = len(xs)
-    missing = len(keys) - n
+    missing = len(pairs.a) - n
     if n == 0:
         return MetricDelta(name, 0, None, None, None, None, None, TOO_FEW, lower, missing)
     delta = math.fsum(diffs) / n

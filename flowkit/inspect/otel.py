@@ -209,4 +209,4 @@ def export_run(
             f"({batches.sent} sent before the endpoint refused or could not be reached)",
             hint=f"the run folder is kept; retry with `flowkit export-otel {run_dir}`",
         )
-    return ExportSummary(str(info["run_id"]), target, rows=len(builder.rows), nodes=builder.nodes)
+    return ExportSummary(str(info["run_id"]), target, rows=builder.rows, nodes=builder.nodes)

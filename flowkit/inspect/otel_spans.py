@@ -18,6 +18,7 @@ before it builds anything.
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -104,16 +105,51 @@ class _Row(msgspec.Struct):
     error: dict[str, Any] | None = None
 
 
+class PerLine:
+    """One number per row line in a flat array (lines run from 0 to the rows' count): a
+    million rows take megabytes, where a dict of them takes hundreds."""
+
+    def __init__(self, typecode: str, missing: float) -> None:
+        self.values = array(typecode)
+        self.missing = missing
+
+    def get(self, line: int) -> Any:
+        return self.values[line] if 0 <= line < len(self.values) else self.missing
+
+    def set(self, line: int, value: Any) -> None:
+        size = len(self.values)
+        if line >= size:  # grown by half again at least, so filling it costs O(rows)
+            self.values.extend([self.missing] * (max(line + 1, size + size // 2) - size))
+        self.values[line] = value
+
+
+_OK, _NOT_OK = 1, 2  # Plan.status codes; 0: no row in outputs.jsonl
+
+
 @dataclass
 class Plan:
     """What the first pass learns: enough to start any span before its children."""
 
     size: int = 0  # bytes of whole lines read; the second pass stops there (a live run grows)
-    rows: dict[int, list[float]] = field(default_factory=dict)  # line -> [start, end]
+    starts: PerLine = field(default_factory=lambda: PerLine("d", math.nan))
+    ends: PerLine = field(default_factory=lambda: PerLine("d", math.nan))
     flow_starts: dict[tuple[int, str], float] = field(default_factory=dict)
-    outputs: dict[int, _Row] = field(default_factory=dict)
+    status: PerLine = field(default_factory=lambda: PerLine("b", 0))
+    """Each row's place in outputs.jsonl: ok, not ok (its record is in ``failed``), or none."""
+    failed: dict[int, _Row] = field(default_factory=dict)
     start: float = float("inf")
     end: float = 0.0
+
+    def bounds(self, line: int) -> tuple[float, float] | None:
+        start = self.starts.get(line)
+        return None if start != start else (start, self.ends.get(line))
+
+    def output(self, line: int) -> _Row | None:
+        code = self.status.get(line)
+        return _Row(line, "ok") if code == _OK else self.failed.get(line)
+
+    def lines_with_output(self) -> Any:
+        return (line for line, code in enumerate(self.status.values) if code)
 
 
 def _lines(path: Path, limit: int | None = None) -> Any:
@@ -156,12 +192,19 @@ def read_plan(run_dir: Path) -> Plan:
     for rec in _decoded(counted(), msgspec.json.Decoder(_Record)):
         plan.start, plan.end = min(plan.start, rec.start), max(plan.end, rec.end)
         if rec.line >= 0:
-            bounds = plan.rows.setdefault(rec.line, [rec.start, rec.end])
-            bounds[0], bounds[1] = min(bounds[0], rec.start), max(bounds[1], rec.end)
+            start = plan.starts.get(rec.line)
+            if start != start or rec.start < start:  # NaN: the row's first record
+                plan.starts.set(rec.line, rec.start)
+            if not rec.end <= plan.ends.get(rec.line):  # NaN compares false
+                plan.ends.set(rec.line, rec.end)
         if rec.kind == "flow":
             plan.flow_starts[(rec.line, rec.node)] = rec.start
     for row in _decoded(_lines(run_dir / "outputs.jsonl"), msgspec.json.Decoder(_Row)):
-        plan.outputs[row.line] = row
+        if row.line < 0:
+            continue
+        plan.status.set(row.line, _OK if row.status == "ok" else _NOT_OK)
+        if row.status != "ok":
+            plan.failed[row.line] = row
     return plan
 
 
@@ -236,7 +279,11 @@ class SpanBuilder:
 
         self.trace, self.tracer, self.plan = trace, tracer, plan
         self.base = {"flowkit.run_id": str(info["run_id"]), "flowkit.flow": _flow_name(info)}
-        self.rows: dict[int, Any] = {}  # line -> Context of the row's (ended) span
+        # Each row's span id (its span ended at once); the context children need is made
+        # again from it, for the few rows in flight, rather than kept for every row.
+        self.row_ids = PerLine("Q", 0)
+        self.rows = 0
+        self._recent: dict[int, Any] = {}
         # Sub-flow spans started for their children before their own record (written last)
         # came; dropped once it has, so memory stays with the rows in flight.
         self.flows: dict[tuple[int, str], Any] = {}  # (line, sub-flow node) -> Context
@@ -279,11 +326,14 @@ class SpanBuilder:
     def row(self, line: int) -> Any:
         if line < 0:  # the aggregates run once, after the rows: they belong to the run
             return self.root
-        ctx = self.rows.get(line)
+        ctx = self._recent.get(line)
         if ctx is not None:
             return ctx
-        start, end = self.plan.rows.get(line) or (self.run_start, self.run_start)
-        out = self.plan.outputs.get(line)
+        span_id = self.row_ids.get(line)
+        if span_id:
+            return self._remember(line, self._rebuilt(span_id))
+        start, end = self.plan.bounds(line) or (self.run_start, self.run_start)
+        out = self.plan.output(line)
         attrs = {**self.base, "flowkit.row": line}
         if out is not None:
             attrs["flowkit.status"] = out.status
@@ -294,8 +344,21 @@ class SpanBuilder:
             where = f" (node {err['node']})" if err.get("node") else ""
             message = f"{err.get('type')}: {err.get('message')}{where}"
         self._end(span, end, message, err.get("type") if err else None)
-        self.rows[line] = ctx = self._context(span)
+        self.rows += 1
+        self.row_ids.set(line, span.get_span_context().span_id)
+        return self._remember(line, self._context(span))
+
+    def _remember(self, line: int, ctx: Any) -> Any:
+        if len(self._recent) >= 4096:  # rows finish out of order, but never that far apart
+            self._recent.clear()
+        self._recent[line] = ctx
         return ctx
+
+    def _rebuilt(self, span_id: int) -> Any:
+        trace = self.trace
+        root = trace.get_current_span(self.root).get_span_context()
+        ids = trace.SpanContext(root.trace_id, span_id, False, root.trace_flags, root.trace_state)
+        return trace.set_span_in_context(trace.NonRecordingSpan(ids))
 
     def _parent(self, line: int, node: str) -> Any:
         """The span a node hangs under: its nearest enclosing sub-flow node, else its row."""
@@ -387,8 +450,9 @@ class SpanBuilder:
         return attrs
 
     def finish(self) -> None:
-        for line in sorted(self.plan.outputs):  # rows with no node record (bad input)
-            self.row(line)
+        for line in self.plan.lines_with_output():  # rows with no node record (bad input)
+            if not self.row_ids.get(line):
+                self.row(line)
         # flowkit writes a sub-flow node's record after its nodes'; were one written later, the
         # sub-flow's span was opened again for it, and is closed here.
         for key, span in self.open.items():

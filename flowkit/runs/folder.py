@@ -25,16 +25,24 @@ from typing import Any, BinaryIO
 
 from flowkit.cache.canonical import dumps
 from flowkit.data.jsonl import raw_records
-from flowkit.engine.records import NodeRecord, encode
+from flowkit.engine.records import NodeRecord, decode, encode, encode_compact
 from flowkit.errors import UsageError
 from flowkit.runs.space import give_back, hold, no_space
+from flowkit.runs.summary import SUMMARY_FILE, Tally, decode_brief
 
 RUN_FORMAT = "flowkit.run"
 RUN_VERSION = 1
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
 
 
-RUN_FILES = ("run.json", "outputs.jsonl", "traces.jsonl", "metrics.json", "report.html")
+RUN_FILES = (
+    "run.json",
+    "outputs.jsonl",
+    "traces.jsonl",
+    "metrics.json",
+    "report.html",
+    SUMMARY_FILE,
+)
 """What a run writes into its folder; --overwrite removes these and nothing else."""
 LOCK_FILE = ".flowkit.lock"
 """Held (flock) by the process writing the run: a second writer is refused, not interleaved."""
@@ -181,6 +189,11 @@ class RunWriter:
         }
         self.info.setdefault("started", iso(time.time()))
         self._kept: Collection[int] = ()
+        # --trace (run.json's options.trace; runs from before it kept every field).
+        compact = (self.info.get("options") or {}).get("trace") == "compact"
+        self._encode = encode_compact if compact else encode
+        # A resumed run's kept rows were never tallied here: `show` reads its traces instead.
+        self._tally = None if resuming else Tally()
         self._merge_from = 0
         self._outputs: BinaryIO | None = None
         self._traces: BinaryIO | None = None
@@ -210,14 +223,22 @@ class RunWriter:
         write_json(self.dir / "run.json", self.info)
 
     def trace(self, record: NodeRecord) -> None:
-        self._traces.write(encode(record) + b"\n")
+        self._traces.write(self._encode(record) + b"\n")
+        if self._tally is not None:
+            self._tally.add(record)
 
     def trace_bytes(self, line: bytes) -> None:
-        """A trace line already encoded (by a worker process)."""
+        """A trace line already encoded (by a worker process), in full."""
+        if self._encode is encode_compact:
+            line = encode_compact(decode(line))
         self._traces.write(line + b"\n")
+        if self._tally is not None:
+            self._tally.add(decode_brief(line))
 
     def row(self, index: int, record: dict[str, Any]) -> None:
         """Queue a finished row; rows reach outputs.jsonl in input order."""
+        if record.get("status") == "bad_input" and self._tally is not None:
+            self._tally.bad_input(index, record.get("error"))
         self._buffer[index] = dumps(record) + b"\n"
         while True:
             if self._next in self._buffer:
@@ -288,6 +309,8 @@ class RunWriter:
             self._traces.close()
         if self._merge_from:
             _merge_sorted_parts(self.dir / "outputs.jsonl", self._merge_from)
+        if self._tally is not None:
+            write_json(self.dir / SUMMARY_FILE, self._tally.snapshot(self.dir))
 
 
 def _merge_sorted_parts(path: Path, split: int) -> None:
