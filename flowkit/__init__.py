@@ -16,7 +16,15 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from flowkit.errors import DataError, FlowkitError, UsageError, ValidationError
-from flowkit.flow.loader import load_flow
+
+
+# Imported on first use: `flowkit show` and the other read-only commands then start without
+# the flow loader (networkx, pydantic), which is most of their start-up time.
+def load_flow(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """Load and validate a flow; see :func:`flowkit.flow.loader.load_flow`."""
+    from flowkit.flow.loader import load_flow as _load_flow
+
+    return _load_flow(*args, **kwargs)
 
 
 def run(*args, **kwargs):  # type: ignore[no-untyped-def]
