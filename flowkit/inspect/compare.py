@@ -15,7 +15,7 @@ import json
 import math
 import random
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,15 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from flowkit.data.jsonl import iter_jsonl
 from flowkit.errors import UsageError, did_you_mean, one_of
-from flowkit.inspect.trace_view import fold, lookup, titled
+from flowkit.inspect.compare_rows import (
+    Pairs,
+    Side,
+    is_number,
+    pair_rows,
+    read_side,
+)
+from flowkit.inspect.trace_view import fold, titled
 from flowkit.runs.folder import read_metrics, read_run_info
 
 BETTER, WORSE, SAME, TOO_FEW = "better", "worse", "no significant change", "too few rows"
@@ -97,159 +103,6 @@ class Comparison:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, default=str)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-
-
-def numeric_outputs(outputs: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
-    """(dotted name, value) for every number in a row's outputs; a suite's nested outputs
-    flatten to ``groundedness.score``. Booleans count as 0/1 (exact-match style results)."""
-    if not isinstance(outputs, dict):
-        return
-    for name, value in outputs.items():
-        path = f"{prefix}{name}"
-        if isinstance(value, dict):
-            yield from numeric_outputs(value, path + ".")
-        elif isinstance(value, bool) or _is_number(value):
-            yield path, float(value)
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-@dataclass
-class _Side:
-    """Each row's numbers, one column per output (NaN where a row has none): a million rows
-    take a few arrays of 8-byte values, not a dict per row."""
-
-    lines: array[int] = field(default_factory=lambda: array("q"))
-    columns: dict[str, array[float]] = field(default_factory=dict)
-    keys: list[Any] = field(default_factory=list)
-    """With --key: each kept row's key value (without, the line is the key)."""
-    index: dict[Any, int] = field(default_factory=dict)
-    """With --key: key value → the row's place in the columns."""
-    count: int = 0
-    unkeyed: int = 0
-    duplicates: int = 0
-    input_names: set[str] = field(default_factory=set)
-
-    @property
-    def names(self) -> set[str]:
-        return set(self.columns)
-
-    def add(self, line: int, values: Iterable[tuple[str, float]]) -> None:
-        at = len(self.lines)
-        self.lines.append(line)
-        for name, value in values:
-            column = self.columns.get(name)
-            if column is None:
-                column = self.columns[name] = array("d", [_NAN]) * at
-                column.append(value)
-            elif len(column) == at:
-                column.append(value)
-        for column in self.columns.values():
-            if len(column) == at:
-                column.append(_NAN)
-
-
-_NAN = float("nan")
-
-
-def _read_side(run_dir: Path, key: str | None) -> _Side:
-    """Each row's numbers, by pairing key; only numbers are kept, so memory stays small."""
-    side = _Side()
-    for rec in iter_jsonl(run_dir / "outputs.jsonl"):
-        side.count += 1
-        line = rec.get("line")
-        if not isinstance(line, int):
-            if key is None:
-                side.unkeyed += 1
-                continue
-            line = -1
-        if key is not None:
-            if isinstance(rec.get("inputs"), dict) and len(side.input_names) < 1000:
-                side.input_names.update(rec["inputs"])
-            found, value = lookup(rec.get("inputs"), key)
-            if not found or value is None:
-                side.unkeyed += 1
-                continue
-            k = _hashable(value)
-            if k in side.index:
-                side.duplicates += 1
-                continue
-            side.index[k] = len(side.lines)
-            side.keys.append(k)
-        side.add(line, numeric_outputs(rec.get("outputs")))
-    return side
-
-
-def _by_line(side: _Side) -> Iterator[tuple[int, int]]:
-    """(line, place) in line order, each line once (its first row)."""
-    lines = side.lines
-    ordered = all(lines[i] < lines[i + 1] for i in range(len(lines) - 1))
-    places: Iterable[int] = (
-        range(len(lines)) if ordered else sorted(range(len(lines)), key=lines.__getitem__)
-    )
-    last = None
-    for place in places:
-        line = lines[place]
-        if line == last:
-            side.duplicates += 1
-        else:
-            yield line, place
-            last = line
-
-
-@dataclass
-class _Pairs:
-    """Which row of A goes with which row of B (places in each side's columns)."""
-
-    a: array[int] = field(default_factory=lambda: array("q"))
-    b: array[int] = field(default_factory=lambda: array("q"))
-    keys: list[Any] = field(default_factory=list)
-    """With --key, each pair's key value (by line, the lines in ``a`` say it)."""
-    only_a: list[Any] = field(default_factory=list)
-    only_b: list[Any] = field(default_factory=list)
-
-    def key(self, i: int, side_a: _Side) -> Any:
-        return self.keys[i] if self.keys else side_a.lines[self.a[i]]
-
-
-def _pair(a: _Side, b: _Side, key: str | None) -> _Pairs:
-    pairs = _Pairs()
-    if key is not None:
-        for k, place in a.index.items():
-            other = b.index.get(k)
-            if other is None:
-                pairs.only_a.append(k)
-            else:
-                pairs.a.append(place)
-                pairs.b.append(other)
-                pairs.keys.append(k)
-        pairs.only_b = [k for k in b.index if k not in a.index]
-        return pairs
-    # Both files are in line order: a merge of the two, never a dict of a million lines.
-    left, right = _by_line(a), _by_line(b)
-    x, y = next(left, None), next(right, None)
-    while x is not None and y is not None:
-        if x[0] == y[0]:
-            pairs.a.append(x[1])
-            pairs.b.append(y[1])
-            x, y = next(left, None), next(right, None)
-        elif x[0] < y[0]:
-            pairs.only_a.append(x[0])
-            x = next(left, None)
-        else:
-            pairs.only_b.append(y[0])
-            y = next(right, None)
-    pairs.only_a.extend(line for line, _ in ([x] if x else []) + list(left))
-    pairs.only_b.extend(line for line, _ in ([y] if y else []) + list(right))
-    return pairs
-
-
 def bootstrap_ci(
     diffs: Sequence[float], *, resamples: int, seed: int, confidence: float = 0.95
 ) -> tuple[float, float]:
@@ -307,7 +160,7 @@ def compare_runs(
     the rows that changed most, and metrics.json side by side."""
     if resamples < 1:
         raise UsageError("--resamples must be at least 1")
-    a, b = _read_side(run_a, key), _read_side(run_b, key)
+    a, b = read_side(run_a, key), read_side(run_b, key)
     if key is not None and not (a.index or b.index):
         names = a.input_names | b.input_names
         raise UsageError(
@@ -319,7 +172,7 @@ def compare_runs(
     _check_names(asked, common, "--metric")
     _check_names(sorted(lower), common, "--lower-is-better")
     names = asked or sorted(common)
-    pairs = _pair(a, b, key)
+    pairs = pair_rows(a, b, key)
     result = Comparison(
         run_a=run_a.name,
         run_b=run_b.name,
@@ -346,7 +199,7 @@ def compare_runs(
 
 
 def _metric(
-    name: str, pairs: _Pairs, a: _Side, b: _Side, result: Comparison, *, lower: bool, top: int
+    name: str, pairs: Pairs, a: Side, b: Side, result: Comparison, *, lower: bool, top: int
 ) -> MetricDelta:
     col_a, col_b = a.columns[name], b.columns[name]
     xs: array[float] = array("d")
@@ -397,7 +250,7 @@ def _aggregates(ma: dict[str, Any], mb: dict[str, Any]) -> list[AggregateDelta]:
     for name in dict.fromkeys([*ma, *mb]):
         va, vb = ma.get(name), mb.get(name)
         delta = None
-        if _is_number(va) and _is_number(vb):
+        if is_number(va) and is_number(vb):
             # Two aggregates of the same values summed in another order differ in the last bits.
             delta = 0.0 if math.isclose(va, vb, rel_tol=1e-12, abs_tol=0) else vb - va
         out.append(AggregateDelta(name, va, vb, delta))
