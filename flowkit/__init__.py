@@ -1,7 +1,7 @@
 """flowkit: evaluate LLM applications with flows defined in YAML.
 
-The public API is here: ``run``, ``resume``, ``load_flow`` and the error classes. One package
-per concept; imports point down this list, never up:
+The public API is here: ``run`` (``arun`` to await it), ``resume``, ``load_flow`` and the error
+classes. One package per concept; imports point down this list, never up:
 
     cli → api → inspect → runs → data → engine → kinds → metrics, llm → flow → cache → errors
 
@@ -15,16 +15,19 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import Any
+
 from flowkit.errors import DataError, FlowkitError, UsageError, ValidationError
 
 
-# Imported on first use: `flowkit show` and the other read-only commands then start without
-# the flow loader (networkx, pydantic), which is most of their start-up time.
-def load_flow(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """Load and validate a flow; see :func:`flowkit.flow.loader.load_flow`."""
-    from flowkit.flow.loader import load_flow as _load_flow
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: `import flowkit` (and `flowkit --help`) stays cheap without the
+    # loader's pydantic models.
+    if name == "load_flow":
+        from flowkit.flow.loader import load_flow
 
-    return _load_flow(*args, **kwargs)
+        return load_flow
+    raise AttributeError(f"module 'flowkit' has no attribute {name!r}")
 
 
 def run(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -32,6 +35,20 @@ def run(*args, **kwargs):  # type: ignore[no-untyped-def]
     from flowkit.api import run as _run
 
     return _run(*args, **kwargs)
+
+
+async def arun(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """``await flowkit.arun(flow, data, ...)`` inside an event loop; see :func:`run`."""
+    from flowkit.api import arun as _arun
+
+    return await _arun(*args, **kwargs)
+
+
+def log_metric(name: str, value: object) -> None:
+    """Record a metric from an aggregate function (`metrics: logged`); see flowkit.kinds."""
+    from flowkit.kinds.metric_log import log_metric as _log
+
+    _log(name, value)
 
 
 def resume(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -47,7 +64,9 @@ __all__ = [
     "UsageError",
     "ValidationError",
     "__version__",
+    "arun",
     "load_flow",
+    "log_metric",
     "resume",
     "run",
 ]

@@ -8,13 +8,19 @@ folder (flowkit.runs.job). Whatever happens after the folder exists, it ends wit
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from flowkit import __version__
+from flowkit.data.frames import DATA_FILE, is_in_memory, write_rows
+from flowkit.data.jsonl import FOREIGN_OUTPUTS
 from flowkit.data.mapping import Mapping
 from flowkit.engine.context import RunOptions, Stats
 from flowkit.engine.records import TRACE_LEVELS
@@ -22,6 +28,7 @@ from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow, load_flows
 from flowkit.runs.folder import (
+    LOCK_FILE,
     RUNNING,
     RunWriter,
     claim_run_dir,
@@ -35,12 +42,34 @@ from flowkit.runs.folder import (
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
 from flowkit.runs.resume import data_fingerprint
 
-__all__ = ["Interrupted", "RunResult", "resume", "run"]
+__all__ = ["Interrupted", "RunResult", "arun", "resume", "run"]
 
 
+def _outside_any_loop(fn: Callable[..., RunResult]) -> Callable[..., RunResult]:
+    """Called from code already inside an event loop (Jupyter, an async app), run ``fn`` in a
+    worker thread with a loop of its own: the run drives its rows with ``asyncio.run``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> RunResult:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return fn(*args, **kwargs)
+        with ThreadPoolExecutor(1, thread_name_prefix="flowkit-run") as pool:
+            return pool.submit(fn, *args, **kwargs).result()
+
+    return wrapper
+
+
+async def arun(*args: Any, **kwargs: Any) -> RunResult:
+    """``await flowkit.arun(flow, data, ...)``: :func:`run` without blocking the caller's loop."""
+    return await asyncio.to_thread(run.__wrapped__, *args, **kwargs)  # type: ignore[attr-defined]
+
+
+@_outside_any_loop
 def run(
     flow: Flow | str | os.PathLike[str],
-    data: str | os.PathLike[str],
+    data: Any,
     *,
     mapping: dict[str, str] | None = None,
     prior_run: str | os.PathLike[str] | None = None,
@@ -62,22 +91,117 @@ def run(
     scheduler: str | None = None,
     chunk_size: int = 512,
     strict: bool = False,
+    target: str | None = None,
+    embedding_model: str | None = None,
     overwrite: bool = False,
     trace: str = "compact",
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
-    With ``strict`` a bad data row stops the run before anything runs; otherwise bad rows are
-    recorded as such and the good rows run. A run folder that already holds anything is
-    refused unless ``overwrite`` is given (which replaces its run files only). ``trace`` is
+    ``data`` is a data file's path, a pandas DataFrame or a list of dicts (written to the run
+    folder as ``data.jsonl``, so the run can be resumed). With ``strict`` a bad data row stops
+    the run before anything runs; otherwise bad rows are recorded as such and the good rows run.
+    With ``target`` (``module:function`` or an app flow) the app is called per row first and
+    ``flow`` judges its answers (flowkit.flow.target). A run folder that already holds anything
+    is refused unless ``overwrite`` is given (which replaces its run files only). ``trace`` is
     what traces.jsonl keeps: ``"full"``, or ``"compact"`` (python nodes' successes without
     their inputs; see README, Traces).
     """
     if trace not in TRACE_LEVELS:
         raise UsageError(f"trace {trace!r} must be one of: {', '.join(TRACE_LEVELS)}")
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
-    data_path = Path(data)
-    prior = Path(prior_run) if prior_run is not None else None
+    run_dir = Path(output) if output else new_run_dir(Path(runs_root), flow.name, name)
+    # In-memory rows are written into the folder, so it is claimed first; a data file's run
+    # claims it only once everything has been checked.
+    lock = claim_run_dir(run_dir, overwrite=overwrite) if is_in_memory(data) else None
+    with _data_file(data, run_dir, lock) as data_path:
+        return _start(
+            flow,
+            data_path,
+            run_dir,
+            mapping=mapping,
+            prior_run=prior_run,
+            concurrency=concurrency,
+            limit=limit,
+            use_cache=use_cache,
+            refresh=refresh,
+            cache_dir=cache_dir,
+            name=name,
+            runs_root=Path(runs_root),
+            model=model,
+            connection=connection,
+            timeout=timeout,
+            settings=settings,
+            on_progress=on_progress,
+            backend=backend,
+            workers=workers,
+            scheduler=scheduler,
+            chunk_size=chunk_size,
+            strict=strict,
+            target=target,
+            embedding_model=embedding_model,
+            lock=lock,
+            overwrite=overwrite,
+            trace=trace,
+        )
+
+
+@contextlib.contextmanager
+def _data_file(data: Any, run_dir: Path, lock: Any = None) -> Iterator[Path]:
+    """The data's file: the path given, or in-memory rows written into the run folder (removed
+    again, with the folder, when the run is refused before it starts)."""
+    if not is_in_memory(data):
+        yield Path(data)
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / DATA_FILE
+    try:
+        write_rows(data, path)
+        yield path
+    except BaseException:
+        if not (run_dir / "run.json").exists():
+            path.unlink(missing_ok=True)
+            if lock is not None:
+                lock.close()
+                (run_dir / LOCK_FILE).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise
+
+
+def _start(
+    flow: Flow,
+    data_path: Path,
+    run_dir: Path,
+    *,
+    mapping: dict[str, str] | None,
+    prior_run: str | os.PathLike[str] | None,
+    concurrency: int,
+    limit: int | None,
+    use_cache: bool,
+    refresh: list[str] | None,
+    cache_dir: str | os.PathLike[str] | None,
+    name: str | None,
+    runs_root: Path,
+    model: str | None,
+    connection: str | None,
+    timeout: float | None,
+    settings: Any,
+    on_progress: Callable[[Stats], None] | None,
+    backend: str,
+    workers: int,
+    scheduler: str | None,
+    chunk_size: int,
+    strict: bool,
+    target: str | None,
+    embedding_model: str | None,
+    lock: Any,
+    overwrite: bool,
+    trace: str,
+) -> RunResult:
+    if target is not None:
+        flow = _with_target(flow, target, data_path, backend)
+    prior = _prior_run(prior_run, runs_root) if prior_run is not None else None
     job = make_job(
         flow,
         data_path,
@@ -98,10 +222,10 @@ def run(
         scheduler=scheduler,
         chunk_size=chunk_size,
         on_progress=on_progress,
+        embedding_model=embedding_model,
     )
     if strict:
         check_every_row(data_path, job.maps, limit)
-    run_dir = Path(output) if output else new_run_dir(Path(runs_root), flow.name, name)
     invocation = {
         "flows": list(flow.sources),
         "data": str(data_path.resolve()),
@@ -115,6 +239,8 @@ def run(
         "scheduler": scheduler,
         "chunk_size": chunk_size,
         "settings_object": settings is not None,
+        "target": target,
+        "embedding_model": embedding_model,
     }
     info = {
         "name": name or run_dir.name,
@@ -134,10 +260,21 @@ def run(
         "notices": job.maps.notices,
         "invocation": invocation,
     }
-    lock = claim_run_dir(run_dir, overwrite=overwrite)
+    if lock is None:
+        lock = claim_run_dir(run_dir, overwrite=overwrite)
     return execute(job, RunWriter(run_dir, info, lock=lock), kept=None)
 
 
+def _prior_run(run: str | os.PathLike[str], root: Path) -> Path:
+    """The earlier run ``${run.…}`` reads: a run folder or name, or another tool's run folder
+    (see flowkit.data.jsonl); one that does not exist is an error, never an empty join."""
+    path = Path(run)
+    if (path / FOREIGN_OUTPUTS).is_file():
+        return path
+    return resolve_run_dir(run, root)
+
+
+@_outside_any_loop
 def resume(
     run: str | os.PathLike[str],
     *,
@@ -176,6 +313,8 @@ def _resume(
     if inv.get("settings_object") and settings is None:
         raise UsageError(f"{where} was given a settings object; pass it to resume() again")
     flow = load_flows(inv["flows"])
+    if inv.get("target"):
+        flow = _with_target(flow, inv["target"], Path(inv["data"]), info["options"]["backend"])
     if flow.content_hash != info["flow"]["hash"]:
         raise UsageError(
             f"{where}: flow {flow.name!r} changed since the run (nodes, prompts or code)",
@@ -210,9 +349,19 @@ def _resume(
         scheduler=inv.get("scheduler"),
         chunk_size=inv.get("chunk_size") or 512,
         on_progress=on_progress,
+        embedding_model=inv.get("embedding_model"),
     )
     previous = {k: info.get(k) for k in ("status", "started", "ended", "counts")}
     info["resumes"] = [*info.get("resumes", []), {"previous": previous, "at": iso(time.time())}]
     for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
         info.pop(stale, None)
     return execute(job, RunWriter(run_dir, info, resuming=True), kept=run_dir)
+
+
+def _with_target(flow: Flow, target: str, data_path: Path, backend: str) -> Flow:
+    from flowkit.data.read import peek_columns
+    from flowkit.flow.target import with_target
+
+    if backend != "local":
+        raise UsageError("--target runs with the local backend only", hint="drop --backend")
+    return with_target(flow, target, peek_columns(data_path))

@@ -86,14 +86,14 @@ def test_keys_never_reach_run_folders_the_cache_or_the_terminal(
     )
     # The server now wants another key: every call is refused, and the refusals are recorded.
     llm_server.configure(api_key="sk-some-other-key")
-    assert "0 ok, 4 failed" in run("file-denied")
-    assert "0 ok, 4 failed" in run("env-denied", "--connection", "env")
+    assert "0 ok, 4 failed" in run("file-denied", code=1)
+    assert "0 ok, 4 failed" in run("env-denied", "--connection", "env", code=1)
     denied = read_jsonl(project / "runs" / "env-denied" / "outputs.jsonl")
     assert denied[0]["error"]["type"] == "AuthenticationError"
     assert "Incorrect API key provided: sk-f****7c04" in denied[0]["error"]["message"]
     # An error that quotes the key in full is recorded with the key masked.
     llm_server.configure(api_key=None, hook=_echo_key)
-    assert "0 ok, 1 failed" in run("echoed", data="plain.jsonl")
+    assert "0 ok, 1 failed" in run("echoed", data="plain.jsonl", code=1)
     echoed = read_jsonl(project / "runs" / "echoed" / "outputs.jsonl")
     assert echoed[0]["error"] == {
         "node": "judge",

@@ -11,7 +11,6 @@ import click
 
 from flowkit.cli.terminal import console, err_console
 from flowkit.errors import UsageError
-from flowkit.inspect.show import show_run
 
 
 @click.command()
@@ -19,6 +18,8 @@ from flowkit.inspect.show import show_run
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
 def show(run_ref: str, runs_dir: str) -> None:
     """Show a run: status, counts, scores, metrics, tokens and cost, slowest nodes, errors."""
+    from flowkit.inspect.show import show_run
+
     show_run(console, run_ref, Path(runs_dir))
 
 
@@ -85,7 +86,10 @@ def trace(
         else:
             console.print(it.row_tree(records, output, row, max_chars=max_chars, verbose=verbose))
         return
-    parsed = [it.parse_where(c) for c in conditions]
+    from flowkit.runs.folder import read_run_info
+
+    flow_name = (read_run_info(run_dir).get("flow") or {}).get("name", "")
+    parsed = it.check_paths([it.parse_where(c) for c in conditions], run_dir, flow_name)
     rows = it.where_rows(run_dir, parsed, only_failed=failed)
     if as_json:
         for rec in rows:
@@ -151,10 +155,8 @@ def compare(
 @click.option(
     "--output",
     "-o",
-    default="report.html",
-    show_default=True,
     type=click.Path(dir_okay=False),
-    help="The HTML file to write.",
+    help="The HTML file to write (default: report.html in the run folder).",
 )
 @click.option("--compare", "compare_ref", metavar="RUN_B", help="Also compare RUN_B with RUN.")
 @click.option("--key", help="With --compare: pair rows by this input column instead of by line.")
@@ -180,7 +182,7 @@ def compare(
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
 def report(
     run_ref: str,
-    output: str,
+    output: str | None,
     compare_ref: str | None,
     key: str | None,
     lower_is_better: tuple[str, ...],
@@ -198,7 +200,7 @@ def report(
     other = resolve_run_dir(compare_ref, Path(runs_dir)) if compare_ref else None
     written = write_report(
         run_dir,
-        Path(output),
+        Path(output) if output else run_dir / "report.html",
         compare_with=other,
         key=key,
         lower_is_better=lower_is_better,

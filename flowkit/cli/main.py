@@ -16,11 +16,11 @@ from typing import Any
 import click
 
 from flowkit import __version__
+from flowkit.cli.author_commands import COMMANDS as AUTHOR_COMMANDS
 from flowkit.cli.inspect_commands import COMMANDS
 from flowkit.cli.terminal import console, err_console, styled
 from flowkit.errors import FlowkitError, UsageError
-from flowkit.inspect.gates import check_gates, parse_gate
-from flowkit.inspect.show import count_rows, metrics_table, progress_display
+from flowkit.pfcompat.cli import COMMANDS as PF_COMMANDS
 
 
 class _Number(click.ParamType):
@@ -106,10 +106,41 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--resume",
+    "--resume-from",
     "resume_run",
     metavar="RUN",
     help="Finish RUN in its folder: keep its finished rows, rerun failed and missing ones.",
 )
+@click.option("--flow", "flow_opt", metavar="FLOW", help="The flow, as an option (as `pf run`).")
+@click.option(
+    "-f",
+    "--file",
+    "run_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A Prompt Flow run YAML (flow, data, run, column_mapping, connections, env).",
+)
+@click.option(
+    "--column-mapping",
+    "column_mapping",
+    multiple=True,
+    metavar="NAME=REF",
+    help="As --map; several pairs may follow one flag; unknown names are only warned about.",
+)
+@click.option(
+    "--connections",
+    "pf_connections",
+    multiple=True,
+    metavar="NODE.KEY=VALUE",
+    help="NODE.deployment_name / NODE.model / NODE.connection: as --model / --connection.",
+)
+@click.option(
+    "--environment-variables",
+    "env_vars",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Set these environment variables for the run.",
+)
+@click.option("--stream", is_flag=True, help="Accepted for Prompt Flow habits; progress shows.")
 @click.option(
     "--strict", is_flag=True, help="Stop before running if any data row is bad (default: skip it)."
 )
@@ -127,6 +158,11 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
     help="An earlier run whose outputs ${run.outputs.x} reads, joined on line.",
 )
 @click.option(
+    "--target",
+    metavar="MODULE:FUNCTION|FLOW",
+    help="Call this app (a python callable or an app flow) per row and judge its answers.",
+)
+@click.option(
     "--concurrency",
     default=16,
     show_default=True,
@@ -139,8 +175,9 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Where the cache lives.")
 @click.option("--output", type=click.Path(file_okay=False), help="The run folder to write.")
 @click.option("--overwrite", is_flag=True, help="Replace the run in an existing --output/--name.")
-@click.option("--name", help="The run's name (its folder under runs/).")
+@click.option("-n", "--name", help="The run's name (its folder under runs/).")
 @click.option("--model", help="Chat model for llm nodes that pin none.")
+@click.option("--embedding-model", help="Embeddings model for embedding nodes that pin none.")
 @click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
 @click.option("--timeout", type=_Number(float, 0, open_low=True), help="Seconds per model request.")
 @click.option(
@@ -190,9 +227,16 @@ def run(
     flows: tuple[str, ...],
     data: str | None,
     resume_run: str | None,
+    flow_opt: str | None,
+    run_file: str | None,
+    column_mapping: tuple[str, ...],
+    pf_connections: tuple[str, ...],
+    env_vars: tuple[str, ...],
+    stream: bool,
     strict: bool,
     maps: tuple[str, ...],
     prior_run: str | None,
+    target: str | None,
     concurrency: int,
     limit: int | None,
     no_cache: bool,
@@ -201,6 +245,7 @@ def run(
     output: str | None,
     name: str | None,
     model: str | None,
+    embedding_model: str | None,
     connection: str | None,
     timeout: float | None,
     fail_on_error: float | None,
@@ -219,10 +264,22 @@ def run(
     """
     from flowkit.api import resume as resume_flow
     from flowkit.api import run as run_flow
+    from flowkit.cli.run_end import exit_if_valueless, report_end
     from flowkit.flow.loader import load_flows
+    from flowkit.inspect.gates import check_gate_names, check_gates, parse_gate
+    from flowkit.inspect.show import count_rows, progress_display
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
     parsed_gates = [parse_gate(g) for g in gates]
+    from flowkit.pfcompat.cli import finish_mapping, habits_of
+
+    habits = habits_of(
+        flows, flow_opt, run_file, data, prior_run, name, column_mapping, pf_connections, env_vars
+    )
+    flows, data, prior_run, name = tuple(habits.flows), habits.data, habits.prior_run, habits.name
+    model, connection = model or habits.model, connection or habits.connection
+    for warning in habits.warnings:
+        err_console.print("warning:", warning, highlight=False)
     if otel:
         from flowkit.inspect.otel import require
 
@@ -245,12 +302,16 @@ def run(
                 hint="e.g. flowkit run flows/f1_score.yaml --data examples/qa.jsonl",
             )
         flow = load_flows(list(flows))
+        check_gate_names(parsed_gates, flow)
+        mapping, notes = finish_mapping(flow, data, _parse_maps(maps), habits.mapping)
+        for note in notes:
+            err_console.print(note, highlight=False)
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = run_flow(
                 flow,
                 data,
-                mapping=_parse_maps(maps),
+                mapping=mapping,
                 prior_run=prior_run,
                 concurrency=concurrency,
                 limit=limit,
@@ -269,18 +330,10 @@ def run(
                 strict=strict,
                 overwrite=overwrite,
                 trace=trace_level,
+                target=target,
+                embedding_model=embedding_model,
             )
-    for notice in result.info.get("notices") or ():
-        err_console.print(f"note: {notice}", highlight=False)
-    if result.counts.get("bad_input"):
-        _report_bad_rows(result)
-    console.print(metrics_table(result.metrics, result.info))
-    c = result.counts
-    console.print(
-        f"rows {c['rows']}: {c['succeeded']} ok, {c['failed']} failed, "
-        f"{c['bad_input']} bad input; cache hits {c['cache_hits']}"
-    )
-    console.print(f"run folder: {result.run_dir}")
+    report_end(result)
     if otel:  # before the gates, so a failing CI run is exported too
         from flowkit.inspect.otel import export_run
 
@@ -292,25 +345,16 @@ def run(
         )
         sys.exit(1)
     check_gates(parsed_gates, result.metrics, err_console)
-
-
-def _report_bad_rows(result: Any, shown: int = 5) -> None:
-    """Bad data rows were skipped, not run: say which, so they are not mistaken for scores."""
-    bad = [r for r in result.rows() if r.get("status") == "bad_input"]
-    err_console.print(
-        f"warning: {len(bad)} bad data row(s) were not run (--strict stops on them instead):",
-        highlight=False,
-    )
-    for row in bad[:shown]:
-        err_console.print(f"  {(row.get('error') or {}).get('message')}")
-    if len(bad) > shown:
-        more = len(bad) - shown
-        err_console.print(f"  … and {more} more: flowkit trace {result.run_id} --failed")
+    exit_if_valueless(result)
 
 
 # Options that say what to run; a resume takes them from the run it finishes.
 _RUN_DEFINING = (
     "maps",
+    "column_mapping",
+    "run_file",
+    "flow_opt",
+    "pf_connections",
     "prior_run",
     "limit",
     "no_cache",
@@ -390,5 +434,5 @@ def list_flows() -> None:
     console.print(table)
 
 
-for _command in COMMANDS:
+for _command in (*COMMANDS, *AUTHOR_COMMANDS, *PF_COMMANDS):
     main.add_command(_command)

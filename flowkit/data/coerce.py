@@ -93,7 +93,7 @@ def a_json_type(value: Any) -> str:
 
 
 _FAIL = object()
-_TYPES = ("string", "number", "integer", "boolean", "list", "object", "any")
+_TYPES = ("string", "text", "number", "integer", "boolean", "list", "object", "any")
 _INT_TEXT = re.compile(r"[+-]?\d+")
 _NUMBER_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _BOOL_TEXT = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
@@ -114,6 +114,9 @@ def _number_text(text: str) -> Any:
 
 def _convert(v: Any, type_name: str) -> Any:
     is_number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if type_name == "text":
+        # Whatever the data holds, as Python writes it: for inputs only ever read as text.
+        return v if isinstance(v, str) else str(v)
     if type_name == "string":
         # A number in a text field (an id, a year) is a common slip, and str() of it is exact.
         return v if isinstance(v, str) else str(v) if is_number else _FAIL

@@ -1,6 +1,7 @@
 """The data mapping: how each flow input is filled from a data row or an earlier run.
 
 By default flow input `x` ← `${data.x}`; `--map x=${data.nested.field}` or `x=${run.outputs.y}`
+(or `${run.usage.total_tokens}`, `${run.usage.latency_seconds}`: the earlier run's own cost)
 overrides it, and any other text is a literal. The mapping is checked against the data's columns
 before any row runs, so a required input with nowhere to come from is one clear error up front.
 """
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from flowkit.data.coerce import coerce
-from flowkit.data.jsonl import read_outputs
+from flowkit.data.jsonl import read_outputs, read_usage
 from flowkit.errors import Diagnostic, UsageError, ValidationError, did_you_mean, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk
@@ -58,6 +59,10 @@ class Mapping:
                     hint="pass --run RUN_DIR",
                 )
             self.prior = read_outputs(prior_run)
+            if any(r is not None and r.name.startswith("usage.") for r in self.sources.values()):
+                for line, usage in read_usage(prior_run).items():
+                    if line in self.prior:
+                        self.prior[line]["usage"] = usage
         self._types = {name: spec.type for name, spec in flow.inputs.items()}
         self._defaults = {n: s.default for n, s in flow.inputs.items() if not s.required}
 
@@ -87,7 +92,16 @@ class Mapping:
             )
         if problems:
             raise ValidationError(problems)
-        self.notices = self._skipped_for_columns(columns)
+        self.notices = self._literal_columns(columns) + self._skipped_for_columns(columns)
+
+    def _literal_columns(self, columns: list[str]) -> list[str]:
+        """A literal that names a column was almost surely meant to read it."""
+        return [
+            f"warning: --map {name}={text} is the literal text {text!r} on every row, and the "
+            f"data has a column {text!r}; to read the column write --map {name}='${{data.{text}}}'"
+            for name, text in self.literals.items()
+            if name in self.explicit and text in columns
+        ]
 
     def _skipped_for_columns(self, columns: list[str]) -> list[str]:
         """Nodes whose `when` reads an input whose column the data lacks: they will skip on

@@ -2,7 +2,8 @@
 
 Lists of one call are aligned: index i is the same row in each. A row is left out of an
 aggregate when any node it reads failed or was skipped in that row; the count left out is
-reported in run.json. Metrics are named `<flow or sub-flow node>.<key>`.
+reported in run.json. Metrics are named `<flow or sub-flow node>.<key>`; a key holding `/` (a
+Databricks metric name) is also reported as it is, unprefixed.
 """
 
 from __future__ import annotations
@@ -76,8 +77,14 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
             detail["error"] = f"{error.type}: {error.message}"
         if output is not None:
             done[(agg.path, agg.node.name)] = output
+            bare = agg.node.spec.metrics == "logged" and not agg.path
             for k, v in output.items():
                 metrics[f"{agg.prefix}.{k}"] = v
+                if bare or "/" in k:
+                    # A logged metric keeps its bare name (Prompt Flow's habit), and a name
+                    # another tool defines (Databricks' agent metrics) is spelt as dashboards
+                    # and gates use it: both also reported unprefixed, first flow wins.
+                    metrics.setdefault(k, v)
         detail["status"] = status
         info[qual] = detail
         end = time.time()

@@ -27,7 +27,14 @@ from flowkit.engine.lookahead import Lookahead, Row
 from flowkit.engine.node_runner import NodeRunner, refreshed
 from flowkit.engine.plan import AggTask, Plan, Plans, collect
 from flowkit.engine.records import FAILED, OK, ErrorInfo
-from flowkit.engine.scope import Scope, first_error, has_invalid, read_outputs, value_or_none
+from flowkit.engine.scope import (
+    Scope,
+    first_error,
+    has_invalid,
+    read_outputs,
+    subflow_invalid,
+    value_or_none,
+)
 from flowkit.flow.graph import Flow, Node
 
 if TYPE_CHECKING:
@@ -174,7 +181,7 @@ class Executor:
             record["error"] = {"node": node, "type": info.type, "message": info.message}
         else:
             self.stats.succeeded += 1
-        if has_invalid(outputs):
+        if has_invalid(outputs) or (scope.children and subflow_invalid(scope)):
             self.stats.invalid += 1
         self.stats.rows += 1
         self.writer.row(line, record)

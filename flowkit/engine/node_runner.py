@@ -39,6 +39,20 @@ SubflowRunner = Callable[[Node, Scope, dict[str, Any], int, str, float], Corouti
 """Runs a flow node's sub-flow in a row: (node, scope, inputs, line, qualified name, start)."""
 
 
+def _all_skipped(node: Node, scope: Scope) -> bool:
+    """Whether the node reads other nodes and every one of them was skipped in this row."""
+    return bool(node.deps) and all(scope.status.get(d) == SKIPPED for d in node.deps)
+
+
+def _drop_skipped(node: Node, scope: Scope, inputs: dict[str, Any]) -> None:
+    """Leave out inputs read from skipped nodes where the function has a default for them."""
+    defaults = getattr(node.impl, "defaults", ())
+    for param, ref, _ in node.inputs:
+        skipped = ref is not None and ref.source == "node" and scope.status.get(ref.name) == SKIPPED
+        if skipped and param in defaults:
+            del inputs[param]
+
+
 def refreshed(options: RunOptions, node: Node, qual: str) -> bool:
     """Whether ``--refresh`` names this node (by its own or its qualified name)."""
     return bool(options.refresh) and (qual in options.refresh or node.name in options.refresh)
@@ -77,14 +91,20 @@ class NodeRunner:
                 return None
         start = time.time()
         ahead = self._lookahead.take(line, qual)
+        propagate = node.spec.upstream_skipped == "propagate"
         try:
             if node.when is not None and not when_holds(node.when, scope):
                 self.done(node, scope, line, qual, SKIPPED, None, None, start=start)
                 return None
-            if ahead is not None:
+            if propagate and node.when is None and _all_skipped(node, scope):
+                self.done(node, scope, line, qual, SKIPPED, None, None, start=start)
+                return None
+            if ahead is not None and not propagate:
                 inputs = ahead[0]
             else:
                 inputs = {p: (scope.get(r) if r is not None else v) for p, r, v in node.inputs}
+                if propagate:
+                    _drop_skipped(node, scope, inputs)
         except MissingValue as err:
             self._fail(node, scope, line, qual, None, err, start)
             return None

@@ -127,8 +127,13 @@ def collect(agg: AggTask, scope: Scope, line: int | None = None) -> None:
             return
         scope = child
     values: list[Any] = []
+    keep_skipped = agg.node.spec.upstream_skipped == "propagate"
     for ref in agg.row_refs:
-        if ref.source == "node" and scope.status.get(ref.name) != OK:
+        status = scope.status.get(ref.name) if ref.source == "node" else OK
+        if keep_skipped and status == SKIPPED:
+            values.append(None)  # the row stays in, with null for what was skipped
+            continue
+        if ref.source == "node" and status != OK:
             agg.left_out += 1
             agg.skipped += scope.status.get(ref.name) == SKIPPED
             return

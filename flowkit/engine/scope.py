@@ -82,6 +82,19 @@ def has_invalid(outputs: dict[str, Any]) -> bool:
     return False
 
 
+def subflow_invalid(scope: Scope) -> bool:
+    """Whether a sub-flow in this row (at any depth) produced result 'invalid'.
+
+    A suite's outputs are usually bare scores, so its rows' invalid judges show only here."""
+    for name, child in scope.children.items():
+        value = scope.values.get(name)
+        if scope.status.get(name) == OK and isinstance(value, dict) and has_invalid(value):
+            return True
+        if child.children and subflow_invalid(child):
+            return True
+    return False
+
+
 def first_error(scope: Scope, prefix: str) -> tuple[str, ErrorInfo] | None:
     """The node that failed first in this scope, looking inside failed sub-flows for the cause."""
     for name, info in scope.errors:

@@ -6,10 +6,11 @@
 - ``loader``: loading and validating a flow completely, collecting every problem.
 - ``use``: merging ``use:`` nodes; ``wiring``: reference and output checks.
 - ``spec_messages``: pydantic's complaints turned into ``file:LINE: node 'x': …``.
-- ``graph``: the loaded flow and its networkx DAG; ``templates``: sandboxed Jinja2 prompts.
+- ``graph``: the loaded flow and its DAG (networkx); ``templates``: sandboxed Jinja2 prompts.
 - ``builtin``: finding the built-in flows by name.
+- ``target``: ``--target``, a metric flow preceded by a node that calls the user's app.
 
-Imports point down to ``flowkit.cache.canonical`` and ``flowkit.errors`` only. Node kinds are
+Imports point down to ``flowkit.cache`` and ``flowkit.errors`` only. Node kinds are
 an extension point: the loader looks them up through ``flowkit.kinds`` when it compiles a node,
 and the kinds import this package, never the other way at import time.
 """

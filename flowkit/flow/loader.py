@@ -18,6 +18,7 @@ from pydantic import ValidationError as PydanticError
 from flowkit.cache.canonical import canonical_bytes
 from flowkit.errors import Diagnostic, ValidationError, display
 from flowkit.flow.builtin import resolve_flow_path
+from flowkit.flow.formats import foreign_file, translator
 from flowkit.flow.graph import Flow, Node, build_graph, find_cycle, ordered, when_clause
 from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import (
@@ -56,6 +57,13 @@ class LoadContext:
     # -- reporting ------------------------------------------------------------------------
     def report(self, file: str, line: int, node: str | None, message: str) -> None:
         self.diagnostics.append(Diagnostic(file, line, node, message))
+
+    def where(self, node: Node, key: str | None = None) -> str:
+        """``flow.yaml:LINE`` of the node (of its ``key`` when known), for messages that are
+        reported at another file, such as a prompt's."""
+        raw = self._raw.get(id(node))
+        line = (line_of(raw, key) if raw is not None and key is not None else 0) or node.line
+        return f"{self._file.get(id(node), node.file)}:{line}"
 
     def error(self, node: Node, message: str, key: str | None = None, sub: Any = None) -> None:
         """Report against a node, at the line of ``key`` (and ``sub`` inside it) when known."""
@@ -99,6 +107,10 @@ class LoadContext:
         return flow
 
     def _load(self, path: Path) -> Flow | None:
+        foreign = foreign_file(path)
+        if foreign is not None:
+            raw = translator(foreign).translate(foreign, self)
+            return None if raw is None else self.build(raw, foreign, display(foreign))
         file = display(path)
         if not is_file(path):
             self.report(file, 0, None, "flow file does not exist")
@@ -125,6 +137,8 @@ class LoadContext:
         """Validate and compile one flow's parsed YAML (``path`` anchors relative paths)."""
         start = len(self.diagnostics)
         spec, raw_nodes = self._header(raw, file)
+        if spec is not None:
+            extend_import_path(spec.python_path, path.parent)
         nodes = self._nodes(raw_nodes, path, file)
         if spec is None:
             return None
@@ -270,6 +284,23 @@ class LoadContext:
         except RefSyntaxError as err:
             self.error(node, str(err), key=key, sub=sub)
             return None, value
+
+
+def extend_import_path(folders: list[str], base_dir: Path) -> None:
+    """Append a flow's `python_path` folders to sys.path (once each, after what is installed,
+    so that an installed package is never shadowed)."""
+    import sys
+
+    import flowkit
+
+    for folder in folders:
+        if folder.startswith("flowkit:"):
+            where = Path(flowkit.__file__).parent / folder.removeprefix("flowkit:")
+        else:
+            where = base_dir / folder
+        entry = str(where.resolve())
+        if entry not in sys.path:
+            sys.path.append(entry)
 
 
 def _must_ref(text: str) -> Ref:

@@ -14,7 +14,7 @@ _WHOLE = re.compile(r"^\$\{(?P<body>[^{}]*)\}$")
 _SEGMENT = re.compile(r"^(?P<key>[A-Za-z_][\w\-]*)?(?P<idx>(?:\[-?\d+\])*)$")
 _INDEX = re.compile(r"\[(-?\d+)\]")
 
-RUN_PARTS = ("outputs", "inputs")
+RUN_PARTS = ("outputs", "inputs", "usage")
 
 Path = tuple[str | int, ...]
 
@@ -89,8 +89,8 @@ def parse_data_ref(value: Any) -> Ref | None:
     if head == "run" and len(parts) >= 3 and parts[1] in RUN_PARTS and isinstance(parts[2], str):
         return Ref("run", f"{parts[1]}.{parts[2]}", tuple(parts[3:]), value)
     raise RefSyntaxError(
-        f"cannot read mapping {value!r}: use ${{data.COLUMN}}, ${{run.outputs.NAME}} "
-        "or ${run.inputs.NAME}"
+        f"cannot read mapping {value!r}: use ${{data.COLUMN}}, ${{run.outputs.NAME}}, "
+        "${run.inputs.NAME} or ${run.usage.NAME}"
     )
 
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-InputType = Literal["string", "number", "integer", "boolean", "list", "object", "any"]
+InputType = Literal["string", "text", "number", "integer", "boolean", "list", "object", "any"]
 Comparable = str | int | float | bool | None
 MAX_NAME_BYTES = 255
 """The longest file name most file systems take; a longer one fails as an OS error."""
@@ -39,7 +39,7 @@ class _Spec(BaseModel):
 
 class InputSpec(_Spec):
     type: InputType = "any"
-    """The value's JSON type; CSV text is converted to it."""
+    """The value's JSON type; CSV text is converted to it (`text`: any value, made a string)."""
     default: Any = None
     """Used when the data gives no value; an input without one is required."""
     description: str | None = None
@@ -75,6 +75,10 @@ class _NodeBase(_Spec):
     """False always recomputes this node; `{env: [VAR, ...]}` keys it on those variables too."""
     description: str | None = None
     """Free text for readers of the flow."""
+    upstream_skipped: Literal["as_null", "propagate"] = "as_null"
+    """`propagate`: an input read from a node skipped in this row is left out (the function's
+    default applies, else null), and a node without `when` whose node inputs were all skipped is
+    skipped too. `as_null`: such inputs are null and the node runs."""
 
 
 class PythonNode(_NodeBase):
@@ -110,6 +114,12 @@ class LlmNode(_NodeBase):
     """Ask again (with another seed) this many times when the reply holds no readable score."""
     expect: dict[str, Any] = {}
     """parse_score arguments (min, max, mode…) that decide whether a reply is readable."""
+    output: Literal["auto", "text"] = "auto"
+    """`text`: always the reply text, also when cut off at max_tokens (`auto` gives a dict then)."""
+    role_markers: Literal["plain", "hashed"] = "plain"
+    """`hashed` also reads a line `# system:` (one `#`) as a role marker, besides `system:`."""
+    model_default: str | None = None
+    """The model when neither the node, --model, flowkit.yaml nor FLOWKIT_MODEL names one."""
 
     @model_validator(mode="after")
     def _one_prompt_source(self) -> LlmNode:
@@ -134,6 +144,9 @@ class AggregateNode(_NodeBase):
     """`package.module:callable` (or a name in `source`) that returns a dict of metrics."""
     source: PathText | None = None
     """A .py file relative to the flow file that defines `function`."""
+    metrics: Literal["returned", "logged"] = "returned"
+    """`logged`: the metrics are what the function passes to `flowkit.log_metric` (also reported
+    under their bare names); its return value (any JSON) is not a metric."""
 
 
 class FlowNode(_NodeBase):
@@ -168,6 +181,9 @@ class FlowSpec(_Spec):
     """Output name → reference; the per-row results written to outputs.jsonl."""
     nodes: list[NodeSpec] = []
     """The steps, in any order: dependencies come from the references."""
+    python_path: list[PathText] = []
+    """Folders (relative to this file; `flowkit:DIR` is a folder inside flowkit) added to the end
+    of Python's import path before the flow's code is imported, for the modules it imports."""
 
     @field_validator("inputs")
     @classmethod

@@ -20,6 +20,7 @@ from flowkit.errors import FlowkitError
 
 ROLES = ("system", "user", "assistant")
 _MARKER = re.compile(r"^[ \t]*(system|user|assistant)[ \t]*:[ \t]*$", re.M | re.I)
+_HASHED_MARKER = re.compile(r"^[ \t]*#?[ \t]*(system|user|assistant)[ \t]*:[ \t]*$", re.M | re.I)
 _NONCE = secrets.token_hex(8)
 _SPLIT = re.compile(rf"\x00{_NONCE}:(system|user|assistant)\x00")
 
@@ -137,9 +138,12 @@ def _check_private(ast: nodes.Template) -> None:
         )
 
 
-def from_file_text(source: str) -> PromptTemplate:
-    """Compile a prompt file whose role markers split it into messages."""
-    marked = _MARKER.sub(lambda m: f"\x00{_NONCE}:{m[1].lower()}\x00", source)
+def from_file_text(source: str, hashed: bool = False) -> PromptTemplate:
+    """Compile a prompt file whose role markers split it into messages (``hashed``: `# user:`
+    counts as a marker too, as in prompts written for other tools)."""
+    marked = (_HASHED_MARKER if hashed else _MARKER).sub(
+        lambda m: f"\x00{_NONCE}:{m[1].lower()}\x00", source
+    )
     template, variables = _compile(marked)
     return PromptTemplate(source, variables, ((None, template),))
 
@@ -154,3 +158,18 @@ def from_messages(messages: list[tuple[str, str]]) -> PromptTemplate:
         variables |= names
     source = "\n".join(f"{role}:\n{content}" for role, content in messages)
     return PromptTemplate(source, frozenset(variables), tuple(parts))
+
+
+_text_env = SandboxedEnvironment(autoescape=False, keep_trailing_newline=True, trim_blocks=True)
+
+
+def render_text(template: str, **values: Any) -> str:
+    """Render a Jinja2 text in the sandbox, leniently: an undefined variable renders as ''.
+
+    A python node can call this (`function: flowkit.flow.templates:render_text`) to turn a
+    template into one string rather than chat messages.
+    """
+    try:
+        return _text_env.from_string(template).render(**values)
+    except (TemplateError, OverflowError) as err:
+        raise PromptRenderError(err) from None

@@ -1,8 +1,9 @@
 """`use:` nodes: a node defined once in a file of its own, reused by many flows.
 
-The node file holds a node without its name. Fields given in place override the file's, and
-`inputs` are merged key by key. Paths inside the node file (prompt, source, flow) are relative to
-that file, so they are made absolute before the merge.
+The node file holds a node without its name; ``use: flowkit:NAME`` names a built-in one
+(flows/nodes/NAME.yaml, e.g. ``flowkit:parse_score``) from any project. Fields given in place
+override the file's, and `inputs` are merged key by key. Paths inside the node file (prompt,
+source, flow) are relative to that file, so they are made absolute before the merge.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowkit.errors import display
+from flowkit.errors import did_you_mean, display, one_of
+from flowkit.flow.builtin import BUILTIN_PREFIX, builtin_nodes
 from flowkit.flow.source import YamlSyntaxError, YDict, is_file, line_of, read_yaml
 from flowkit.flow.spec import usable_path
 
@@ -31,11 +33,25 @@ def merge_use(
     if not isinstance(target, str):
         ctx.report(file, line, name, "'use' takes the path of a node file")
         return None
-    try:
-        used = (path.parent / usable_path(target)).resolve()
-    except (OSError, ValueError) as err:
-        ctx.report(file, line, name, f"use: {err}")
-        return None
+    if target.startswith(BUILTIN_PREFIX):
+        nodes = builtin_nodes()
+        wanted = target[len(BUILTIN_PREFIX) :]
+        if wanted not in nodes:
+            ctx.report(
+                file,
+                line,
+                name,
+                f"use: no built-in node {wanted!r}{did_you_mean(wanted, nodes)}; the built-in "
+                f"nodes are: {one_of(nodes)}",
+            )
+            return None
+        used = nodes[wanted]
+    else:
+        try:
+            used = (path.parent / usable_path(target)).resolve()
+        except (OSError, ValueError) as err:
+            ctx.report(file, line, name, f"use: {err}")
+            return None
     try:
         base = read_yaml(used, display(used)) if is_file(used) else None
     except YamlSyntaxError as err:

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.inspect.compare_rows import (
+    NO_INPUT,
     Pairs,
     Side,
     is_number,
@@ -101,6 +102,34 @@ class Comparison:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, default=str)
+
+
+def _warnings(run_a: Path, run_b: Path, a: Side, b: Side, pairs: Pairs) -> list[str]:
+    """What makes a verdict meaningless: other flows, or paired rows that are not the same."""
+    notes = []
+    flow_a, flow_b = ((read_run_info(r).get("flow") or {}).get("name") for r in (run_a, run_b))
+    if flow_a != flow_b:
+        notes.append(
+            f"warning: the runs are of different flows ({flow_a!r} and {flow_b!r}); outputs of "
+            "the same name may not mean the same"
+        )
+    shared = [(a.inputs[n], b.inputs[n]) for n in sorted(a.inputs.keys() & b.inputs.keys())]
+    differ, first = 0, None
+    for i, (pa, pb) in enumerate(zip(pairs.a, pairs.b, strict=True)):
+        for col_a, col_b in shared:
+            ha, hb = col_a[pa], col_b[pb]
+            if ha != hb and NO_INPUT not in (ha, hb):
+                differ += 1
+                if first is None:
+                    first = pairs.key(i, a)
+                break
+    if differ:
+        notes.append(
+            f"warning: {differ} of {len(pairs.a)} paired rows have different inputs (first: "
+            f"{'line' if isinstance(first, int) else 'key'} {first!r}); the runs may not be over "
+            "the same data — pair them with --key COLUMN"
+        )
+    return notes
 
 
 def bootstrap_ci(
@@ -191,6 +220,7 @@ def compare_runs(
         seed=seed,
         confidence=confidence,
     )
+    result.notes.extend(_warnings(run_a, run_b, a, b, pairs))
     if not common:
         result.notes.append("no numeric per-row output is present in both runs")
     for name in names:

@@ -57,25 +57,43 @@ class Side:
     duplicates: int = 0
     input_names: set[str] = field(default_factory=set)
 
+    inputs: dict[str, array[int]] = field(default_factory=dict)
+    """Per input name, a hash of each row's value (``NO_INPUT`` where it has none): paired
+    rows should share their inputs."""
+
     @property
     def names(self) -> set[str]:
         return set(self.columns)
 
-    def add(self, line: int, values: Iterable[tuple[str, float]]) -> None:
+    def add(self, line: int, values: Iterable[tuple[str, float]], inputs: Any) -> None:
         at = len(self.lines)
         self.lines.append(line)
-        for name, value in values:
-            column = self.columns.get(name)
-            if column is None:
-                column = self.columns[name] = array("d", [_NAN]) * at
-                column.append(value)
-            elif len(column) == at:
-                column.append(value)
-        for column in self.columns.values():
-            if len(column) == at:
-                column.append(_NAN)
+        _put(self.columns, at, values, "d", _NAN)
+        if isinstance(inputs, dict):
+            hashes = ((str(n), hash(_hashable(v))) for n, v in inputs.items())
+            _put(self.inputs, at, hashes, "q", NO_INPUT)
+        else:
+            _put(self.inputs, at, (), "q", NO_INPUT)
 
 
+def _put(
+    columns: dict[str, Any], at: int, items: Iterable[tuple[str, Any]], code: str, missing: Any
+) -> None:
+    """Row ``at``'s values into ``columns``, one array per name, ``missing`` where it has none."""
+    for name, value in items:
+        column = columns.get(name)
+        if column is None:
+            column = columns[name] = array(code, [missing]) * at
+            column.append(value)
+        elif len(column) == at:
+            column.append(value)
+    for column in columns.values():
+        if len(column) == at:
+            column.append(missing)
+
+
+NO_INPUT = -(2**63)
+"""No input of that name in the row (a hash is never this)."""
 _NAN = float("nan")
 
 
@@ -103,7 +121,7 @@ def read_side(run_dir: Path, key: str | None) -> Side:
                 continue
             side.index[k] = len(side.lines)
             side.keys.append(k)
-        side.add(line, numeric_outputs(rec.get("outputs")))
+        side.add(line, numeric_outputs(rec.get("outputs")), rec.get("inputs"))
     return side
 
 

@@ -59,6 +59,48 @@ def parse_gate(text: str) -> Gate:
     return Gate(parts[0], parts[1], value)
 
 
+def aggregate_nodes(flow: Any, path: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
+    """(metric prefix, node) of every aggregate in the flow tree, named as the engine names
+    their metrics: the flow's name for its own, the sub-flow node's path for a sub-flow's."""
+    found = [(".".join(path) if path else flow.name, flow.nodes[n]) for n in flow.aggregate_order]
+    for name in flow.row_order:
+        node = flow.nodes[name]
+        if node.kind == "flow":
+            found += aggregate_nodes(node.impl, (*path, name))
+    return found
+
+
+def metric_prefixes(flow: Any) -> list[str]:
+    """What every metric the flow can produce starts with."""
+    return list(dict.fromkeys(prefix for prefix, _ in aggregate_nodes(flow)))
+
+
+def check_gate_names(gates: list[Gate], flow: Any) -> None:
+    """A gate on a metric the flow cannot produce would fail only after the whole (maybe paid)
+    run: refuse it before the first row. Metric keys are known only once aggregates run, but
+    their prefixes are known now."""
+    prefixes = metric_prefixes(flow)
+    for gate in gates:
+        if any(gate.metric.startswith(f"{p}.") for p in prefixes):
+            continue
+        if "/" in gate.metric and prefixes:
+            # Another tool's name (Databricks'), reported unprefixed by whichever aggregate
+            # computes it: only known once the aggregates ran, so checked after the run.
+            continue
+        if not prefixes:
+            raise UsageError(
+                f"--gate {gate}: flow {flow.name!r} computes no metrics (it has no aggregate node)"
+            )
+        key = gate.metric.partition(".")[2] or gate.metric
+        guesses = [f"{p}.{key}" for p in prefixes]
+        raise UsageError(
+            f"--gate {gate}: flow {flow.name!r} cannot produce metric {gate.metric!r}"
+            f"{did_you_mean(gate.metric, guesses)}; its metrics start with "
+            + ", ".join(f"'{p}.'" for p in prefixes),
+            hint="nothing was run",
+        )
+
+
 def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
     """The failures, each as a sentence; empty when every gate holds."""
     failures: list[str] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +22,6 @@ from rich.table import Table
 from rich.text import Text
 
 from flowkit.engine.context import Stats
-from flowkit.inspect.trace_view import show_sections
 from flowkit.runs.folder import effective_status, read_metrics, read_run_info, resolve_run_dir
 
 
@@ -55,9 +55,17 @@ def count_rows(path: Path, limit: int | None = None) -> int | None:
 def progress_display(
     console: Console, *, enabled: bool = True, total: int | None = None
 ) -> Iterator[Callable[[Stats], None] | None]:
-    """A rich progress line: rows done, failed, cached, the rate and the tokens so far."""
-    if not enabled or (not console.is_terminal and os.environ.get("FLOWKIT_PROGRESS") != "1"):
+    """A rich progress line: rows done, failed, cached, the rate and the tokens so far.
+
+    When the console is no terminal (CI logs, a pipe), a plain line every few seconds instead
+    (``FLOWKIT_PROGRESS_SECONDS``, default 5), printed from a timer so that a run whose rows
+    are all waiting on retries still shows life."""
+    if not enabled:
         yield None
+        return
+    if not console.is_terminal and os.environ.get("FLOWKIT_PROGRESS") != "1":
+        with progress_lines(console, total) as update:
+            yield update
         return
     progress = Progress(
         TextColumn("[bold]rows[/] {task.completed}" + (f"/{total}" if total else "")),
@@ -83,6 +91,43 @@ def progress_display(
 
     with progress:
         yield update
+
+
+@contextlib.contextmanager
+def progress_lines(console: Console, total: int | None) -> Iterator[Callable[[Stats], None]]:
+    every = float(os.environ.get("FLOWKIT_PROGRESS_SECONDS") or 5)
+    seen: list[Stats] = []
+    started = time.monotonic()
+    stop = threading.Event()
+
+    def update(stats: Stats) -> None:
+        if not seen:
+            seen.append(stats)  # the executor's own object: later reads see it move
+
+    def tick() -> None:
+        while not stop.wait(every):
+            line = _progress_line(seen[0] if seen else None, total, started)
+            console.print(line, highlight=False)
+
+    timer = threading.Thread(target=tick, name="flowkit-progress", daemon=True)
+    timer.start()
+    try:
+        yield update
+    finally:
+        stop.set()
+        timer.join()
+
+
+def _progress_line(stats: Stats | None, total: int | None, started: float) -> str:
+    elapsed = time.monotonic() - started
+    if stats is None:
+        return f"progress: 0 rows done after {elapsed:.0f}s (waiting on the first row)"
+    done = f"{stats.rows}/{total}" if total else str(stats.rows)
+    return (
+        f"progress: rows {done} · ok {stats.succeeded} · failed {stats.failed + stats.bad_input}"
+        f" · invalid {stats.invalid} · {stats.rows / max(elapsed, 1e-9):,.0f} rows/s"
+        f" · {elapsed:.0f}s"
+    )
 
 
 def metrics_table(metrics: dict[str, Any], info: dict[str, Any] | None = None) -> Table:
@@ -134,6 +179,8 @@ def show_run(console: Console, run_ref: str, root: Path) -> None:
     parts: list[Any] = [head]
     # Scores (mean, pass rate, invalid, failed rows per metric) summarise the metrics table;
     # the slowest nodes and the grouped errors, read from the traces, follow the token usage.
+    from flowkit.inspect.trace_view import show_sections
+
     extra = show_sections(run_dir, info, metrics)
     if extra.scores is not None:
         parts.append(extra.scores)

@@ -223,6 +223,11 @@ def parse_where(text: str) -> Condition:
     value: Any
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
         value = raw[1:-1]
+    elif op in ("<", "<=", ">", ">=") and not _is_number(raw):
+        raise UsageError(
+            f"--where {text!r}: {raw!r} is not a number, and {op} compares numbers",
+            hint="quote it to compare text: --where \"path>='b'\"",
+        )
     elif raw in ("true", "false", "null"):
         value = {"true": True, "false": False, "null": None}[raw]
     else:
@@ -234,6 +239,53 @@ def parse_where(text: str) -> Condition:
             except ValueError:
                 value = raw
     return Condition(path, op, value)
+
+
+def _is_number(raw: str) -> bool:
+    try:
+        float(raw)
+    except ValueError:
+        return False
+    return True
+
+
+def output_paths(run_dir: Path, sample: int = 50) -> list[str]:
+    """The dotted paths into the outputs of the run's first rows, first-seen order."""
+    seen: dict[str, None] = {}
+
+    def add(value: Any, prefix: str) -> None:
+        for key, sub in value.items():
+            seen[prefix + key] = None
+            if isinstance(sub, dict):
+                add(sub, f"{prefix}{key}.")
+
+    for index, rec in enumerate(iter_jsonl(run_dir / "outputs.jsonl")):
+        if index >= sample:
+            break
+        if isinstance(rec.get("outputs"), dict):
+            add(rec["outputs"], "")
+    return list(seen)
+
+
+def check_paths(conditions: list[Condition], run_dir: Path, flow: str) -> list[Condition]:
+    """Each condition's path as the outputs spell it: ``groundedness.score`` on a groundedness
+    run is its ``score``; a path no row has is an error that lists those the rows have."""
+    known = output_paths(run_dir)
+    if not known:
+        return conditions
+    checked = []
+    for cond in conditions:
+        path = cond.path
+        if path not in known and path.startswith(f"{flow}.") and path[len(flow) + 1 :] in known:
+            path = path[len(flow) + 1 :]
+        if path not in known:
+            raise UsageError(
+                f"--where {cond}: run {run_dir.name} has no output {path!r}"
+                f"{did_you_mean(path, [*known, *(f'{flow}.{k}' for k in known)])}; "
+                f"its outputs: {', '.join(known)}"
+            )
+        checked.append(Condition(path, cond.op, cond.value))
+    return checked
 
 
 def lookup(value: Any, path: str) -> tuple[bool, Any]:

@@ -55,11 +55,22 @@ def register(cls: type[Kind]) -> type[Kind]:
     return cls
 
 
+# The module of each built-in kind, imported on first use: not at the top, since the built-in
+# kinds import the loader, and only the kinds a flow uses (the llm kind brings Jinja2 along).
+_BUILTIN = {
+    "python": "python",
+    "aggregate": "python",
+    "llm": "llm",
+    "embedding": "embedding",
+    "flow": "flow",
+}
+
+
 def get(kind: str) -> Kind:
     try:
         return KINDS[kind]
     except KeyError:
-        # Imported on first use, not at the top: the built-in kinds import the loader.
-        from flowkit.kinds import embedding, flow, llm, python  # noqa: F401
+        import importlib
 
+        importlib.import_module(f"flowkit.kinds.{_BUILTIN.get(kind, 'python')}")
         return KINDS[kind]

@@ -78,7 +78,7 @@ class EmbeddingKind(Kind):
         node.is_async = True
 
     def prepare(self, node: Node, ctx: Any) -> None:
-        endpoint = ctx.settings.check(
+        endpoint = ctx.settings.check_embedding(
             ctx.flow_name, node.name, node.spec.connection, node.spec.model
         )
         node.impl = endpoint

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flowkit.errors import did_you_mean, display, one_of
-from flowkit.flow.builtin import builtin_flows
+from flowkit.flow.builtin import BUILTIN_PREFIX, builtin_flows
 from flowkit.kinds import Kind, register
 
 if TYPE_CHECKING:
@@ -27,9 +27,19 @@ class FlowKind(Kind):
 
     def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
         target = node.spec.flow
+        builtin = target.removeprefix(BUILTIN_PREFIX)
         path = base_dir / target
-        if not path.exists() and target in builtin_flows():
-            path = builtin_flows()[target]
+        if (target != builtin or not path.exists()) and builtin in builtin_flows():
+            path = builtin_flows()[builtin]
+        if not path.exists():
+            nearby = [p.name for p in base_dir.glob("*.yaml")] if base_dir.is_dir() else []
+            ctx.error(
+                node,
+                f"sub-flow {target!r} not found: no file {display(path)} and no built-in flow "
+                f"of that name{did_you_mean(target, [*nearby, *builtin_flows()])}",
+                key="flow",
+            )
+            return
         chain = ctx.chain
         if len(chain) >= MAX_NESTING:
             # Refused here, at the node that goes one level too deep: left to run out of stack,

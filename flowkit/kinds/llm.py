@@ -49,9 +49,11 @@ def compile_prompt(node: Node, base_dir: Path, ctx: LoadContext) -> Any:
         )
         return None
     try:
-        return from_file_text(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        return from_file_text(text, hashed=spec.role_markers == "hashed")
     except PromptSyntaxError as err:
-        ctx.report(display(path), err.line, node.name, str(err))
+        where = f"the prompt of node {node.name!r} at {ctx.where(node, 'prompt')}"
+        ctx.report(display(path), err.line, node.name, f"{err} (in {where})")
     except UnicodeDecodeError:
         ctx.error(node, f"prompt file {spec.prompt!r} is not UTF-8 text", key="prompt")
     return None
@@ -92,15 +94,17 @@ class LlmKind(Kind):
                 key="for_each",
             )
         params = node.spec.params
-        rich = int(params.get("n", 1) or 1) > 1 or bool(params.get("logprobs"))
+        rich = node.spec.output == "auto" and (
+            int(params.get("n", 1) or 1) > 1 or bool(params.get("logprobs"))
+        )
         node.impl = LlmImpl(template, node.spec.prompt, rich)
         node.is_async = True
         node.key_parts = {"prompt": template.source}
 
     def prepare(self, node: Node, ctx: Any) -> None:
-        endpoint = ctx.settings.check(
-            ctx.flow_name, node.name, node.spec.connection, node.spec.model
-        )
+        spec = node.spec
+        model = spec.model or (None if ctx.settings.default_model else spec.model_default)
+        endpoint = ctx.settings.check(ctx.flow_name, node.name, spec.connection, model)
         node.impl.endpoint = endpoint
         # The model enters the key, the server address does not: a cache is meant to survive
         # moving between equivalent endpoints (see README, "Cache").
@@ -174,7 +178,7 @@ async def _ask(node: Node, inputs: dict[str, Any], ctx: Any) -> tuple[Any, dict[
     }
     # A reply cut off at the token limit keeps its text but comes in the dict form, whose
     # finish_reason lets parse_score report it invalid instead of reading a half-written verdict.
-    if impl.rich_output or cut_off:
+    if impl.rich_output or (cut_off and node.spec.output == "auto"):
         output: Any = {
             "text": result.text,
             "choices": result.texts,

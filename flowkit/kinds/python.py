@@ -9,6 +9,7 @@ up the other rows; `async def` functions are awaited.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import inspect
 import time
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from flowkit.cache.fingerprint import ImportProblem, load_from_folder
 from flowkit.kinds import Kind, NodeResult, register
+from flowkit.kinds.calls import as_llm_meta, collecting_calls
+from flowkit.kinds.metric_log import collecting
 
 if TYPE_CHECKING:
     from flowkit.flow.graph import Node
@@ -30,7 +33,7 @@ CALLS_BEFORE_JUDGING = 3
 class _Callable:
     """The function plus what the executor learns about how long it takes."""
 
-    __slots__ = ("calls", "fn", "is_coroutine", "params", "seconds", "var_kw")
+    __slots__ = ("calls", "defaults", "fn", "is_coroutine", "params", "seconds", "var_kw")
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
@@ -45,8 +48,9 @@ class _Callable:
                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
             }
             self.var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            self.defaults = {n for n, p in sig.parameters.items() if p.default is not p.empty}
         except (TypeError, ValueError):
-            self.params, self.var_kw = set(), True
+            self.params, self.var_kw, self.defaults = set(), True, set()
 
 
 def _compile_function(node: Node, base_dir: Path, ctx: LoadContext) -> None:
@@ -106,17 +110,22 @@ class PythonKind(Kind):
 
     def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
-        output = _call(impl, inputs)
+        with collecting_calls(getattr(ctx, "settings", None)) as calls:
+            output = _call(impl, inputs)
         if impl.calls == CALLS_BEFORE_JUDGING and impl.seconds / impl.calls > SLOW_CALL_SECONDS:
             node.is_async = True
-        return NodeResult(output)
+        return NodeResult(output, llm=as_llm_meta(calls))
 
     async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
-        if impl.is_coroutine:
-            return NodeResult(await impl.fn(**_own(inputs)))
-        loop = asyncio.get_running_loop()
-        return NodeResult(await loop.run_in_executor(ctx.threads, _call, impl, inputs))
+        with collecting_calls(getattr(ctx, "settings", None)) as calls:
+            if impl.is_coroutine:
+                output = await impl.fn(**_own(inputs))
+            else:
+                loop = asyncio.get_running_loop()
+                call = contextvars.copy_context().run
+                output = await loop.run_in_executor(ctx.threads, call, _call, impl, inputs)
+        return NodeResult(output, llm=as_llm_meta(calls))
 
 
 @register
@@ -131,8 +140,11 @@ class AggregateKind(Kind):
 
     def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
-        # Aggregates run after the rows' event loop has closed, so a coroutine gets its own.
-        output = asyncio.run(impl.fn(**inputs)) if impl.is_coroutine else impl.fn(**inputs)
+        with collecting() as logged:
+            # Aggregates run after the rows' event loop has closed, so a coroutine gets its own.
+            output = asyncio.run(impl.fn(**inputs)) if impl.is_coroutine else impl.fn(**inputs)
+        if node.spec.metrics == "logged":
+            return NodeResult(dict(logged), extra={"returned": output})
         if not isinstance(output, dict):
             raise TypeError(
                 f"aggregate function {node.spec.function} returned {type(output).__name__}, "

@@ -4,74 +4,54 @@
 validates a node's configuration before any row runs and returns its ``Endpoint``;
 ``chat`` / ``embed`` call it through one shared client and one ``Scheduler`` per endpoint
 (adaptive concurrency, RPM/TPM budgets, retries); ``UsageTracker`` sums tokens and costs.
+
+Names are imported on first use (PEP 562): ``flowkit.llm.usage`` prices tokens for every run,
+and must not load the openai SDK (most of a python-only run's start-up) on the way.
 """
 
 from __future__ import annotations
 
-from flowkit.llm.client import (
-    ChatResult,
-    EmbedResult,
-    aclose_clients,
-    chat,
-    clients_created,
-    embed,
-    get_client,
-)
-from flowkit.llm.config import (
-    PROJECT_FILE,
-    Connection,
-    Endpoint,
-    Limits,
-    Price,
-    ProjectFile,
-    Settings,
-    load_settings,
-)
-from flowkit.llm.retry import parse_retry_after
-from flowkit.llm.scheduler import (
-    Attempted,
-    Scheduler,
-    SchedulerStats,
-    all_schedulers,
-    reset_schedulers,
-    scheduler_for,
-)
-from flowkit.llm.usage import (
-    BUILTIN_PRICES,
-    PRICES_AS_OF,
-    Tally,
-    UsageTracker,
-    cost_usd,
-    price_for,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "BUILTIN_PRICES",
-    "PRICES_AS_OF",
-    "PROJECT_FILE",
-    "Attempted",
-    "ChatResult",
-    "Connection",
-    "EmbedResult",
-    "Endpoint",
-    "Limits",
-    "Price",
-    "ProjectFile",
-    "Scheduler",
-    "SchedulerStats",
-    "Settings",
-    "Tally",
-    "UsageTracker",
-    "aclose_clients",
-    "all_schedulers",
-    "chat",
-    "clients_created",
-    "cost_usd",
-    "embed",
-    "get_client",
-    "load_settings",
-    "parse_retry_after",
-    "price_for",
-    "reset_schedulers",
-    "scheduler_for",
-]
+_WHERE = {
+    "Attempted": "scheduler",
+    "BUILTIN_PRICES": "usage",
+    "ChatResult": "client",
+    "Connection": "config",
+    "EmbedResult": "client",
+    "Endpoint": "config",
+    "Limits": "config",
+    "PRICES_AS_OF": "usage",
+    "PROJECT_FILE": "config",
+    "Price": "config",
+    "ProjectFile": "config",
+    "Scheduler": "scheduler",
+    "SchedulerStats": "scheduler",
+    "Settings": "config",
+    "Tally": "usage",
+    "UsageTracker": "usage",
+    "aclose_clients": "client",
+    "all_schedulers": "scheduler",
+    "chat": "client",
+    "clients_created": "client",
+    "cost_usd": "usage",
+    "embed": "client",
+    "get_client": "client",
+    "load_settings": "config",
+    "parse_retry_after": "retry",
+    "price_for": "usage",
+    "reset_schedulers": "scheduler",
+    "scheduler_for": "scheduler",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flowkit.llm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"flowkit.llm.{module}"), name)
+    globals()[name] = value
+    return value

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from flowkit.errors import UsageError
+from flowkit.errors import UsageError, did_you_mean, one_of
 
 PROJECT_FILE = "flowkit.yaml"
 OPENAI_PUBLIC_URL = "https://api.openai.com/v1"
@@ -192,6 +192,10 @@ class Endpoint(BaseModel):
         )
 
 
+DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"
+"""The embedding model when nothing names one (what embedding_similarity pinned before)."""
+
+
 def redact_url(url: str) -> str:
     """``url`` with any password in it replaced by ****."""
     parts = urlsplit(url)
@@ -208,6 +212,8 @@ class ProjectFile(BaseModel):
 
     default_model: str | None = None
     """Model for llm nodes that do not pin one."""
+    default_embedding_model: str | None = None
+    """Model for embedding nodes that do not pin one."""
     default_connection: str | None = None
     """Connection for llm nodes that do not pin one."""
     connections: dict[str, Connection] = Field(default_factory=dict)
@@ -223,6 +229,9 @@ class Settings(BaseModel):
 
     default_model: str | None = None
     """Model for nodes that pin none (FLOWKIT_MODEL < flowkit.yaml < --model)."""
+    default_embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    """Model for embedding nodes that pin none (FLOWKIT_EMBEDDING_MODEL < flowkit.yaml <
+    --embedding-model); a chat model would be refused by an embeddings endpoint."""
     default_connection: str | None = None
     """Connection for nodes that pin none (environment < flowkit.yaml < --connection)."""
     connections: dict[str, Connection] = Field(default_factory=dict)
@@ -255,6 +264,12 @@ class Settings(BaseModel):
     ) -> Endpoint:
         """Validate one node's model configuration before any row runs; returns the endpoint."""
         return self._resolve(f"flow '{flow_name}' node '{node_name}'", connection, model)
+
+    def check_embedding(
+        self, flow_name: str, node_name: str, connection: str | None, model: str | None
+    ) -> Endpoint:
+        """:meth:`check` for an embedding node, whose fallback is the embedding model."""
+        return self.check(flow_name, node_name, connection, model or self.default_embedding_model)
 
     def _resolve(self, who: str, node_connection: str | None, node_model: str | None) -> Endpoint:
         name = node_connection or self.default_connection
@@ -334,19 +349,36 @@ def _with_secrets(conn: Connection, env: Mapping[str, str]) -> Connection:
     return conn.model_copy(update=update) if update else conn
 
 
-def _describe(err: ValidationError) -> str:
-    """Pydantic's own text quotes the offending input, which may be a key; list places only."""
+def _describe(err: ValidationError, path: Path, text: str) -> str:
+    """One line per problem, at its ``file:line``, with "did you mean" for a misspelt key.
+    Pydantic's own text quotes the offending input, which may be a key; it is not shown."""
+    from flowkit.flow.source import locate, parse_yaml
+
+    try:
+        root = parse_yaml(text, str(path))  # the same data, with the line of every key
+    except Exception:
+        root = None
     lines = []
     for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"    {where}: {e['msg']}")
+        loc = tuple(e["loc"])
+        line = locate(root, loc)[1] if root is not None else 0
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        message = e["msg"]
+        if e["type"] == "extra_forbidden" and loc:
+            model = {"connections": Connection, "prices": Price}.get(str(loc[0]), ProjectFile)
+            known = model.model_fields if len(loc) > 1 else ProjectFile.model_fields
+            message = f"unknown key {loc[-1]!r}{did_you_mean(str(loc[-1]), known)}"
+            message += f"; known keys: {one_of(known)}"
+        place = f"{path}:{line}" if line else str(path)
+        lines.append(f"{place}: {where}: {message}")
     return "\n".join(lines)
 
 
 def read_project_file(path: Path) -> ProjectFile:
     """Parse and validate ``flowkit.yaml``; every problem is a UsageError naming the file."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
@@ -370,7 +402,10 @@ def read_project_file(path: Path) -> ProjectFile:
     try:
         return ProjectFile.model_validate(raw)
     except ValidationError as exc:
-        raise UsageError(f"{path}: invalid configuration\n{_describe(exc)}") from None
+        n = len(exc.errors())
+        raise UsageError(
+            f"{n} problem{'s' if n != 1 else ''} in {PROJECT_FILE}\n{_describe(exc, path, text)}"
+        ) from None
 
 
 def load_settings(
@@ -378,6 +413,7 @@ def load_settings(
     model: str | None = None,
     connection: str | None = None,
     env: Mapping[str, str] = os.environ,
+    embedding_model: str | None = None,
 ) -> Settings:
     """Merge environment, ``<project_dir or cwd>/flowkit.yaml`` and CLI overrides.
 
@@ -387,6 +423,7 @@ def load_settings(
     connections = _env_connections(env)
     env_default = next(iter(connections), None)
     default_model = env.get("FLOWKIT_MODEL") or None
+    embedding = env.get("FLOWKIT_EMBEDDING_MODEL") or DEFAULT_EMBEDDING_MODEL
     default_connection = env_default
     prices: dict[str, Price] = {}
     project_file: str | None = None
@@ -399,6 +436,7 @@ def load_settings(
         connections.update(spec.connections)
         prices = dict(spec.prices)
         default_model = spec.default_model or default_model
+        embedding = spec.default_embedding_model or embedding
         if spec.default_connection:
             default_connection = spec.default_connection
         elif len(spec.connections) == 1:
@@ -406,6 +444,7 @@ def load_settings(
 
     return Settings(
         default_model=model or default_model,
+        default_embedding_model=embedding_model or embedding,
         default_connection=connection or default_connection,
         connections={name: _with_secrets(c, env) for name, c in connections.items()},
         prices=prices,

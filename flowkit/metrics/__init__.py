@@ -7,6 +7,9 @@
 - ``judges``: turning judge replies into per-row results (chunk precision, intents, turns).
 - ``scores``: ``parse_score``, reading a score from a judge's reply; ``score_forms``: the forms.
 - ``adapters``: reshaping data fields (chunks, histories, requests) into prompt text.
+- ``conversations``: per-turn scoring of the quality flows (one judge call per reply).
+- ``classification``: label accuracy, per-class counts and macro F1.
+- ``traces``: reading MLflow traces (response, retrieved context, latency, tokens).
 
 Imports point down to ``flowkit.errors`` only.
 """

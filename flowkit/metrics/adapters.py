@@ -157,11 +157,16 @@ def _items(documents: Any, what: str) -> list[tuple[str | None, str | None, str]
             items.append((None, None, doc))
         elif isinstance(doc, Mapping):
             text = next((doc[k] for k in _TEXT_KEYS if doc.get(k) is not None), None)
-            if text is None:
-                raise ValueError(f"{what}: a document has none of the keys {', '.join(_TEXT_KEYS)}")
             ident = next((doc[k] for k in _ID_KEYS if doc.get(k) not in (None, "")), None)
+            if text is None and ident is None:
+                raise ValueError(
+                    f"{what}: a document has none of the keys {', '.join(_TEXT_KEYS + _ID_KEYS)}"
+                )
             title = doc.get("title")
-            items.append((None if ident is None else str(ident), title and str(title), str(text)))
+            # A chunk known only by its doc_uri (agent traces often log no text) keeps its
+            # place with empty text; the judges show it as such, chunk_relevance skips it.
+            body = "" if text is None else str(text)
+            items.append((None if ident is None else str(ident), title and str(title), body))
         else:
             raise ValueError(f"{what}: cannot read a document from {type(doc).__name__}")
     return items
@@ -177,19 +182,33 @@ def format_chunks(retrieved_context: Any) -> dict[str, Any]:
     blocks = []
     for i, (ident, title, text) in enumerate(items, start=1):
         source = " ".join(p for p in (title, f"({ident})" if ident else None) if p)
-        blocks.append(f"[Chunk {i}]{' ' + source if source else ''}\n{text.strip()}")
+        blocks.append(f"[Chunk {i}]{' ' + source if source else ''}\n{_body(text)}")
     return {"text": "\n\n".join(blocks), "count": len(items)}
 
 
+def _body(text: str) -> str:
+    return text.strip() or NO_CONTENT
+
+
+NO_CONTENT = "(content not given; only the source is known)"
+
+
 def chunk_list(retrieved_context: Any) -> list[str]:
-    """Each retrieved chunk as its own text (with its source), for one judge call per chunk."""
-    items = _items(retrieved_context, "retrieved_context")
+    """Each retrieved chunk with content as its own text (with its source), for one judge call
+    per chunk. A chunk without content cannot be judged for relevance and is left out here;
+    :func:`unjudged_chunks` counts them so the row can say so."""
+    items = [i for i in _items(retrieved_context, "retrieved_context") if i[2].strip()]
     return [
         " ".join(p for p in (title, f"(source: {ident})" if ident else None) if p)
         + ("\n" if title or ident else "")
         + text.strip()
         for ident, title, text in items
     ]
+
+
+def unjudged_chunks(retrieved_context: Any) -> int:
+    """How many retrieved chunks carry no content (only a doc_uri)."""
+    return sum(not text.strip() for _, _, text in _items(retrieved_context, "retrieved_context"))
 
 
 def format_documents(documents: Any) -> dict[str, Any]:
@@ -203,7 +222,7 @@ def format_documents(documents: Any) -> dict[str, Any]:
         doc_id = ident if ident is not None else str(i)
         ids.append(doc_id)
         heading = f"[Document id: {doc_id}]" + (f" {title}" if title else "")
-        blocks.append(f"{heading}\n{text.strip()}")
+        blocks.append(f"{heading}\n{_body(text)}")
     return {"text": "\n\n".join(blocks), "count": len(items), "ids": ids}
 
 

@@ -173,6 +173,24 @@ def sums(**columns: Sequence[Any]) -> Metrics:
     return out
 
 
+AGENT_NAMES = {
+    "total": "agent/total_token_count/average",
+    "input": "agent/total_input_token_count/average",
+    "output": "agent/total_output_token_count/average",
+    "latency_seconds": "agent/latency_seconds/average",
+}
+"""Column → Databricks' name for its per-row mean."""
+
+
+def agent_sums(**columns: Sequence[Any]) -> Metrics:
+    """``sums`` plus Databricks' names for the per-row means (token counts, latency)."""
+    out = sums(**columns)
+    for key in columns:
+        if key in AGENT_NAMES:
+            out[AGENT_NAMES[key]] = out[f"{key}.mean"]
+    return out
+
+
 # ----------------------------------------------------------------------------- pass rates
 
 
@@ -223,19 +241,30 @@ def pass_rate(values: Sequence[Any], threshold: Any, comparator: Any = ">") -> M
     }
 
 
-def score_summary(scores: Sequence[Any], threshold: Any = 3, comparator: Any = ">") -> Metrics:
+def _flag(value: Any) -> bool:
+    """A run-wide switch that arrives as one value per row (flow inputs do): any row's True."""
+    rows = value if isinstance(value, list) else [value]
+    return any(v is True or str(v).strip().lower() in ("true", "1", "yes") for v in rows)
+
+
+def score_summary(
+    scores: Sequence[Any], threshold: Any = 3, comparator: Any = ">", invalid_as_fail: Any = False
+) -> Metrics:
     """The usual judge summary: mean, pass rate and how many answers could not be parsed.
 
     The default rule ``score > 3`` matches Prompt Flow's built-in evaluators, so numbers
-    stay comparable with results reported there.
+    stay comparable with results reported there. An unreadable score is left out of the pass
+    rate by default; ``invalid_as_fail`` counts it as a fail instead, as Prompt Flow's
+    evaluation flows do, so a pass rate can be matched with a Prompt Flow baseline.
     """
     # Scores are read as numbers once, so the mean and the pass rate count the same rows.
     numbers = [_as_number(v) for v in _rows(scores, "scores")]
     stats = mean(numbers)
     passed, valid, invalid = _pass_counts(numbers, threshold, comparator)
+    as_fail = _flag(invalid_as_fail)
     return {
         "mean": stats["mean"],
-        "pass_rate": _ratio(passed, valid),
+        "pass_rate": _ratio(passed, valid + invalid if as_fail else valid),
         "invalid": invalid,
         "invalid_rate": _ratio(invalid, valid + invalid),
         "count": valid,

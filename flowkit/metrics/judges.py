@@ -68,7 +68,11 @@ _REASON_KEYS = ("reason", "reasoning", "rationale", "analysis", "explanation", "
 
 
 def agent_summary(
-    scores: Sequence[Any], judge: str, threshold: Any = 1, comparator: Any = ">="
+    scores: Sequence[Any],
+    judge: str,
+    threshold: Any = 1,
+    comparator: Any = ">=",
+    invalid_as_fail: Any = False,
 ) -> Metrics:
     """``score_summary`` plus the Databricks alias of ``judge`` (the mean of the row scores).
 
@@ -79,8 +83,10 @@ def agent_summary(
     """
     if judge not in ALIASES:
         raise ValueError(f"unknown judge {judge!r}; known judges: {', '.join(ALIASES)}")
-    out = score_summary(scores, threshold, comparator)
+    out = score_summary(scores, threshold, comparator, invalid_as_fail)
     out[ALIASES[judge]] = out["mean"]
+    # Databricks counts the judge's failures to give a rating; an unreadable reply is that.
+    out[f"judge/{judge}/error_count"] = out["invalid"]
     if judge == "safety":
         out["defect_rate"] = None if out["mean"] is None else 1 - out["mean"]
     return out
@@ -214,19 +220,22 @@ def parse_turn_scores(
 
 
 def chunk_precision(
-    verdicts: list[Any], threshold: float = 0.5, comparator: str = ">="
+    verdicts: list[Any], threshold: float = 0.5, comparator: str = ">=", unjudged: int = 0
 ) -> dict[str, Any]:
     """Turn one yes/no reply per chunk (an llm node with ``for_each``) into a precision.
 
     ``verdicts`` in the output holds 1/0 per chunk in retrieval order; ``score`` is relevant /
     chunks. A row with no chunks has no precision (``invalid``), matching Databricks, which
     skips it; so does a row where any chunk's reply cannot be read, since the precision of the
-    rest could overstate it.
+    rest could overstate it. ``unjudged`` chunks (no content, only a doc_uri) have no rating,
+    so, as in Databricks, they are left out of the precision; the reason says how many.
     """
     replies = [_text(v) for v in verdicts or []]
     raw = "\n---\n".join(replies)
+    skipped = f"; {unjudged} chunk(s) without content not judged" if unjudged else ""
     if not replies:
-        return _record(raw, "no retrieved chunks to judge", verdicts=[])
+        why = "no retrieved chunk has content to judge" if unjudged else "no retrieved chunks"
+        return _record(raw, why + (" to judge" if not unjudged else ""), verdicts=[])
     marks: list[int] = []
     notes: list[str] = []
     for i, verdict in enumerate(verdicts, start=1):
@@ -239,7 +248,7 @@ def chunk_precision(
         notes.append(f"chunk {i}: {'yes' if marks[-1] else 'no'}" + (f" ({why})" if why else ""))
     precision = sum(marks) / len(marks)
     result = "pass" if passes(precision, float(threshold), comparator) else "fail"
-    reason = f"{sum(marks)} of {len(marks)} chunks relevant; " + "; ".join(notes)
+    reason = f"{sum(marks)} of {len(marks)} chunks relevant{skipped}; " + "; ".join(notes)
     return {
         "score": precision,
         "result": result,
@@ -251,6 +260,22 @@ def chunk_precision(
 
 
 # --------------------------------------------------------------------------- intents
+
+
+_DOCUMENTED = re.compile(r"\s*(yes|no)\b[\s,.:;-]*(?:documents?\b)?(?P<rest>.*)", re.I | re.S)
+
+
+def _intent_verdict(value: Any) -> tuple[int | None, list[str]]:
+    """A verdict and the document ids it cites: ``yes``/``no``, or the documented answer form
+    "Yes, documents [doc1], [doc2]" (ids in brackets)."""
+    verdict = _yes_no(value)
+    if verdict is not None or not isinstance(value, str):
+        return verdict, []
+    m = _DOCUMENTED.match(value)
+    if not m:
+        return None, []
+    ids = re.findall(r"\[([^\]]+)\]", m["rest"])
+    return int(m[1].lower() == "yes"), [i.strip() for i in ids]
 
 
 def parse_intents(text: Any, threshold: float = 3, comparator: str = ">") -> dict[str, Any]:
@@ -269,12 +294,12 @@ def parse_intents(text: Any, threshold: float = 3, comparator: str = ">") -> dic
     intents: list[dict[str, Any]] = []
     for i, entry in enumerate(entries, start=1):
         value = next((entry[k] for k in ("answered", "verdict", "answer") if k in entry), None)
-        verdict = _yes_no(value)
+        verdict, cited = _intent_verdict(value)
         if verdict is None:
             return _record(
                 raw, f"intent {i}: verdict {value!r} is not yes or no", fraction=None, intents=None
             )
-        ids = entry.get("doc_ids", entry.get("documents", []))
+        ids = entry.get("doc_ids", entry.get("documents", cited))
         intents.append(
             {
                 "intent": str(entry.get("intent", "")),

@@ -84,6 +84,10 @@ def document_recall(
     }
 
 
+RECALL_NAME = "retrieval/ground_truth/document_recall/average"
+"""Databricks' name for the mean recall (rows without both lists are not counted there either)."""
+
+
 def document_summary(
     recall: Sequence[Any], precision: Sequence[Any], threshold: Any = 1.0
 ) -> Metrics:
@@ -96,4 +100,5 @@ def document_summary(
     precision_stats = mean_of(precision)
     out["document_precision.mean"] = precision_stats["mean"]
     out["document_precision.count"] = precision_stats["count"]
+    out[RECALL_NAME] = out["mean"]
     return out

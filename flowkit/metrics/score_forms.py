@@ -355,7 +355,21 @@ _CHAINS: dict[str, tuple[_Reader, ...]] = {
 }
 
 
+def _read_contains(raw: str, cfg: ReadConfig) -> Reading:
+    """Spring AI's rule: pass when the reply contains the yes word anywhere (any case), else
+    fail. Never invalid: a reply without the word, even an empty one, is a "no"."""
+    top = max(cfg.yes_no.values())
+    low = min(cfg.yes_no.values())
+    text = raw.lower()
+    found = any(word in text for word, value in cfg.yes_no.items() if value == top)
+    first = _yes_no_reader(False)(_Reply(raw, raw), cfg)
+    reason = first.reason if first is not None else _clean(raw)
+    return Reading(score=float(top if found else low), reason=reason)
+
+
 def read_one(raw: str, cfg: ReadConfig) -> Reading:
+    if cfg.mode == "contains":
+        return _read_contains(raw, cfg)
     if not raw.strip():
         return Reading(error="empty reply")
     norm = re.sub(r"[*`]|__", "", raw.replace("\r\n", "\n"))

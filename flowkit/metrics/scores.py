@@ -18,7 +18,16 @@ from typing import Any
 from flowkit.errors import UsageError
 from flowkit.metrics.score_forms import REFUSED, ReadConfig, Reading, read_one, tidy
 
-MODES = ("auto", "number", "json", "result_heading", "tag", "yes_no", "severity")
+MODES = (
+    "auto",
+    "number",
+    "json",
+    "result_heading",
+    "tag",
+    "yes_no",
+    "contains",
+    "severity",
+)
 COMPARATORS = (">", ">=", "<", "<=", "==")
 COMBINES = ("mean", "majority")
 DEFAULT_LEVELS = ("very low", "low", "medium", "high")

@@ -2,6 +2,7 @@
 
 - ``job``: checks before the folder exists, streaming rows through the engine, aggregating,
   and closing the folder with a true status.
+- ``result``: ``RunResult``, what a run returns (rows, ``to_pandas()``, notebook display).
 - ``folder``: the run folder (run.json, outputs.jsonl, traces.jsonl, metrics.json) and reading
   it back.
 - ``summary``: what `show` says about the traces, tallied as the run writes them.

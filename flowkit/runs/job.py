@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from flowkit.cache.store import Cache, default_cache_dir
-from flowkit.data.jsonl import iter_jsonl
 from flowkit.data.mapping import Mapping, RowError
 from flowkit.data.read import iter_rows, peek_columns
 from flowkit.engine.aggregation import run_aggregates
@@ -28,37 +27,9 @@ from flowkit.engine.prepare import needs_settings, prepare_nodes, walk_nodes
 from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, display
 from flowkit.flow.graph import Flow
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
+from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
 from flowkit.runs.space import OutOfSpace, no_space
-
-
-@dataclass
-class RunResult:
-    """What a finished run produced; rows are read back lazily from the run folder."""
-
-    run_dir: Path
-    status: str
-    metrics: dict[str, Any]
-    counts: dict[str, int]
-    tokens: dict[str, int]
-    info: dict[str, Any]
-
-    @property
-    def run_id(self) -> str:
-        return self.run_dir.name
-
-    def rows(self) -> Iterator[dict[str, Any]]:
-        yield from iter_jsonl(self.run_dir / "outputs.jsonl")
-
-    def traces(self) -> Iterator[dict[str, Any]]:
-        yield from iter_jsonl(self.run_dir / "traces.jsonl")
-
-    @property
-    def failed_ratio(self) -> float:
-        rows = self.counts.get("rows", 0)
-        return (
-            (self.counts.get("failed", 0) + self.counts.get("bad_input", 0)) / rows if rows else 0.0
-        )
 
 
 def _check_refresh(flow: Flow, refresh: frozenset[str]) -> None:
@@ -89,6 +60,7 @@ class Job:
     scheduler: str | None
     chunk_size: int
     on_progress: Callable[[Stats], None] | None
+    embedding_model: str | None = None
 
 
 def make_job(
@@ -111,7 +83,13 @@ def make_job(
     if settings is None and needs_settings(flow):
         from flowkit.llm.config import load_settings
 
-        settings = load_settings(model=rest["model"], connection=rest["connection"])
+        settings = load_settings(
+            model=rest["model"],
+            connection=rest["connection"],
+            embedding_model=rest.get("embedding_model"),
+        )
+    elif settings is not None and rest.get("embedding_model"):
+        settings = settings.model_copy(update={"default_embedding_model": rest["embedding_model"]})
     ctx = RunContext(options, settings)
     prepare_nodes(flow, ctx)
     _check_refresh(flow, options.refresh)
@@ -263,6 +241,8 @@ def _with_models(stats: Stats) -> dict[str, dict[str, Any]]:
 
 def _cost(stats: Stats, settings: Any) -> dict[str, Any]:
     """Estimated USD per node and in total; None where a model's price is unknown."""
+    if not stats.tokens:  # no model was called: the price table (and pydantic models) can wait
+        return {"usd": None, "by_node": {}, "estimate": True, "prices_as_of": None}
     from flowkit.llm.usage import PRICES_AS_OF, cost_usd
 
     prices = getattr(settings, "prices", None)

@@ -66,6 +66,9 @@ def prepare(run_dir: Path, flow: Flow, executor: Executor) -> set[int]:
         if row is None:
             continue
         node = rec.get("node", "")
+        output = rec.get("output")
+        if rec.get("kind") == "flow" and isinstance(output, dict) and has_invalid(output):
+            row.invalid = True  # a suite's judge that could not be read
         if node in top:
             row.top_nodes += 1
         if node in needed or node in sub_paths:

@@ -221,7 +221,11 @@ class Core:
         choices, completion_tokens = [], 0
         for index in range(n):
             score = replies.score_of(key if index == 0 else replies.sha(f"{key}:{index}"))
-            content = scripted if scripted is not None else replies.default_reply(body, score, key)
+            content = (
+                scripted
+                if scripted is not None
+                else replies.default_reply(body, score, key, messages)
+            )
             content, truncated = replies.truncate(content, limit)
             completion_tokens += len(content.split())
             logprobs = replies.logprobs(content, score, top) if body.get("logprobs") else None

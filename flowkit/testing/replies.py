@@ -18,6 +18,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from flowkit.testing import judge
 from flowkit.testing.config import FAULT_KINDS
 from flowkit.testing.faults import ApiError
 
@@ -100,10 +101,21 @@ def score_of(digest: str) -> int:
     return int(digest[:8], 16) % 5 + 1
 
 
-def default_reply(body: dict[str, Any], score: int, key: str) -> str:
+def default_reply(
+    body: dict[str, Any], score: int, key: str, messages: list[dict[str, Any]] | None = None
+) -> str:
+    """The unscripted reply: the offline judge's answer in the form the prompt asks for, or,
+    for a prompt that is no judge prompt, ``Score: N`` with N from the prompt's hash."""
+    turns = [(str(m.get("role")), content_text(m.get("content"))) for m in messages or ()]
+    answer = judge.reply(body, turns, score) if turns else None
+    if answer is not None:
+        return answer
     response_format = body.get("response_format") or {}
     kind = response_format.get("type") if isinstance(response_format, dict) else None
     reason = f"deterministic reply from the flowkit test server (prompt {key[:8]})"
+    if turns and kind == "json_schema":
+        verdict = judge.Verdict(*judge.split(turns))
+        score, reason = (verdict.score, verdict.why) if verdict.found else (score, reason)
     if kind == "json_schema":
         schema = (response_format.get("json_schema") or {}).get("schema") or {}
         return json.dumps(_from_schema(schema, schema, score, reason))

@@ -101,29 +101,40 @@ def test_the_installed_command_exits_2_without_a_traceback() -> None:
 def test_failed_rows_still_exit_0(boom: Path) -> None:
     result = run_boom()
     assert result.exit_code == 0, result.output
-    assert "rows 8: 7 ok, 1 failed, 0 bad input" in result.stdout
+    assert "rows 8: 7 ok, 1 failed, 0 bad input, 0 invalid" in result.stdout
     assert "boom.mean" in result.stdout
     assert "m: rows left out" in result.stdout
-    assert result.stderr == ""
+    # The errors grouped by node and type, as `flowkit show` prints them, then what to do.
+    lines = [line.split() for line in result.stderr.splitlines()]
+    assert lines[0] == ["errors"]
+    assert lines[1] == ["node", "type", "count", "rows", "example"]
+    assert lines[2] == ["b", "ValueError", "1", "3", "three"]
+    run_id = Path(result.stdout.split("run folder: ")[1].strip()).name
+    assert result.stderr.splitlines()[3:] == [
+        f"hint: see the failed rows: flowkit trace {run_id} --failed",
+        f"hint: once the cause is fixed: flowkit run --resume {run_id}",
+    ]
 
 
 def test_fail_on_error_exits_1_past_the_ratio(boom: Path) -> None:
     assert run_boom("--fail-on-error", "0.2").exit_code == 0  # 1 of 8 = 12.5 %
     result = run_boom("--fail-on-error", "0.1")
     assert result.exit_code == 1
-    assert result.stderr == "error: 12.5% of rows failed, more than --fail-on-error 0.1\n"
+    assert result.stderr.splitlines()[-1] == (
+        "error: 12.5% of rows failed, more than --fail-on-error 0.1"
+    )
 
 
 def test_a_failed_gate_exits_1_and_names_the_gate(boom: Path) -> None:
     passed = run_boom("--gate", "boom.mean>=3")
     assert passed.exit_code == 0
-    assert passed.stderr == "gate boom.mean>=3: passed (boom.mean = 3.57143)\n"
+    assert passed.stderr.splitlines()[-1] == "gate boom.mean>=3: passed (boom.mean = 3.57143)"
     result = run_boom("--gate", "boom.mean>=3", "--gate", "boom.mean>=4")
     assert result.exit_code == 1
-    assert result.stderr == (
-        "gate boom.mean>=3: passed (boom.mean = 3.57143)\n"
-        "error: gate boom.mean>=4: failed, boom.mean = 3.57143\n"
-    )
+    assert result.stderr.splitlines()[-2:] == [
+        "gate boom.mean>=3: passed (boom.mean = 3.57143)",
+        "error: gate boom.mean>=4: failed, boom.mean = 3.57143",
+    ]
 
 
 @pytest.mark.parametrize(

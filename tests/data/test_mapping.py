@@ -70,7 +70,7 @@ def test_unknown_and_malformed_overrides_are_usage_errors() -> None:
         Mapping(flow, {"answer": "${answer}"})
     assert str(info.value) == (
         "--map answer=…: cannot read mapping '${answer}': use "
-        "${data.COLUMN}, ${run.outputs.NAME} or ${run.inputs.NAME}"
+        "${data.COLUMN}, ${run.outputs.NAME}, ${run.inputs.NAME} or ${run.usage.NAME}"
     )
     with pytest.raises(UsageError) as info:
         Mapping(flow, {"answer": "${run.outputs.answer}"})

@@ -92,7 +92,8 @@ EXPECTED: dict[str, list[str]] = {
         "the node's inputs (did you mean 'contxt'?); inputs: answer, contxt",
         f"{F}/prompts.yaml:22: node 'inline': Jinja2 syntax error: unexpected '}}' "
         "(in messages, template line 1)",
-        f"{F}/prompts/broken.jinja2:4: node 'broken': Jinja2 syntax error: unexpected '}}'",
+        f"{F}/prompts/broken.jinja2:4: node 'broken': Jinja2 syntax error: unexpected '}}' "
+        f"(in the prompt of node 'broken' at {F}/prompts.yaml:14)",
     ],
     "reuse_errors": [
         f"{F}/reuse_errors.yaml:5: output 's' refers to unknown output 'scroe' of sub-flow "
@@ -358,7 +359,8 @@ def test_a_prompt_reaching_for_python_internals_is_refused_before_any_row(
     )
     assert problems(flow) == [
         f"{tmp_path / 'escape.jinja2'}:4: node 'file': the template reads '__class__', '__mro__'; "
-        "the sandbox forbids names that start with '__'",
+        f"the sandbox forbids names that start with '__' (in the prompt of node 'file' at "
+        f"{flow}:5)",
         f"{flow}:8: node 'inline': the template reads '__init__', '__globals__'; the sandbox "
         "forbids names that start with '__' (in messages, template line 1)",
     ]

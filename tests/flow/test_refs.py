@@ -122,7 +122,7 @@ def test_malformed_data_references(text: str) -> None:
         parse_data_ref(text)
     assert str(info.value) == (
         f"cannot read mapping {text!r}: use ${{data.COLUMN}}, "
-        "${run.outputs.NAME} or ${run.inputs.NAME}"
+        "${run.outputs.NAME}, ${run.inputs.NAME} or ${run.usage.NAME}"
     )
 
 

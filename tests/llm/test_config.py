@@ -181,10 +181,27 @@ def test_several_connections_and_no_default(tmp_path: Path) -> None:
 def test_bad_project_files_are_usage_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"flowkit.yaml:\d+: not valid YAML \(.+\)"):
         load_settings(project(tmp_path, "a: 1\nb: [\n"), env={})
-    with pytest.raises(UsageError, match=r"connections.x.colour: Extra inputs are not permitted"):
+    with pytest.raises(UsageError, match=r"flowkit.yaml:2: connections.x.colour: unknown key"):
         load_settings(project(tmp_path, "connections:\n  x: {colour: red}\n"), env={})
     with pytest.raises(UsageError, match="expected a mapping"):
         load_settings(project(tmp_path, "- 1\n"), env={})
+
+
+def test_project_file_errors_name_the_line_and_a_near_key(tmp_path: Path) -> None:
+    text = "default_model: m\nconnections:\n  local:\n    type: openai\n    base_ur: http://x\n"
+    path = project(tmp_path, text + "default_modle: y\n")
+    with pytest.raises(UsageError) as caught:
+        load_settings(path, env={})
+    assert str(caught.value).splitlines() == [
+        "2 problems in flowkit.yaml",
+        f"{path / 'flowkit.yaml'}:5: connections.local.base_ur: unknown key 'base_ur' (did you "
+        "mean 'base_url'?); known keys: api_key, api_key_env, api_version, azure_endpoint, "
+        "backoff_base, backoff_max, base_url, concurrency, deployment, max_retries, rpm, timeout, "
+        "tpm, type",
+        f"{path / 'flowkit.yaml'}:6: default_modle: unknown key 'default_modle' (did you mean "
+        "'default_model'?); known keys: connections, default_connection, "
+        "default_embedding_model, default_model, prices",
+    ]
 
 
 def test_validation_errors_do_not_quote_secrets(tmp_path: Path) -> None:

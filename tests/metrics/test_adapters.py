@@ -7,6 +7,7 @@ import json
 import pytest
 
 from flowkit.metrics.adapters import (
+    chunk_list,
     conversation_turns,
     format_chunks,
     format_documents,
@@ -14,6 +15,7 @@ from flowkit.metrics.adapters import (
     message_text,
     rag_turns,
     request_text,
+    unjudged_chunks,
 )
 
 MESSAGES = [
@@ -148,9 +150,14 @@ def test_format_documents_reads_citation_holders() -> None:
     assert format_documents(json.dumps(holder))["count"] == 1
 
 
-def test_documents_without_text_are_refused() -> None:
+def test_documents_without_text_or_source_are_refused() -> None:
     with pytest.raises(ValueError, match="none of the keys"):
-        format_documents([{"id": "a", "title": "no body"}])
+        format_documents([{"title": "no body"}])
+    # known by its source only: kept, and shown as having no content
+    shown = format_documents([{"doc_uri": "docs/a.md"}])["text"]
+    assert shown == "[Document id: docs/a.md]\n(content not given; only the source is known)"
+    assert chunk_list([{"doc_uri": "docs/a.md"}, {"content": "x"}]) == ["x"]
+    assert unjudged_chunks([{"doc_uri": "docs/a.md"}, {"content": "x"}]) == 1
     with pytest.raises(ValueError, match="must be a list"):
         format_chunks(3)
 

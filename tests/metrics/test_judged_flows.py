@@ -21,6 +21,7 @@ from flowkit.cli.main import main
 from flowkit.errors import ValidationError
 from flowkit.flow.loader import compose
 from flowkit.llm.config import load_settings
+from flowkit.metrics.conversations import turn_summary
 from flowkit.metrics.scores import parse_score
 from flowkit.testing.server import LocalServer, serve
 
@@ -143,7 +144,17 @@ def test_qa_flows_share_input_names() -> None:
     # suite of them runs over one QA file with no --map.
     qa = ["groundedness", "relevance", "coherence", "fluency", "similarity", *SECTION_E]
     suite = compose([FLOWS / f"{name}.yaml" for name in qa])
-    assert sorted(suite.inputs) == ["answer", "context", "ground_truth", "question"]
+    assert sorted(suite.inputs) == [
+        "answer",
+        "context",
+        "domain",
+        "ground_truth",
+        "invalid_as_fail",
+        "messages",
+        "question",
+    ]
+    # the optional ones have defaults, so a QA file needs no more columns than before
+    assert not suite.inputs["messages"].required and not suite.inputs["domain"].required
 
 
 def test_missing_field_is_reported_before_any_row(tmp_path: Path) -> None:
@@ -165,11 +176,16 @@ def _parse(flow_name: str, reply: str) -> dict[str, Any]:
     """Parse ``reply`` exactly as the flow's parse node would, with the flow's defaults."""
     flow = flowkit.load_flow(FLOWS / f"{flow_name}.yaml")
     node = flow.nodes["parse"]
-    assert node.spec.function == "flowkit.metrics.scores:parse_score"
     kwargs = {p: v for p, ref, v in node.inputs if ref is None}
     kwargs.update(
         threshold=flow.inputs["threshold"].default, comparator=flow.inputs["comparator"].default
     )
+    if node.spec.function == "flowkit.metrics.conversations:turn_summary":
+        # the per-turn flows read each turn's reply as parse_score does
+        parsed = turn_summary([reply], **kwargs)
+        assert parsed["turn_scores"] == [parsed["score"]]
+        return parsed
+    assert node.spec.function == "flowkit.metrics.scores:parse_score"
     return parse_score(reply, **kwargs)
 
 
@@ -215,7 +231,7 @@ PARSE_CASES = [
     ("relevancy_yes_no", "YES", 1, "pass"),
     ("answer_correctness_yes_no", "NO. The context says eight legs.", 0, "fail"),
     ("fact_check", "Yes", 1, "pass"),
-    ("fact_check", "Score: 4", None, "invalid"),
+    ("fact_check", "Score: 4", 0, "fail"),  # contains mode: no YES is a fail, never invalid
 ]
 
 
@@ -250,11 +266,13 @@ def test_one_to_five_flows_on_qa(judge: Any, flow: str) -> None:
     assert (m["invalid"], m["count"]) == (0, 6)
     rows = outputs(result)
     assert [r["score"] for r in rows] == [5, 5, 5, 1, 5, 2]
+    per_turn = {"turn_scores": [1]} if flow != "similarity" else {}
     assert rows[3] == {
         "score": 1,
         "result": "fail",
         "reason": "Six legs contradicts the context.",
         "raw": "Six legs contradicts the context.\nScore: 1",
+        **per_turn,
     }
 
 
@@ -311,8 +329,11 @@ def test_groundedness_rag_single_reply_form(judge: Any) -> None:
 
 def _judge_prompt(result: Any, line: int) -> str:
     for trace in result.traces():
-        if trace["line"] == line and trace["node"] == "judge":
-            return "\n".join(m["content"] for m in trace["llm"]["messages"])
+        if trace["line"] == line and trace["node"] in ("judge", "judge_turns") and trace["llm"]:
+            sent = trace["llm"]["messages"]
+            if sent and "item" in sent[0]:  # for_each: one list of messages per turn
+                sent = [m for item in sent for m in item["messages"]]
+            return "\n".join(m["content"] for m in sent)
     raise AssertionError(f"no judge call for line {line}")
 
 

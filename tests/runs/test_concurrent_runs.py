@@ -105,7 +105,7 @@ def test_two_runs_share_one_cache_without_corrupting_it(project: Path) -> None:
     # A third run reads everything back from the shared cache.
     code, out = finish(flowkit(project, *common, "--name", "c"))
     assert code == 0, out
-    assert f"{ROWS} ok, 0 failed, 0 bad input; cache hits {ROWS}" in out
+    assert f"{ROWS} ok, 0 failed, 0 bad input, 0 invalid; cache hits {ROWS}" in out
     rows = read_jsonl(project / "runs" / "c" / "outputs.jsonl")
     assert [r["outputs"]["y"] for r in rows] == [i * i for i in range(ROWS)]
 

@@ -1,0 +1,124 @@
+"""`flowkit init DIR`: a working custom metric to start from, outside the flowkit repository.
+
+It holds a flow with a python node (``source:`` beside the flow) and an llm judge whose reply
+the built-in parse node reads (``use: flowkit:parse_score``), the judge's prompt, sample data
+and a ``flowkit.yaml``. Existing files are never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flowkit.errors import UsageError
+
+FLOW = """\
+# A custom metric: is the answer supported by the context? A python node measures word
+# overlap; an llm judge scores support from 1 to 5; the built-in parse node reads its reply.
+name: supported
+description: Is the answer supported by the context? Judge score 1-5, plus word overlap 0-1.
+inputs:
+  context: {type: string, description: The text the answer should rest on.}
+  answer: {type: string, description: The app's answer.}
+  threshold: {type: number, default: 3, description: A row passes when its score beats this.}
+outputs:
+  score: ${parse.output.score}
+  result: ${parse.output.result}
+  overlap: ${overlap.output}
+nodes:
+  - name: overlap
+    type: python
+    source: metrics.py            # beside this flow
+    function: word_overlap
+    inputs: {answer: ${inputs.answer}, context: ${inputs.context}}
+  - name: judge
+    type: llm
+    prompt: prompts/supported.jinja2
+    params: {temperature: 0, max_tokens: 200}
+    inputs: {context: ${inputs.context}, answer: ${inputs.answer}}
+  - name: parse
+    use: flowkit:parse_score       # the built-in node, from any project
+    inputs: {text: ${judge.output}, min: 1, max: 5, threshold: ${inputs.threshold}}
+  - name: summary
+    type: aggregate
+    function: flowkit.metrics.aggregate:score_summary
+    inputs: {scores: ${parse.output.score}, threshold: ${inputs.threshold}}
+  - name: overlap_mean
+    type: aggregate
+    function: flowkit.metrics.aggregate:mean
+    inputs: {values: ${overlap.output}}
+"""
+
+METRICS = '''\
+"""Python nodes for the `supported` flow: plain functions, called with the node's inputs."""
+
+from __future__ import annotations
+
+import re
+
+
+def word_overlap(answer: str, context: str) -> float:
+    """The share of the answer's words that the context contains (0 to 1)."""
+    words = set(re.findall(r"\\w+", answer.lower()))
+    if not words:
+        return 0.0
+    return len(words & set(re.findall(r"\\w+", context.lower()))) / len(words)
+'''
+
+PROMPT = """\
+system:
+You check whether an ANSWER is supported by a CONTEXT. Every claim in a supported answer can be
+found in the context. Use this scale: 5 - fully supported; 4 - mostly; 3 - partly; 2 - barely;
+1 - not supported or contradicted. Write one sentence on why, then end with a last line of the
+form "Score: N", where N is an integer from 1 to 5.
+user:
+CONTEXT:
+{{ context }}
+
+ANSWER:
+{{ answer }}
+"""
+
+_ROWS = [
+    {
+        "context": "The Eiffel Tower is 330 metres tall and was completed in 1889.",
+        "answer": "It was completed in 1889 and is 330 metres tall.",
+    },
+    {"context": "Mount Everest is 8,849 metres high.", "answer": "Everest is 8,849 metres high."},
+    {
+        "context": "The Nile flows north into the Mediterranean Sea.",
+        "answer": "Bananas grow in tropical climates.",
+    },
+]
+DATA = "".join(json.dumps(row) + "\n" for row in _ROWS)
+
+CONFIG = """\
+# Model settings for this project. The endpoint and key come from OPENAI_BASE_URL and
+# OPENAI_API_KEY (or add a connection here; see the flowkit README, Model endpoints).
+default_model: gpt-4o-mini
+"""
+
+FILES = {
+    "supported.yaml": FLOW,
+    "metrics.py": METRICS,
+    "prompts/supported.jinja2": PROMPT,
+    "data.jsonl": DATA,
+    "flowkit.yaml": CONFIG,
+}
+
+
+def scaffold(directory: Path) -> list[Path]:
+    """Write the example project into ``directory``; refuse to overwrite anything."""
+    existing = [name for name in FILES if (directory / name).exists()]
+    if existing:
+        raise UsageError(
+            f"{directory} already has {', '.join(existing)}; nothing was written",
+            hint="choose a new or empty folder",
+        )
+    written = []
+    for name, text in FILES.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,211 @@
+"""`--target`: call the app for every row, then judge its answers, in one run.
+
+``with_target(metric_flow, target, columns)`` builds one flow in memory, as ``compose`` does: a
+``target`` node that calls the app, the metric flow as a sub-flow fed from the app's outputs,
+and ``agent_metrics`` fed with the measured latency. The app therefore runs like any node:
+concurrently, cached (its key holds the app's code, so an edited app runs again) and traced.
+
+The target is a python callable (``module:function`` or ``file.py:function``, sync or async) or
+an app flow (a flow file). A callable's parameters, and an app flow's inputs, become the run's
+inputs, filled from the data by name. The app fills the metric inputs the data has no column
+for, plus ``answer``/``response`` always: a string reply goes to that one input, a dict reply
+or an app flow's outputs go by name.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from flowkit.cache.fingerprint import ImportProblem, code_fingerprint, load_function
+from flowkit.errors import UsageError, one_of
+from flowkit.flow.graph import Flow
+from flowkit.flow.source import YDict
+
+ANSWER_INPUTS = ("answer", "response")
+"""Metric inputs the app always fills: judging the app's own answer is the point."""
+APP_FIELDS = ("retrieved_context", "context", "documents")
+"""Metric inputs that an app's reply may carry, taken from it when the data has no such column."""
+TARGET_NODE = "target"
+
+
+def _load(target: str) -> Any:
+    module, sep, name = target.rpartition(":")
+    if not sep:
+        raise UsageError(
+            f"--target {target!r} must read module:function, file.py:function or a flow"
+        )
+    try:
+        if module.endswith(".py"):
+            return load_function(name, module, Path.cwd())
+        if str(Path.cwd()) not in sys.path and "" not in sys.path:
+            sys.path.insert(0, str(Path.cwd()))  # as `python -m` would, for the user's app
+        return load_function(target, None, Path.cwd())
+    except ImportProblem as err:
+        raise UsageError(f"--target {target!r}: {err}") from None
+
+
+@lru_cache(maxsize=32)
+def _loaded(target: str, code: str, cwd: str) -> Any:
+    """The app, imported once per run rather than once per row (``code`` keys an edit)."""
+    return _load(target)
+
+
+def _is_flow(target: str) -> bool:
+    return target.endswith((".yaml", ".yml")) and ":" not in target
+
+
+def _reply_values(reply: Any, provides: list[str]) -> dict[str, Any]:
+    """The app's reply as metric inputs: a string to the one answer input, a dict by name."""
+    if isinstance(reply, dict):
+        values = {k: reply[k] for k in provides if k in reply}
+        for name in ANSWER_INPUTS:  # an app that says "answer" also feeds a "response" input
+            other = ANSWER_INPUTS[1 - ANSWER_INPUTS.index(name)]
+            if name in provides and name not in values and other in reply:
+                values[name] = reply[other]
+        missing = [k for k in provides if k not in values and k in ANSWER_INPUTS]
+        if missing:
+            raise ValueError(
+                f"the target's reply has no {', '.join(map(repr, missing))}; it returned keys "
+                f"{one_of(reply)}"
+            )
+        return {k: values.get(k) for k in provides}
+    answers = [k for k in provides if k in ANSWER_INPUTS]
+    if len(answers) != 1:
+        raise ValueError(
+            f"the target returned a {type(reply).__name__}, but it must fill "
+            f"{', '.join(map(repr, answers))}: return a dict with those keys"
+        )
+    # The other fields the data lacks stay empty; the metric flow says if it needs them.
+    return {k: reply if k == answers[0] else None for k in provides}
+
+
+def call_target(
+    flowkit_target: str, flowkit_code: str, flowkit_provides: list[str], **args: Any
+) -> dict[str, Any]:
+    """Call a sync app once with the row's ``args``; ``flowkit_code`` (the app's fingerprint)
+    is only there so that an edited app misses the cache."""
+    fn = _loaded(flowkit_target, flowkit_code, os.getcwd())
+    start = time.perf_counter()
+    reply = fn(**args)
+    latency = time.perf_counter() - start
+    return {**_reply_values(reply, flowkit_provides), "latency_seconds": latency}
+
+
+async def call_target_async(
+    flowkit_target: str, flowkit_code: str, flowkit_provides: list[str], **args: Any
+) -> dict[str, Any]:
+    """:func:`call_target` for an ``async def`` app."""
+    fn = _loaded(flowkit_target, flowkit_code, os.getcwd())
+    start = time.perf_counter()
+    reply = await fn(**args)
+    latency = time.perf_counter() - start
+    return {**_reply_values(reply, flowkit_provides), "latency_seconds": latency}
+
+
+def _params(fn: Any) -> dict[str, bool]:
+    """The app's parameters and whether each is required."""
+    sig = inspect.signature(fn)
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {
+        n: p.default is inspect.Parameter.empty
+        for n, p in sig.parameters.items()
+        if p.kind in kinds
+    }
+
+
+def with_target(metric: Flow, target: str, columns: list[str]) -> Flow:
+    """``metric`` preceded by a node that calls ``target`` per row (see the module docstring)."""
+    from flowkit.flow.loader import LoadContext, _raise, load_flow
+
+    if len(metric.sources) != 1:
+        raise UsageError("--target runs one metric flow; give a suite flow to run several")
+    metric_path = metric.sources[0]
+    provides = [
+        k
+        for k, spec in metric.inputs.items()
+        if k in ANSWER_INPUTS or (k not in columns and (k in APP_FIELDS or spec.required))
+    ]
+    if not any(k in ANSWER_INPUTS for k in provides):
+        raise UsageError(
+            f"flow {metric.name!r} judges no answer or response, so there is nothing for "
+            "--target to fill",
+        )
+    inputs: dict[str, Any] = {}
+    if _is_flow(target):
+        app = load_flow(target)
+        app_inputs = {k: s.required for k, s in app.inputs.items()}
+        missing = [k for k in provides if k not in app.outputs]
+        if missing and not (len(app.outputs) == 1 and len(provides) == 1):
+            raise UsageError(
+                f"app flow {app.name!r} has no output {missing[0]!r} for flow {metric.name!r}",
+                hint=f"its outputs are: {one_of(app.outputs)}",
+            )
+        only = next(iter(app.outputs))
+        out = {k: f"${{{TARGET_NODE}.output.{k if k in app.outputs else only}}}" for k in provides}
+        app_node = {
+            "name": TARGET_NODE,
+            "type": "flow",
+            "flow": str(app.sources[0]),
+            "inputs": {k: f"${{inputs.{k}}}" for k in app_inputs},
+        }
+        latency = None
+    else:
+        fn = _load(target)
+        app_inputs = _params(fn)
+        call = "call_target_async" if inspect.iscoroutinefunction(fn) else "call_target"
+        app_node = {
+            "name": TARGET_NODE,
+            "type": "python",
+            "function": f"flowkit.flow.target:{call}",
+            "description": f"Calls the app {target} and times it.",
+            "inputs": {
+                "flowkit_target": target,
+                "flowkit_code": code_fingerprint(fn),
+                "flowkit_provides": provides,
+                **{k: f"${{inputs.{k}}}" for k in app_inputs},
+            },
+        }
+        out = {k: f"${{{TARGET_NODE}.output.{k}}}" for k in provides}
+        latency = f"${{{TARGET_NODE}.output.latency_seconds}}"
+    for name, required in app_inputs.items():
+        inputs[name] = {"type": "any"} if required else {"type": "any", "default": None}
+    for name, spec in metric.inputs.items():
+        if name not in provides and name not in inputs:
+            inputs[name] = spec.model_dump(exclude_unset=True)
+    metric_inputs = {k: out.get(k, f"${{inputs.{k}}}") for k in metric.inputs}
+    nodes: list[dict[str, Any]] = [
+        app_node,
+        {"name": metric.name, "type": "flow", "flow": metric_path, "inputs": metric_inputs},
+    ]
+    outputs = {metric.name: f"${{{metric.name}.output}}", **{f"app_{k}": v for k, v in out.items()}}
+    if latency is not None:
+        nodes.append(
+            {
+                "name": "agent",
+                "type": "flow",
+                "flow": "agent_metrics",
+                "inputs": {"latency_seconds": latency},
+            }
+        )
+        outputs["latency_seconds"] = latency
+    name = f"{metric.name}_on_target"
+    raw = YDict(
+        name=name,
+        description=f"{metric.name} on the answers of {target}",
+        inputs=inputs,
+        outputs=outputs,
+        nodes=nodes,
+    )
+    raw.file, raw.line, raw.key_lines = name, 0, {}
+    ctx = LoadContext()
+    flow = ctx.build(raw, Path.cwd() / f"{name}.yaml", name)
+    _raise(ctx, name)
+    assert flow is not None
+    flow.sources = (metric_path,)
+    return flow

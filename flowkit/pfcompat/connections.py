@@ -1,0 +1,81 @@
+"""Connections handed to python tools, and model calls made from inside them.
+
+A tool parameter annotated with a connection class gets, instead of the connection's name, an
+object with `api_key`, `api_base`, `api_type`, `api_version`, built from flowkit's configuration
+(the connection of that name if flowkit.yaml defines one, else the default connection). Nothing
+is written anywhere. Chat calls made with such an object (`promptflow.tools.aoai.chat` and kin)
+go through flowkit.llm's scheduler: rate-limited, retried and counted like an llm node's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from flowkit.kinds.calls import current_settings, record_call
+from flowkit.llm.config import Endpoint, load_settings
+
+_loop: threading.local = threading.local()
+
+
+def run_settings() -> Any:
+    """The running flow's settings (--model, --connection included), else the configuration."""
+    return current_settings() or load_settings()
+
+
+def endpoint_for(name: str | None, model: str | None = None) -> Endpoint:
+    """The flowkit endpoint a Prompt Flow connection name stands for."""
+    settings = run_settings()
+    known = name if name in settings.connections else None
+    return settings.resolve(known, model or settings.default_model or "gpt-4")
+
+
+def connection_values(endpoint: Endpoint) -> dict[str, Any]:
+    key = endpoint.api_key.get_secret_value() if endpoint.api_key is not None else None
+    return {
+        "api_key": key,
+        "api_base": endpoint.url,
+        "api_type": "azure" if endpoint.kind == "azure" else "open_ai",
+        "api_version": endpoint.api_version,
+    }
+
+
+def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` to completion from synchronous tool code.
+
+    Tools that call models run in worker threads (see the shim's `tool`); each thread keeps one
+    event loop, so the scheduler's per-loop state is reused across calls.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("a model call from a tool must not run inside the event loop's thread")
+    loop = getattr(_loop, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _loop.loop = asyncio.new_event_loop()
+    return loop.run_until_complete(coro)
+
+
+def chat(endpoint: Endpoint, model: str, prompt: str, params: dict[str, Any], **values: Any) -> str:
+    """Render a Prompt Flow chat prompt and ask the model; the reply text."""
+    from flowkit.flow.templates import from_file_text
+    from flowkit.llm.client import chat as ask
+
+    messages = from_file_text(prompt, hashed=True).render(values)
+    sent = {k: v for k, v in params.items() if v is not None and v != "" and v != {}}
+    result = run_coroutine(ask(endpoint, model, messages, sent))
+    record_call(
+        {
+            "model": result.model,
+            "messages": messages,
+            "usage": result.usage,
+            "finish_reason": result.finish_reason,
+            "attempts": result.attempts,
+            "request": {"model": model, "params": sent},
+        }
+    )
+    return result.text

@@ -1,0 +1,364 @@
+"""`flow.dag.yaml` → a flowkit flow mapping, line numbers kept, for the ordinary loader.
+
+What maps to what (README, "Coming from Prompt Flow"):
+
+- the flow's name is its folder's; `name:` becomes the description;
+- inputs `string|int|double|bool|list|object` → `text|integer|number|boolean|list|object`
+  (`text` takes any value as its string, as Prompt Flow does);
+- outputs `{type, reference}` → the reference (outputs of aggregation nodes are dropped);
+- python nodes → `python` nodes calling the file's one `@tool` function; `aggregation: true` →
+  `aggregate` nodes whose metrics are those logged with `log_metric`;
+- llm nodes → `llm` nodes: request parameters split from template variables, reply as text,
+  `# role:` markers, `deployment_name` as the model used when flowkit's configuration names none;
+- prompt nodes → a python node rendering the template (`flowkit.flow.templates:render_text`);
+- the embedding package tool → an `embedding` node;
+- `activate: {when, is}` → `when: {ref, equals}`; every node gets `upstream_skipped: propagate`.
+
+Everything else the file may hold (variants, other package tools, custom_llm, unknown keys) is a
+validation error at its line that names the feature.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flowkit.errors import display
+from flowkit.flow.refs import RefSyntaxError, parse_flow_ref
+from flowkit.flow.source import YamlSyntaxError, YDict, YList, line_of, read_yaml
+from flowkit.pfcompat.toolscan import ToolInfo, find_tool
+
+if TYPE_CHECKING:
+    from flowkit.flow.loader import LoadContext
+
+INPUT_TYPES = {
+    "string": "text",
+    "int": "integer",
+    "double": "number",
+    "bool": "boolean",
+    "list": "list",
+    "object": "object",
+}
+REQUEST_PARAMS = (
+    "temperature",
+    "top_p",
+    "n",
+    "stop",
+    "max_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "user",
+    "function_call",
+    "functions",
+    "tool_choice",
+    "tools",
+    "response_format",
+    "seed",
+)
+"""The chat tool's parameters: every other llm node input is a template variable."""
+MODEL_PARAMS = ("deployment_name", "model")
+DROPPED_PARAMS = ("stream",)
+EMBEDDING_TOOL = "promptflow.tools.embedding.embedding"
+FLOW_KEYS = {"$schema", "name", "description", "inputs", "outputs", "nodes", "node_variants"}
+FLOW_KEYS |= {"environment", "additional_includes", "tags"}
+NODE_KEYS = {"name", "type", "source", "inputs", "aggregation", "activate", "use_variants"}
+NODE_KEYS |= {"provider", "connection", "api", "module", "comment", "description"}
+SHIM = "flowkit:pfcompat/shim"
+"""The shim's folder as a flow's `python_path` names it."""
+
+NOTICES: dict[str, list[str]] = {}
+"""Per translated file: what the user should know that is not an error (missing packages)."""
+
+
+class _Out:
+    """Builds YDicts that keep the line of the Prompt Flow key they came from."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def map(self, src: Any, items: dict[str, Any], lines: dict[str, Any] | None = None) -> YDict:
+        out = YDict(items)
+        out.file, out.line = self.file, getattr(src, "line", 0)
+        lines = lines or {}
+        out.key_lines = {k: line_of(src, lines.get(k, k)) for k in items}
+        return out
+
+
+class _Translation:
+    def __init__(self, file: Path, ctx: LoadContext) -> None:
+        self.file, self.ctx = file, ctx
+        self.shown = display(file)
+        self.out = _Out(self.shown)
+        self.folder = file.parent
+        self.aggregates: set[str] = set()
+        self.notices: list[str] = []
+
+    def error(self, container: Any, key: Any, node: str | None, message: str) -> None:
+        self.ctx.report(self.shown, line_of(container, key), node, message)
+
+    # -- the flow ----------------------------------------------------------------------------
+    def flow(self, raw: YDict) -> YDict:
+        for key in raw:
+            if key not in FLOW_KEYS:
+                self.error(raw, key, None, f"Prompt Flow key {key!r} is not supported")
+        if raw.get("node_variants"):
+            self.error(
+                raw,
+                "node_variants",
+                None,
+                "node_variants are not supported: flowkit runs one version of each node; "
+                "keep the variant you want as the node itself",
+            )
+        self._requirements(raw.get("environment"))
+        raw_nodes = raw.get("nodes") or []
+        for n in raw_nodes if isinstance(raw_nodes, list) else []:
+            if isinstance(n, dict) and n.get("aggregation") is True:
+                self.aggregates.add(str(n.get("name")))
+        name = re.sub(r"[^A-Za-z0-9_\-]", "_", self.folder.name) or "flow"
+        if not re.match(r"[A-Za-z_]", name):
+            name = "_" + name
+        items: dict[str, Any] = {"name": name}
+        if isinstance(raw.get("name"), str) or isinstance(raw.get("description"), str):
+            items["description"] = str(raw.get("description") or raw.get("name"))
+        items["inputs"] = self.inputs(raw.get("inputs") or {})
+        items["outputs"] = self.outputs(raw.get("outputs") or {})
+        nodes, lines = YList(), []
+        for n, line in zip(raw_nodes, getattr(raw_nodes, "item_lines", []), strict=False):
+            start = len(self.ctx.diagnostics)
+            out = self.node(n) if isinstance(n, dict) else None
+            if out is None or len(self.ctx.diagnostics) > start:
+                # Reported already: left out, so that it raises no second error of its own.
+                if isinstance(n, dict) and isinstance(n.get("name"), str):
+                    self.ctx.broken.add(n["name"])
+                continue
+            nodes.append(out)
+            lines.append(line)
+        nodes.item_lines = lines
+        items["nodes"] = nodes
+        # The folder, for sibling imports of its code; the shim, for `import promptflow`.
+        items["python_path"] = [".", SHIM]
+        return self.out.map(
+            raw, items, {"name": "nodes", "description": "name", "python_path": "nodes"}
+        )
+
+    def _requirements(self, env: Any) -> None:
+        if not isinstance(env, dict) or not env.get("python_requirements_txt"):
+            return
+        path = self.folder / str(env["python_requirements_txt"])
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            return
+        missing = []
+        for line in lines:
+            spec = line.split("#", 1)[0].strip()
+            package = re.split(r"[\s\[<>=!~;]", spec, maxsplit=1)[0] if spec else ""
+            if not package or package.lower().startswith("promptflow"):
+                continue
+            module = package.replace("-", "_").lower()
+            if importlib.util.find_spec(module) is None:
+                missing.append(package)
+        if missing:
+            self.notices.append(
+                f"{path.name} lists packages that are not installed: {', '.join(missing)} "
+                f"(pip install {' '.join(missing)}); promptflow lines are not needed"
+            )
+
+    def inputs(self, raw: Any) -> YDict:
+        out: dict[str, Any] = {}
+        for name, spec in raw.items():
+            spec = spec if isinstance(spec, dict) else {}
+            items: dict[str, Any] = {}
+            pf_type = spec.get("type", "string")
+            if pf_type not in INPUT_TYPES:
+                self.error(
+                    spec,
+                    "type",
+                    None,
+                    f"input {name!r}: type {pf_type!r} is not supported "
+                    f"(one of {', '.join(INPUT_TYPES)})",
+                )
+            items["type"] = INPUT_TYPES.get(pf_type, "any")
+            if "default" in spec:
+                items["default"] = spec["default"]
+            if spec.get("description"):
+                items["description"] = str(spec["description"])
+            out[name] = self.out.map(spec, items)
+        return self.out.map(raw, out)
+
+    def outputs(self, raw: Any) -> YDict:
+        out: dict[str, Any] = {}
+        for name, spec in raw.items():
+            ref = spec.get("reference") if isinstance(spec, dict) else spec
+            target = str(ref or "")[2:].split(".", 1)[0]
+            if target in self.aggregates:
+                continue  # as in Prompt Flow: aggregation results are metrics, not row outputs
+            out[name] = ref
+        return self.out.map(raw, out)
+
+    # -- nodes --------------------------------------------------------------------------------
+    def node(self, raw: YDict) -> YDict:
+        name = raw.get("name") if isinstance(raw.get("name"), str) else None
+        for key in raw:
+            if key not in NODE_KEYS:
+                self.error(raw, key, name, f"Prompt Flow node key {key!r} is not supported")
+        if raw.get("use_variants"):
+            self.error(raw, "use_variants", name, "use_variants: true is not supported")
+        kind = raw.get("type")
+        source = raw.get("source") if isinstance(raw.get("source"), dict) else {}
+        inputs = {k: v for k, v in (raw.get("inputs") or {}).items() if v is not None and v != ""}
+        items: dict[str, Any] = {"name": name}
+        if kind == "python" and source.get("type") == "package":
+            items.update(self.embedding(raw, name, source, inputs))
+        elif kind == "python":
+            items.update(self.python(raw, name, source, inputs))
+        elif kind == "llm":
+            items.update(self.llm(raw, name, source, inputs))
+        elif kind == "prompt":
+            items.update(self.prompt(raw, name, source, inputs))
+        else:
+            self.error(
+                raw,
+                "type",
+                name,
+                f"node type {kind!r} is not supported (python, llm and prompt nodes are)",
+            )
+            items.update(type="python", function="_unsupported:_", inputs={})
+        if isinstance(raw.get("activate"), dict):
+            items["when"] = self.activate(raw, name)
+        items["upstream_skipped"] = "propagate"
+        lines = {"function": "source", "prompt": "source", "when": "activate", "params": "inputs"}
+        return self.out.map(raw, items, {**lines, "model_default": "inputs", "model": "inputs"})
+
+    def activate(self, raw: YDict, name: str | None) -> Any:
+        act = raw["activate"]
+        when = act.get("when")
+        try:
+            ref = parse_flow_ref(when) if isinstance(when, str) else None
+        except RefSyntaxError:
+            ref = None
+        if ref is None:
+            self.error(
+                raw, "activate", name, f"activate.when must be a ${{reference}}, not {when!r}"
+            )
+        return {"ref": when, "equals": act.get("is")}
+
+    def _code(self, raw: YDict, name: str | None, source: Any) -> Path | None:
+        path = source.get("path")
+        if source.get("type") != "code" or not isinstance(path, str):
+            self.error(raw, "source", name, "source must be {type: code, path: FILE}")
+            return None
+        if not (self.folder / path).is_file():
+            self.error(raw, "source", name, f"source file {path!r} does not exist")
+            return None
+        return self.folder / path
+
+    def python(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
+        aggregate = raw.get("aggregation") is True
+        items: dict[str, Any] = {"type": "aggregate" if aggregate else "python"}
+        path = self._code(raw, name, source)
+        tool = find_tool(path) if path is not None else "missing"
+        if isinstance(tool, str):
+            if path is not None:
+                self.error(raw, "source", name, tool)
+            tool = ToolInfo("_missing_tool")
+        items.update(source=str(source.get("path")), function=tool.name, inputs=inputs)
+        if aggregate:
+            items["metrics"] = "logged"
+        return items
+
+    def llm(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
+        api = raw.get("api", "chat")
+        if api != "chat":
+            self.error(raw, "api", name, f"api: {api} is not supported; flowkit calls chat models")
+        if raw.get("aggregation") is True:
+            self.error(raw, "aggregation", name, "an llm node cannot be an aggregation node")
+        path = self._code(raw, name, source)
+        params = {k: v for k, v in inputs.items() if k in REQUEST_PARAMS}
+        variables = {
+            k: v
+            for k, v in inputs.items()
+            if k not in REQUEST_PARAMS and k not in MODEL_PARAMS and k not in DROPPED_PARAMS
+        }
+        items: dict[str, Any] = {
+            "type": "llm",
+            "prompt": str(source.get("path")) if path else "missing.jinja2",
+            "inputs": variables,
+            "params": params,
+            "output": "text",
+            "role_markers": "hashed",
+        }
+        return _with_endpoint(items, "model_default", inputs, raw.get("connection"))
+
+    def prompt(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
+        path = self._code(raw, name, source)
+        text = path.read_text(encoding="utf-8") if path is not None else ""
+        return {
+            "type": "python",
+            "function": "flowkit.flow.templates:render_text",
+            "inputs": {"template": text, **inputs},
+        }
+
+    def embedding(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
+        tool = source.get("tool")
+        if tool != EMBEDDING_TOOL:
+            self.error(
+                raw,
+                "source",
+                name,
+                f"package tool {tool!r} is not supported (only {EMBEDDING_TOOL} is)",
+            )
+        items: dict[str, Any] = {"type": "embedding", "inputs": {"text": inputs.get("input")}}
+        return _with_endpoint(items, "model", inputs, inputs.get("connection"))
+
+
+def _with_endpoint(
+    items: dict[str, Any], model_key: str, inputs: dict[str, Any], connection: Any
+) -> dict[str, Any]:
+    """The node's model (a Prompt Flow deployment name) and its connection, when flowkit's
+    configuration defines one of that name (otherwise flowkit's default connection serves)."""
+    model = inputs.get("deployment_name") or inputs.get("model")
+    if isinstance(model, str) and model:
+        items[model_key] = model
+    if isinstance(connection, str) and connection in _flowkit_connections():
+        items["connection"] = connection
+    return items
+
+
+def _flowkit_connections() -> set[str]:
+    """Connection names flowkit's configuration defines: a Prompt Flow connection of the same
+    name is used; any other is left to flowkit's default connection (or --connection)."""
+    from flowkit.llm.config import load_settings
+
+    try:
+        return set(load_settings().connections)
+    except Exception:  # a broken flowkit.yaml is reported when the run resolves models
+        return set()
+
+
+def translate(file: Path, ctx: LoadContext) -> YDict | None:
+    """The flowkit flow mapping for ``file``, or None after reporting why there is none."""
+    shown = display(file)
+    try:
+        raw = read_yaml(file, shown)
+    except YamlSyntaxError as err:
+        ctx.diagnostics.append(err.diagnostic)
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        ctx.report(shown, 0, None, f"cannot read flow file: {err}")
+        return None
+    if not isinstance(raw, YDict):
+        ctx.report(shown, 1, None, "flow.dag.yaml must be a mapping with inputs, outputs, nodes")
+        return None
+    translation = _Translation(file, ctx)
+    out = translation.flow(raw)
+    NOTICES[str(file.resolve())] = translation.notices
+    return out
+
+
+def notices_for(flow_path: Path) -> list[str]:
+    """What translating this flow file had to say (empty for native flows)."""
+    return NOTICES.get(str(Path(flow_path).resolve()), [])

@@ -1,0 +1,100 @@
+"""`promptflow.core`: the `tool` decorator and `log_metric`, backed by flowkit."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from flowkit.kinds.metric_log import log_metric as _log
+
+_CONNECTION_NAMES = ("AzureOpenAIConnection", "OpenAIConnection", "CustomConnection")
+
+
+def log_metric(key: str, value: Any, variant_id: str | None = None) -> None:
+    """Record a metric of the aggregation node now running (elsewhere: nothing happens)."""
+    _log(key, value)
+
+
+log_flow_metric = log_metric
+
+
+def _connection_params(fn: Callable[..., Any]) -> dict[str, list[type]]:
+    """Parameter → the connection classes its annotation allows (a Union may allow several)."""
+    from promptflow import connections
+
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = dict(getattr(fn, "__annotations__", {}))
+    out: dict[str, list[type]] = {}
+    for name, hint in hints.items():
+        text = f"{hint} {getattr(hint, '__name__', '')}"
+        for cls_name in _CONNECTION_NAMES:
+            if re.search(rf"\b{cls_name}\b", text):
+                out.setdefault(name, []).append(getattr(connections, cls_name))
+    return out
+
+
+def _connection(name: str, classes: list[type]) -> Any:
+    """The connection object for a name: of the allowed class that fits flowkit's endpoint."""
+    from flowkit.pfcompat.connections import endpoint_for
+
+    wanted = "AzureOpenAIConnection" if endpoint_for(name).kind == "azure" else "OpenAIConnection"
+    cls = next((c for c in classes if c.__name__ == wanted), classes[0])
+    return cls._named(name)
+
+
+def _calls_models(fn: Callable[..., Any]) -> bool:
+    try:
+        text = open(inspect.getsourcefile(fn) or "", encoding="utf-8").read()  # noqa: SIM115
+    except (OSError, TypeError):
+        return False
+    return "promptflow.tools" in text or "openai" in text
+
+
+def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
+    """Mark a flow's python function; usable as `@tool` and `@tool(name=...)`.
+
+    Arguments for parameters typed as connections arrive as connection names and are turned into
+    connection objects. A function whose file calls models is run in a worker thread, so that
+    its blocking model calls never hold up the event loop the other rows run on.
+    """
+    if func is None:
+        return lambda f: tool(f)
+    fn = func
+    conn_params = _connection_params(fn)
+
+    def convert(kwargs: dict[str, Any]) -> dict[str, Any]:
+        for name, classes in conn_params.items():
+            if isinstance(kwargs.get(name), str):
+                kwargs[name] = _connection(kwargs[name], classes)
+        return kwargs
+
+    if inspect.iscoroutinefunction(fn) or not _calls_models(fn):
+
+        @functools.wraps(fn)
+        def plain(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **convert(kwargs))
+
+        plain.__pf_tool__ = True  # type: ignore[attr-defined]
+        return plain
+
+    @functools.wraps(fn)
+    async def threaded(*args: Any, **kwargs: Any) -> Any:
+        import asyncio
+
+        return await asyncio.to_thread(fn, *args, **convert(kwargs))
+
+    threaded.__pf_tool__ = True  # type: ignore[attr-defined]
+    return threaded
+
+
+class ToolProvider:
+    """Base of class-based tools; kept so that imports of it work."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass

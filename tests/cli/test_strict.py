@@ -1,0 +1,125 @@
+"""Strict where it matters: --where paths, literal --map values that name a column, comparing
+unlike runs, gates on metrics the flow cannot produce, and bad sub-flow references."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from flowkit.cli.main import main
+from flowkit.testing.server import LocalServer
+from tests.support import EXAMPLES, write, write_jsonl
+
+
+def flowkit(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_where_reads_the_flow_name_prefix_and_refuses_unknown_paths(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    ran = flowkit("run", "groundedness", "--data", EXAMPLES / "qa.jsonl", "--name", "g", "-q")
+    assert ran.exit_code == 0, ran.output
+    # The README's own example: on a groundedness run, groundedness.score is its score output.
+    low = flowkit("trace", "g", "--where", "groundedness.score<3", "--json")
+    assert low.exit_code == 0, low.output
+    high = flowkit("trace", "g", "--where", "score>=3", "--json")
+    assert len(low.stdout.splitlines()) + len(high.stdout.splitlines()) == 6
+    typo = flowkit("trace", "g", "--where", "groundedness.scor<3")
+    assert typo.exit_code == 2
+    assert typo.stderr == (
+        "error: --where groundedness.scor<3: run g has no output 'groundedness.scor' (did you "
+        "mean 'groundedness.score'?); its outputs: score, result, reason, raw, turn_scores\n"
+    )
+    text = flowkit("trace", "g", "--where", "score<high")
+    assert text.exit_code == 2
+    assert text.stderr.startswith(
+        "error: --where 'score<high': 'high' is not a number, and < compares numbers"
+    )
+
+
+def test_a_literal_map_value_that_names_a_column_is_warned_about(workdir: Path) -> None:
+    write_jsonl(workdir / "d.jsonl", [{"response": "Paris", "truth": "Paris"}])
+    result = flowkit(
+        "run",
+        "f1_score",
+        "--data",
+        "d.jsonl",
+        "--map",
+        "answer=response",
+        "--map",
+        "ground_truth=${data.truth}",
+        "-q",
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: --map answer=response is the literal text 'response' on every row, and the "
+        "data has a column 'response'; to read the column write --map answer='${data.response}'"
+    ) in result.stderr
+
+
+def test_compare_warns_about_other_flows_and_other_inputs(workdir: Path) -> None:
+    write_jsonl(workdir / "a.jsonl", [{"answer": f"a{i}", "ground_truth": "a1"} for i in range(4)])
+    write_jsonl(workdir / "b.jsonl", [{"answer": f"b{i}", "ground_truth": "a1"} for i in range(4)])
+    for flow, data, name in (
+        ("f1_score", "a.jsonl", "f1a"),
+        ("f1_score", "b.jsonl", "f1b"),
+        ("exact_match", "a.jsonl", "em"),
+    ):
+        assert flowkit("run", flow, "--data", data, "--name", name, "-q").exit_code == 0
+    same = flowkit("compare", "f1a", "f1a")
+    assert "warning" not in same.stdout
+    other_flow = flowkit("compare", "f1a", "em")
+    assert "warning: the runs are of different flows ('f1_score' and 'exact_match')" in " ".join(
+        other_flow.stdout.split()
+    )
+    other_rows = flowkit("compare", "f1a", "f1b")
+    assert "warning: 4 of 4 paired rows have different inputs (first: line 0)" in " ".join(
+        other_rows.stdout.split()
+    )
+
+
+def test_a_gate_on_a_metric_the_flow_cannot_produce_fails_before_any_row(workdir: Path) -> None:
+    write_jsonl(workdir / "d.jsonl", [{"answer": "a", "ground_truth": "a"}])
+    result = flowkit("run", "f1_score", "--data", "d.jsonl", "--gate", "f1score.mean>=0.5")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --gate f1score.mean>=0.5: flow 'f1_score' cannot produce metric 'f1score.mean' "
+        "(did you mean 'f1_score.mean'?); its metrics start with 'f1_score.'\n"
+        "  hint: nothing was run\n"
+    )
+    assert not (workdir / "runs").exists()
+    suite = flowkit("run", "qa_suite", "--data", "d.jsonl", "--gate", "f1_score.mean>=0.5", "-q")
+    assert "cannot produce" not in suite.stderr
+
+
+def test_a_missing_sub_flow_names_the_referencing_flow_line_and_a_near_match(
+    workdir: Path,
+) -> None:
+    write(
+        workdir / "suite.yaml",
+        """
+        name: suite
+        inputs: {answer: {type: string}, ground_truth: {type: string}}
+        outputs: {f1: ${f1.output.score}}
+        nodes:
+          - name: f1
+            type: flow
+            flow: f1_scor
+            inputs: {answer: ${inputs.answer}, ground_truth: ${inputs.ground_truth}}
+          - name: other
+            type: flow
+            flow: no_such_flow.yaml
+            inputs: {}
+    """,
+    )
+    result = flowkit("validate", "suite.yaml")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: 2 problems\n"
+        "suite.yaml:7: node 'f1': sub-flow 'f1_scor' not found: no file f1_scor and no "
+        "built-in flow of that name (did you mean 'f1_score'?)\n"
+        "suite.yaml:11: node 'other': sub-flow 'no_such_flow.yaml' not found: no file "
+        "no_such_flow.yaml and no built-in flow of that name\n"
+    )
