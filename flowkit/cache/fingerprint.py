@@ -63,12 +63,16 @@ class LoadedFunction:
 
 
 def importable(folder: Path) -> None:
-    """Put ``folder`` first on the import path (once), as Python does for a script's folder.
+    """Put ``folder`` first on the import path, as Python does for a script's folder.
 
     It stays there for the life of the process: a function may import lazily, while it runs.
+    A folder already there moves to the front: the flow loaded last is the one whose `import
+    helpers` must find its own helpers.py, not another flow's.
     """
     entry = str(folder.resolve())
-    if entry not in sys.path:
+    if sys.path[:1] != [entry]:
+        if entry in sys.path:
+            sys.path.remove(entry)
         sys.path.insert(0, entry)
         importlib.invalidate_caches()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from flowkit.cli.terminal import console, err_console
+from flowkit.cli.terminal import console, err_console, styled
 from flowkit.inspect.show import metrics_table
 
 
@@ -47,7 +47,8 @@ def report_end(result: Any) -> None:
 def exit_if_valueless(result: Any) -> None:
     if result.counts.get("rows") and not result.produced_values:
         err_console.print(
-            f"[bold red]error:[/] no row produced a value ({result.summary()}); exiting 1",
+            styled("[bold red]error:[/]"),
+            f"no row produced a value ({result.summary()}); exiting 1",
             highlight=False,
         )
         sys.exit(1)

@@ -101,9 +101,9 @@ def encode(record: NodeRecord) -> bytes:
 
 def encode_compact(record: NodeRecord) -> bytes:
     """``record`` as ``--trace compact`` keeps it: short when a python node succeeded (the bulk
-    of a python-only run), whole otherwise (an error, an llm call, a sub-flow's inputs)."""
-    if record.kind != "python" or record.status != OK:
-        return _encoder.encode(record)
+    of a python-only run), whole otherwise (an error, a model call, a sub-flow's inputs)."""
+    if record.kind != "python" or record.status != OK or record.llm is not None:
+        return _encoder.encode(record)  # a python tool's model call is kept as an llm node's
     short = CompactRecord(
         record.run_id,
         record.line,

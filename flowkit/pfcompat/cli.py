@@ -45,7 +45,7 @@ def habits_of(
     base.flows = plain or base.flows
     base.data = data or base.data
     base.prior_run = prior_run or base.prior_run
-    base.name = name or base.name
+    base.name = name if name is not None else base.name  # "" is a name, and refused as one
     mapping_pairs = [*column_mapping, *(a for a in extra if "." not in a.partition("=")[0])]
     conn_pairs = [*connections, *(a for a in extra if "." in a.partition("=")[0])]
     base.mapping = {**base.mapping, **pairs(mapping_pairs, "--column-mapping")}

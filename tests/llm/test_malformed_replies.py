@@ -70,6 +70,8 @@ def test_a_malformed_200_is_retried_and_never_cached(
     )
     fixed = flowkit.run("groundedness", project / "qa.jsonl", cache_dir=cache, name="fixed")
     assert fixed.counts["succeeded"] == 3
-    assert fixed.counts["cache_hits"] == 0
+    # The python nodes around the judge may come from the cache; the judge's call never does.
+    judged = [r for r in read_jsonl(fixed.run_dir / "traces.jsonl") if r["node"] == "judge"]
+    assert len(judged) == 3 and not any(r.get("cache_hit") for r in judged)
     clean = flowkit.run("groundedness", project / "qa.jsonl", cache_dir=tmp_path / "c2", name="c")
     assert fixed.metrics == clean.metrics
