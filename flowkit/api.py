@@ -23,12 +23,15 @@ from flowkit.data.frames import DATA_FILE, is_in_memory, write_rows
 from flowkit.data.jsonl import FOREIGN_OUTPUTS
 from flowkit.data.mapping import Mapping
 from flowkit.engine.context import RunOptions, Stats
+from flowkit.engine.records import TRACE_LEVELS
 from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow, load_flows
 from flowkit.runs.folder import (
+    LOCK_FILE,
     RUNNING,
     RunWriter,
+    claim_run_dir,
     claimed,
     effective_status,
     iso,
@@ -90,6 +93,8 @@ def run(
     strict: bool = False,
     target: str | None = None,
     embedding_model: str | None = None,
+    overwrite: bool = False,
+    trace: str = "compact",
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
@@ -97,11 +102,19 @@ def run(
     folder as ``data.jsonl``, so the run can be resumed). With ``strict`` a bad data row stops
     the run before anything runs; otherwise bad rows are recorded as such and the good rows run.
     With ``target`` (``module:function`` or an app flow) the app is called per row first and
-    ``flow`` judges its answers (flowkit.flow.target).
+    ``flow`` judges its answers (flowkit.flow.target). A run folder that already holds anything
+    is refused unless ``overwrite`` is given (which replaces its run files only). ``trace`` is
+    what traces.jsonl keeps: ``"full"``, or ``"compact"`` (python nodes' successes without
+    their inputs; see README, Traces).
     """
+    if trace not in TRACE_LEVELS:
+        raise UsageError(f"trace {trace!r} must be one of: {', '.join(TRACE_LEVELS)}")
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
     run_dir = Path(output) if output else new_run_dir(Path(runs_root), flow.name, name)
-    with _data_file(data, run_dir) as data_path:
+    # In-memory rows are written into the folder, so it is claimed first; a data file's run
+    # claims it only once everything has been checked.
+    lock = claim_run_dir(run_dir, overwrite=overwrite) if is_in_memory(data) else None
+    with _data_file(data, run_dir, lock) as data_path:
         return _start(
             flow,
             data_path,
@@ -127,11 +140,14 @@ def run(
             strict=strict,
             target=target,
             embedding_model=embedding_model,
+            lock=lock,
+            overwrite=overwrite,
+            trace=trace,
         )
 
 
 @contextlib.contextmanager
-def _data_file(data: Any, run_dir: Path) -> Iterator[Path]:
+def _data_file(data: Any, run_dir: Path, lock: Any = None) -> Iterator[Path]:
     """The data's file: the path given, or in-memory rows written into the run folder (removed
     again, with the folder, when the run is refused before it starts)."""
     if not is_in_memory(data):
@@ -145,6 +161,9 @@ def _data_file(data: Any, run_dir: Path) -> Iterator[Path]:
     except BaseException:
         if not (run_dir / "run.json").exists():
             path.unlink(missing_ok=True)
+            if lock is not None:
+                lock.close()
+                (run_dir / LOCK_FILE).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 run_dir.rmdir()
         raise
@@ -176,6 +195,9 @@ def _start(
     strict: bool,
     target: str | None,
     embedding_model: str | None,
+    lock: Any,
+    overwrite: bool,
+    trace: str,
 ) -> RunResult:
     if target is not None and flow.target is None:
         flow = with_target(flow, target, data_path)
@@ -233,12 +255,15 @@ def _start(
             "refresh": sorted(job.options.refresh),
             "backend": backend,
             "workers": workers if backend != "local" else 1,
+            "trace": trace,
         },
         "flowkit_version": __version__,
         "notices": job.maps.notices,
         "invocation": invocation,
     }
-    return execute(job, RunWriter(run_dir, info), kept=None)
+    if lock is None:
+        lock = claim_run_dir(run_dir, overwrite=overwrite)
+    return execute(job, RunWriter(run_dir, info, lock=lock), kept=None)
 
 
 def _prior_run(run: str | os.PathLike[str], root: Path) -> Path:

@@ -1,8 +1,16 @@
 """Importing user functions and fingerprinting their code for the cache key.
 
-The fingerprint is the sha256 of the whole source file that defines the function, not just the
-function's own lines: editing a helper in the same file must re-run the node too. Functions
-without a readable source fall back to their qualified name and their package's version.
+The fingerprint covers the whole source file that defines the function, not just the function's
+own lines (editing a helper in the same file must re-run the node too), and every project module
+that file imports, transitively (see ``flowkit.cache.imports`` for the rule), plus the version
+of the function's package (flowkit's own for the built-in metrics). Functions without a readable
+source fall back to their qualified name and their package's version.
+
+A flow's folder is on the import path while the flow loads and runs, as a script's folder is
+for Python: ``function: mymetrics:fn`` finds ``mymetrics.py`` beside the flow, and a ``source:``
+file can ``import helpers`` from beside it. ``load_from_folder`` is the one entry point for
+"a function from a file in a folder, importable and fingerprinted" (flows, and tools loaded
+from a folder by other front ends).
 """
 
 from __future__ import annotations
@@ -14,10 +22,12 @@ import inspect
 import sys
 import traceback
 from collections.abc import Callable
-from functools import lru_cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flowkit.cache.importpath import importable
+from flowkit.cache.imports import file_digest, project_files
 from flowkit.errors import did_you_mean, display
 
 _SOURCE_DIGEST = "__flowkit_source_digest__"
@@ -41,6 +51,27 @@ MOVED_MODULES = {
 """Where the public functions of flowkit 0.1's flat modules live now. Users' flows say
 `function: flowkit.aggregate:score_summary`; those references keep resolving (deprecated: the
 README names the new paths)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedFunction:
+    """A user's function and the fingerprint of the code behind it."""
+
+    fn: Callable[..., Any]
+    fingerprint: str
+    """Changes whenever the function's file, a project module it imports or its package's
+    version does."""
+
+
+def load_from_folder(folder: Path, function: str, source: str | None = None) -> LoadedFunction:
+    """Load ``function`` (``module:callable``, or a name inside the file ``source``) with
+    ``folder`` importable, and fingerprint it with ``folder`` as the project's root.
+
+    The folder is importable while this loads and fingerprints; a flow keeps it importable
+    while it runs (its ``import_path``), for functions that import lazily."""
+    with importable([str(folder.resolve())]):
+        fn = load_function(function, source, folder)
+        return LoadedFunction(fn, code_fingerprint(fn, roots=(folder,)))
 
 
 def load_function(function: str, source: str | None, base_dir: Path) -> Callable[..., Any]:
@@ -106,28 +137,48 @@ def _last_line(err: BaseException) -> str:
     return lines[-1].strip() if lines else repr(err)
 
 
-@lru_cache(maxsize=512)
-def _file_digest(path: str, mtime_ns: int) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def _package_version(module_name: str) -> str:
+    top = sys.modules.get(module_name.split(".")[0])
+    return str(getattr(top, "__version__", ""))
 
 
-def code_fingerprint(fn: Callable[..., Any]) -> str:
-    """A stable digest that changes whenever the code defining ``fn`` changes."""
+def _own_package(module_name: str) -> Path | None:
+    """The folder of the function's top-level package (None for a top-level module)."""
+    top = sys.modules.get(module_name.split(".")[0])
+    file = getattr(top, "__file__", None)
+    if file and Path(file).name == "__init__.py":
+        return Path(file).parent
+    return None
+
+
+def code_fingerprint(fn: Callable[..., Any], roots: tuple[Path, ...] = ()) -> str:
+    """A stable digest that changes whenever the code defining ``fn`` changes: its file, the
+    project modules that file imports (transitively, under ``roots``, the function's own folder
+    or its package), and its package's version."""
     target = inspect.unwrap(fn)
     try:
         file = inspect.getsourcefile(target)
     except TypeError:
         file = None
-    module = sys.modules.get(getattr(target, "__module__", None) or "")
+    module_name = getattr(target, "__module__", None) or ""
+    module = sys.modules.get(module_name)
     pinned = getattr(module, _SOURCE_DIGEST, None)
-    if pinned and file and file == getattr(module, "__file__", None):
-        return pinned
     if file and Path(file).is_file():
-        return _file_digest(file, Path(file).stat().st_mtime_ns)
+        path = Path(file)
+        own = _own_package(module_name)
+        files = project_files(path, (*roots, path.parent), own)
+        # Contents only, not paths: a project moved to another folder keeps its cache.
+        parts = [_package_version(module_name)]
+        for i, dep in enumerate(files):
+            if i == 0 and pinned and file == getattr(module, "__file__", None):
+                parts.append(pinned)  # the very text that was run, when flowkit ran it
+            else:
+                parts.append(file_digest(str(dep), dep.stat().st_mtime_ns))
+        digest = hashlib.sha256("\0".join(parts[:2] + sorted(parts[2:])).encode())
+        return digest.hexdigest()
     try:
         return hashlib.sha256(inspect.getsource(target).encode()).hexdigest()
     except (OSError, TypeError):
-        module = getattr(target, "__module__", "") or ""
-        version = getattr(sys.modules.get(module.split(".")[0]), "__version__", "")
-        ident = f"{module}:{getattr(target, '__qualname__', repr(target))}@{version}"
+        version = _package_version(module_name)
+        ident = f"{module_name}:{getattr(target, '__qualname__', repr(target))}@{version}"
         return hashlib.sha256(ident.encode()).hexdigest()

@@ -13,10 +13,17 @@ get increasing row ids as they are written, and ``prefetch`` reads the rows abou
 one range of ids, after the last entry that matched: a cost per entry that does not depend on
 the cache's size. Keys the range does not hold are looked up together, a few hundred per query;
 ``get`` then answers from memory, hit or miss.
+
+Damage is never fatal. An entry that does not decode is a miss, and the result computed in its
+place overwrites it. A cache that cannot be opened (a garbage file, a directory in its place, a
+read-only disk) or that fails later (a bad page, a full disk) turns itself off: the run goes on
+without it, and ``problem`` says why, once, in words (a full disk is named as such).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import sqlite3
@@ -48,24 +55,21 @@ def node_key(static_key: str, inputs: dict[str, Any]) -> str:
     return hashlib.sha256(static_key.encode() + canonical_bytes(inputs)).hexdigest()
 
 
+def _why(err: BaseException) -> str:
+    text = str(err) or type(err).__name__
+    if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "full" in text.lower():
+        return f"the disk is full ({text})"
+    return text
+
+
 class Cache:
     """Get and put node results; ``flush`` makes pending writes durable."""
 
     def __init__(self, directory: Path, *, flush_every: int = 5000, flush_seconds: float = 1.0):
-        directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / "cache.sqlite"
-        self._db = sqlite3.connect(
-            self.path, timeout=30, isolation_level=None, check_same_thread=False
-        )
-        self._db.execute("PRAGMA busy_timeout=30000")
-        _use_wal(self._db, 30.0)
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        # Keys are hashes, so each write lands on its own page of the key index. More pages
-        # held in memory (16 MiB, not 2) and fewer checkpoints (every 40 MB of log, not 4) cut
-        # the cost of writing an entry to a third in a cache of a few hundred thousand entries.
-        self._db.execute("PRAGMA cache_size=-16384")
-        self._db.execute("PRAGMA wal_autocheckpoint=10000")
-        _create(self._db)
+        self.problem: str | None = None
+        """Why the cache turned itself off, if it did; the run goes on without it."""
+        self._db: sqlite3.Connection | None = None
         self._pending: dict[str, bytes] = {}
         # Prefetched entries and known misses, two batches deep: rows of the previous batch may
         # still be looking theirs up while the next batch is fetched.
@@ -78,25 +82,67 @@ class Cache:
         self._flush_every, self._flush_seconds = flush_every, flush_seconds
         self._last_flush = time.monotonic()
         self.hits = self.misses = self.writes = 0
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, timeout=30, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA busy_timeout=30000")
+            _use_wal(self._db, 30.0)
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            # Keys are hashes, so each write lands on its own page of the key index. More pages
+            # held in memory (16 MiB, not 2) and fewer checkpoints (every 40 MB of log, not 4)
+            # cut the cost of writing an entry to a third in a cache of a few hundred thousand.
+            self._db.execute("PRAGMA cache_size=-16384")
+            self._db.execute("PRAGMA wal_autocheckpoint=10000")
+            _create(self._db)
+        except (sqlite3.Error, OSError) as err:
+            why = "is a directory" if self.path.is_dir() else _why(err)
+            self._off(f"cannot be opened: {why}")
+
+    def _off(self, why: str) -> None:
+        """Stop using the cache for the rest of the run; keep the first reason."""
+        if self.problem is None:
+            self.problem = f"the cache {self.path} {why}; this run went on without it"
+        db, self._db = self._db, None
+        self._pending.clear()
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
 
     def get(self, key: str) -> tuple[Any, dict[str, Any] | None] | object:
-        """(output, meta) for a hit, or ``MISS``."""
+        """(output, meta) for a hit, or ``MISS`` (an entry that does not decode is one)."""
+        if self._db is None:
+            self.misses += 1
+            return MISS
+        try:
+            raw = self._lookup(key)
+            entry = None if raw is None else loads(raw)
+            if entry is not None:
+                output, meta = entry["o"], entry.get("m")
+        except (sqlite3.Error, OSError) as err:
+            self._off(f"failed: {_why(err)}")
+            entry = None
+        except Exception:  # a damaged entry: a miss, overwritten by the result computed now
+            entry = None
+        if entry is None:
+            self.misses += 1
+            return MISS
+        self.hits += 1
+        return output, meta
+
+    def _lookup(self, key: str) -> bytes | None:
         raw = self._pending.get(key)
         if raw is None:
             ahead, before = self._ahead
             raw = ahead.get(key) or before.get(key)
         if raw is None:
             if key in self._absent[0] or key in self._absent[1]:
-                self.misses += 1
-                return MISS
+                return None
+            assert self._db is not None
             row = self._db.execute("SELECT value FROM results WHERE key=?", (key,)).fetchone()
-            if row is None:
-                self.misses += 1
-                return MISS
-            raw = row[0]
-        self.hits += 1
-        entry = loads(raw)
-        return entry["o"], entry.get("m")
+            raw = None if row is None else row[0]
+        return raw
 
     def prefetch(self, keys: set[str]) -> None:
         """Read what the cache holds for ``keys`` now, so that ``get`` answers from memory.
@@ -105,6 +151,15 @@ class Cache:
         nodes downstream of these, in the run that wrote them), which ``get`` then finds too.
         Only the last two batches are kept, so memory stays flat over any number of rows.
         """
+        if self._db is None:
+            return
+        try:
+            self._prefetch(keys)
+        except (sqlite3.Error, OSError) as err:
+            self._off(f"failed: {_why(err)}")
+
+    def _prefetch(self, keys: set[str]) -> None:
+        assert self._db is not None
         found: dict[str, bytes] = {}
         wanted = len(keys)
         matched: list[int] = []
@@ -152,6 +207,8 @@ class Cache:
         self._span = high - low
 
     def put(self, key: str, output: Any, meta: dict[str, Any] | None = None) -> None:
+        if self._db is None:
+            return
         self._pending[key] = dumps({"o": output, "m": meta} if meta else {"o": output})
         self.writes += 1
         if len(self._pending) >= self._flush_every:
@@ -163,6 +220,8 @@ class Cache:
         return pending
 
     def put_encoded(self, entries: dict[str, bytes]) -> None:
+        if self._db is None:
+            return
         self._pending.update(entries)
         self.writes += len(entries)
         if len(self._pending) >= self._flush_every:
@@ -174,20 +233,28 @@ class Cache:
 
     def flush(self) -> None:
         self._last_flush = time.monotonic()
-        if not self._pending:
+        if not self._pending or self._db is None:
             return
         now = time.time()
         # In the order computed, which is the order a rerun asks for them (see prefetch).
         rows = [(k, v, now) for k, v in self._pending.items()]
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO results (key, value, created) VALUES (?, ?, ?)", rows
-            )
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO results (key, value, created) VALUES (?, ?, ?)", rows
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                # SQLite may have rolled back already (a full disk does): the first error is
+                # the one to report, not "cannot rollback".
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise
+        except (sqlite3.Error, OSError) as err:
+            self._off(f"cannot be written: {_why(err)}")
+            return
         # Written now, so no longer misses (a later row with the same inputs must find them), and
         # what was read ahead for these keys is stale (a --refresh replaced it).
         for absent in self._absent:
@@ -198,13 +265,16 @@ class Cache:
         self._pending.clear()
 
     def count(self) -> int:
+        if self._db is None:
+            return 0
         return self._db.execute("SELECT count(*) FROM results").fetchone()[0] + len(self._pending)
 
     def close(self) -> None:
         try:
             self.flush()
         finally:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
 
 
 def _use_wal(db: sqlite3.Connection, timeout: float) -> None:

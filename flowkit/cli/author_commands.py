@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.text import Text
 
 from flowkit.cli.terminal import console
 
@@ -19,7 +20,7 @@ def describe(flow_ref: str) -> None:
     from flowkit.inspect.gates import aggregate_nodes
 
     flow = load_flow(flow_ref)
-    console.print(f"[bold]{flow.name}[/] ({flow.path})", highlight=False)
+    console.print(Text.assemble((flow.name, "bold"), f" ({flow.path})"), highlight=False)
     if flow.spec.description:
         console.print(str(flow.spec.description).strip(), highlight=False)
     inputs = Table(

@@ -165,10 +165,18 @@ def compare(
 )
 @click.option("--top", default=10, show_default=True, help="Changed rows to list per output.")
 @click.option(
-    "--max-rows", default=20_000, show_default=True, help="Rows in the table (failed rows extra)."
+    "--max-rows",
+    default=20_000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Rows in the table (failed rows extra).",
 )
 @click.option(
-    "--max-trace-rows", default=1_000, show_default=True, help="Rows whose node trace is embedded."
+    "--max-trace-rows",
+    default=1_000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Rows whose node trace is embedded.",
 )
 @click.option("--max-chars", default=2_000, show_default=True, help="Fold longer trace texts.")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))

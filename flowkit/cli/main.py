@@ -6,19 +6,53 @@ else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from flowkit import __version__
 from flowkit.cli.author_commands import COMMANDS as AUTHOR_COMMANDS
 from flowkit.cli.inspect_commands import COMMANDS
-from flowkit.cli.terminal import console, err_console
+from flowkit.cli.terminal import console, err_console, styled
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.pfcompat.cli import COMMANDS as PF_COMMANDS
+
+
+class _Number(click.ParamType):
+    """A finite number (never NaN or infinite) at least ``low``, or more than it (``open_low``),
+    and at most ``high``; anything else is a one-line usage error (exit 2)."""
+
+    name = "number"
+
+    def __init__(
+        self, kind: type, low: float, *, open_low: bool = False, high: float | None = None
+    ) -> None:
+        self.kind, self.low, self.open_low, self.high = kind, low, open_low, high
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        what = "a whole number" if self.kind is int else "a number"
+        bound = f"more than {self.low:g}" if self.open_low else f"at least {self.low:g}"
+        if self.high is not None:
+            bound += f" and at most {self.high:g}"
+        try:
+            number = value if isinstance(value, self.kind) else self.kind(str(value).strip())
+        except ValueError:
+            number = None
+        if (
+            number is None
+            or not math.isfinite(number)
+            or number < self.low
+            or (self.open_low and number == self.low)
+            or (self.high is not None and number > self.high)
+        ):
+            opt = param.opts[0] if param is not None and param.opts else "the value"
+            raise UsageError(f"{opt} must be {what} {bound}, not {value!r}")
+        return number
 
 
 class FlowkitGroup(click.Group):
@@ -28,8 +62,20 @@ class FlowkitGroup(click.Group):
         try:
             return super().invoke(ctx)
         except FlowkitError as err:
-            err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
+            _quiet_ctrl_c()
+            err_console.print(styled("[bold red]error:[/]"), str(err), highlight=False)
             sys.exit(err.exit_code)
+        except KeyboardInterrupt:  # a Ctrl-C outside a run's own handling: still 130
+            _quiet_ctrl_c()
+            err_console.print(styled("[bold red]error:[/]"), "interrupted", highlight=False)
+            sys.exit(130)
+
+
+def _quiet_ctrl_c() -> None:
+    """The command is ending with its own exit code: a further Ctrl-C (a held key) must not
+    turn that into click's `Aborted!` and exit 1."""
+    with contextlib.suppress(ValueError):  # not the main thread (an embedding caller)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @click.group(cls=FlowkitGroup)
@@ -116,20 +162,27 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
     metavar="MODULE:FUNCTION|FLOW",
     help="Call this app (a python callable or an app flow) per row and judge its answers.",
 )
-@click.option("--concurrency", default=16, show_default=True, help="Rows in flight at once.")
-@click.option("--limit", type=int, help="Run only the first N rows.")
+@click.option(
+    "--concurrency",
+    default=16,
+    show_default=True,
+    type=_Number(int, 1),
+    help="Rows in flight at once.",
+)
+@click.option("--limit", type=_Number(int, 0), help="Run only the first N rows.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the node cache.")
 @click.option("--refresh", multiple=True, metavar="NODE", help="Recompute this node (repeatable).")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Where the cache lives.")
 @click.option("--output", type=click.Path(file_okay=False), help="The run folder to write.")
+@click.option("--overwrite", is_flag=True, help="Replace the run in an existing --output/--name.")
 @click.option("-n", "--name", help="The run's name (its folder under runs/).")
 @click.option("--model", help="Chat model for llm nodes that pin none.")
 @click.option("--embedding-model", help="Embeddings model for embedding nodes that pin none.")
 @click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
-@click.option("--timeout", type=float, help="Seconds per model request.")
+@click.option("--timeout", type=_Number(float, 0, open_low=True), help="Seconds per model request.")
 @click.option(
     "--fail-on-error",
-    type=float,
+    type=_Number(float, 0, high=1),
     metavar="RATIO",
     help="Exit 1 when more than this fraction of rows failed.",
 )
@@ -148,9 +201,22 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
     help="Where rows run: this process, or joblib workers (see README, Running at scale).",
 )
 @click.option(
-    "--workers", default=2, show_default=True, help="joblib workers (non-local backends)."
+    "--workers",
+    default=2,
+    show_default=True,
+    type=_Number(int, 1),
+    help="joblib workers (non-local backends).",
 )
 @click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
+@click.option(
+    "--trace",
+    "trace_level",
+    default="compact",
+    show_default=True,
+    type=click.Choice(["full", "compact"]),
+    help="What traces.jsonl keeps: everything, or python nodes' successes without their "
+    "inputs (see README, Traces).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option(
     "--otel",
@@ -189,6 +255,8 @@ def run(
     scheduler: str | None,
     quiet: bool,
     otel: bool,
+    overwrite: bool = False,
+    trace_level: str = "compact",
 ) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data.
 
@@ -211,7 +279,7 @@ def run(
     flows, data, prior_run, name = tuple(habits.flows), habits.data, habits.prior_run, habits.name
     model, connection = model or habits.model, connection or habits.connection
     for warning in habits.warnings:
-        err_console.print(f"warning: {escape(warning)}", highlight=False)
+        err_console.print("warning:", warning, highlight=False)
     if otel:
         from flowkit.inspect.otel import require
 
@@ -241,7 +309,7 @@ def run(
             flow = with_target(flow, target, data)
         check_gate_names(parsed_gates, flow)
         for note in notes:
-            err_console.print(f"{escape(note)}", highlight=False)
+            err_console.print(note, highlight=False)
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = run_flow(
@@ -264,6 +332,8 @@ def run(
                 workers=workers,
                 scheduler=scheduler,
                 strict=strict,
+                overwrite=overwrite,
+                trace=trace_level,
                 target=target,
                 embedding_model=embedding_model,
             )
@@ -274,8 +344,8 @@ def run(
         err_console.print(str(export_run(result.run_dir)), highlight=False)
     if fail_on_error is not None and result.failed_ratio > fail_on_error:
         err_console.print(
-            f"[bold red]error:[/] {result.failed_ratio:.1%} of rows failed, "
-            f"more than --fail-on-error {fail_on_error}"
+            styled("[bold red]error:[/]"),
+            f"{result.failed_ratio:.1%} of rows failed, more than --fail-on-error {fail_on_error}",
         )
         sys.exit(1)
     check_gates(parsed_gates, result.metrics, err_console)

@@ -10,16 +10,14 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from rich.markup import escape
-
-from flowkit.cli.terminal import console, err_console
+from flowkit.cli.terminal import console, err_console, styled
 from flowkit.inspect.show import metrics_table
 
 
 def report_end(result: Any) -> None:
     for notice in result.info.get("notices") or ():
         label = "" if notice.startswith("warning: ") else "note: "
-        err_console.print(f"{label}{escape(notice)}", highlight=False)
+        err_console.print(f"{label}{notice}", highlight=False)
     if result.counts.get("bad_input"):
         _report_bad_rows(result)
     console.print(metrics_table(result.metrics, result.info))
@@ -43,13 +41,14 @@ def report_end(result: Any) -> None:
     if c["failed"]:
         hints.append(f"once the cause is fixed: flowkit run --resume {result.run_id}")
     for hint in hints:
-        err_console.print(f"hint: {escape(hint)}", highlight=False)
+        err_console.print(f"hint: {hint}", highlight=False)
 
 
 def exit_if_valueless(result: Any) -> None:
     if result.counts.get("rows") and not result.produced_values:
         err_console.print(
-            f"[bold red]error:[/] no row produced a value ({result.summary()}); exiting 1",
+            styled("[bold red]error:[/]"),
+            f"no row produced a value ({result.summary()}); exiting 1",
             highlight=False,
         )
         sys.exit(1)
@@ -63,7 +62,7 @@ def _report_bad_rows(result: Any, shown: int = 5) -> None:
         highlight=False,
     )
     for row in bad[:shown]:
-        err_console.print(f"  {escape(str((row.get('error') or {}).get('message')))}")
+        err_console.print(f"  {(row.get('error') or {}).get('message')}")
     if len(bad) > shown:
         more = len(bad) - shown
         err_console.print(f"  … and {more} more: flowkit trace {result.run_id} --failed")

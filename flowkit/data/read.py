@@ -8,24 +8,37 @@ with the file as a whole raise ``DataError``, and they do so when ``iter_rows`` 
 not on the first ``next()``, so a wrong ``--data`` fails before any model is paid for.
 
 Files are opened in binary and decoded line by line, so one stray Latin-1 byte costs one row,
-not the whole file.
+not the whole file. A physical line is read at most ``max_row_bytes`` at a time (default
+``MAX_ROW_BYTES``, or $FLOWKIT_MAX_ROW_BYTES): a longer row is bad input and the rest of it is
+skipped unread into memory, so a 1.5 GB line or a link to /dev/zero costs one row, not the RAM.
+Values that JSON allows but a run cannot carry (a lone surrogate, an integer past Python's
+4,300-digit limit) make their row bad too.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+import re
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from flowkit.cache.canonical import UnstorableValue, canonical_bytes
 from flowkit.data.coerce import a_json_type, json_type
 from flowkit.errors import DataError
 
 SUPPORTED_EXTENSIONS = (".jsonl", ".json", ".csv")
 _BOM = b"\xef\xbb\xbf"
 _CHUNK = 1 << 16
+MAX_ROW_BYTES = 64 << 20
+"""The default cap on one physical line of .jsonl or .csv data (64 MiB)."""
+MAX_JSON_BYTES = 1 << 30
+"""A .json list is one document read whole: past 1 GiB, use .jsonl."""
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: the only way a lone one gets into decoded text."""
 
 Rows = Generator["DataRow", None, None]
 
@@ -47,7 +60,22 @@ class DataRow:
 # --- public API
 
 
-def iter_rows(path: str | Path, *, limit: int | None = None) -> Iterator[DataRow]:
+def max_row_bytes() -> int:
+    """$FLOWKIT_MAX_ROW_BYTES, else ``MAX_ROW_BYTES``."""
+    env = os.environ.get("FLOWKIT_MAX_ROW_BYTES", "").strip()
+    if not env:
+        return MAX_ROW_BYTES
+    if not env.isdigit() or int(env) < 1:
+        raise DataError(
+            f"FLOWKIT_MAX_ROW_BYTES={env!r} is not a positive whole number of bytes",
+            hint=f"unset it for the default of {MAX_ROW_BYTES}",
+        )
+    return int(env)
+
+
+def iter_rows(
+    path: str | Path, *, limit: int | None = None, max_bytes: int | None = None
+) -> Iterator[DataRow]:
     """Check the file now (raising ``DataError``), then return a generator of its rows.
 
     Not itself a generator function: file-level mistakes must surface at the call, and the
@@ -55,15 +83,16 @@ def iter_rows(path: str | Path, *, limit: int | None = None) -> Iterator[DataRow
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
+    cap = max_bytes or max_row_bytes()
     p, display = Path(path), str(path)
     kind = _check_file(p, display)
     rows: Rows
     if kind == ".json":
         rows = _json_rows(_load_json(p, display), p.name)
     elif kind == ".jsonl":
-        rows = _jsonl_rows(p)
+        rows = _jsonl_rows(p, cap)
     else:
-        rows = _csv_rows(p, _csv_header(p, display))
+        rows = _csv_rows(p, _csv_header(p, display, cap), cap)
     return _limited(rows, limit)
 
 
@@ -75,7 +104,7 @@ def peek_columns(path: str | Path, *, sample: int = 50) -> list[str]:
     """
     p, display = Path(path), str(path)
     if _check_file(p, display) == ".csv":
-        return list(_csv_header(p, display))
+        return list(_csv_header(p, display, max_row_bytes()))
     seen: dict[str, None] = {}
     for row in iter_rows(p, limit=sample):
         if row.values is not None:
@@ -88,6 +117,16 @@ def peek_columns(path: str | Path, *, sample: int = 50) -> list[str]:
 
 def _check_file(p: Path, display: str) -> str:
     """Raise ``DataError`` for a file that cannot yield rows at all; return its extension."""
+    try:
+        p.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as err:  # a name too long, a loop of links...
+        raise DataError(
+            f"data file '{display[:80]}{'…' if len(display) > 80 else ''}' cannot be opened: "
+            f"{err.strerror or err}",
+            hint="check the --data path",
+        ) from None
     if not p.exists():
         raise DataError(
             f"data file '{display}' does not exist",
@@ -109,7 +148,33 @@ def _check_file(p: Path, display: str) -> str:
         raise DataError(f"cannot read data file '{display}': {e.strerror}") from None
     if blank:
         raise DataError(f"data file '{display}' is empty", hint="add rows, or use another file")
+    _check_encoding(p, display, line_based=suffix != ".json")
     return suffix
+
+
+def _check_encoding(p: Path, display: str, *, line_based: bool) -> None:
+    """Name a wrong encoding or line ending instead of letting every row (or the header) look
+    like it has no columns."""
+    with p.open("rb") as f:
+        head = f.read(_CHUNK)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
+        len(head) >= 4 and head.count(0) * 4 >= len(head)
+    ):
+        raise DataError(
+            f"data file '{display}' is UTF-16 (or another wide encoding), not UTF-8",
+            hint="save the file as UTF-8",
+        )
+    if (
+        line_based
+        and b"\r" in head
+        and b"\n" not in head
+        and len(head.rstrip(b"\r")) > head.find(b"\r") + 1
+    ):
+        raise DataError(
+            f"data file '{display}' ends its lines with CR only (old Mac style), so it reads "
+            "as one line",
+            hint="save it with LF (or CRLF) line endings",
+        )
 
 
 def _is_blank(p: Path) -> bool:
@@ -134,18 +199,48 @@ def _limited(rows: Rows, limit: int | None) -> Rows:
         rows.close()
 
 
+# --- physical lines, bounded
+
+
+_TOO_LONG = b"\0flowkit: line too long\0"
+"""Stands in for a line past the cap: it can be no real line (it holds NUL bytes and no
+newline), and readers report it instead of parsing it."""
+
+
+def _bounded_lines(f: BinaryIO, cap: int) -> Iterator[bytes]:
+    """The file's lines, each at most ``cap`` bytes; a longer one is skipped in chunks (never
+    held whole) and yields ``_TOO_LONG``."""
+    while True:
+        raw = f.readline(cap + 1)
+        if not raw:
+            return
+        if len(raw) > cap and not raw.endswith(b"\n"):
+            while (rest := f.readline(_CHUNK)) and not rest.endswith(b"\n"):
+                pass
+            yield _TOO_LONG
+            continue
+        yield raw
+
+
+def _too_long(cap: int) -> str:
+    return f"the row is longer than {cap} bytes; raise FLOWKIT_MAX_ROW_BYTES if it is real data"
+
+
 # --- JSON Lines
 
 
-def _jsonl_rows(p: Path) -> Rows:
+def _jsonl_rows(p: Path, cap: int) -> Rows:
     name, index = p.name, 0
     with p.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            if number == 1:
-                raw = raw.removeprefix(_BOM)
-            if not raw.strip():
-                continue  # blank lines are layout, not rows
-            values, error = _parse_line(raw)
+        for number, raw in enumerate(_bounded_lines(f, cap), start=1):
+            if raw is _TOO_LONG:
+                values, error = None, _too_long(cap)
+            else:
+                if number == 1:
+                    raw = raw.removeprefix(_BOM)
+                if not raw.strip():
+                    continue  # blank lines are layout, not rows
+                values, error = _parse_line(raw)
             yield DataRow(index, number, values, f"{name}:{number}: {error}" if error else None)
             index += 1
 
@@ -164,8 +259,18 @@ def _parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
         return None, error
     except RecursionError:
         return None, "malformed JSON: nested too deeply"
+    except ValueError:  # int("1" * 5000): Python's limit on digits
+        return None, (
+            "an integer has more than 4,300 digits (Python's limit): write it as a string"
+        )
     if not isinstance(value, dict):
         return None, f"expected a JSON object, got {json_type(value)}"
+    if _SURROGATE_ESCAPE.search(raw):
+        # A surrogate pair decodes to one character; only a lone half cannot be stored.
+        try:
+            canonical_bytes(value)
+        except UnstorableValue as e:
+            return None, str(e)
     return value, None
 
 
@@ -173,7 +278,13 @@ def _parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _load_json(p: Path, display: str) -> list[Any]:
-    data = p.read_bytes().removeprefix(_BOM)
+    with p.open("rb") as f:
+        data = f.read(MAX_JSON_BYTES + 1).removeprefix(_BOM)
+    if len(data) > MAX_JSON_BYTES:
+        raise DataError(
+            f"data file '{display}' is larger than {MAX_JSON_BYTES} bytes",
+            hint="a .json list is read whole: write one object per line in a .jsonl file",
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -233,10 +344,11 @@ class _Lines:
     fields may span lines); the record that swallowed it is then reported, not the file.
     """
 
-    def __init__(self, f: BinaryIO) -> None:
-        self._f = f
+    def __init__(self, f: BinaryIO, cap: int) -> None:
+        self._f = _bounded_lines(f, cap)
         self.number = 0
         self.bad: dict[int, int] = {}  # physical line -> 1-based byte of the first bad byte
+        self.long: set[int] = set()  # physical lines past the cap
 
     def __iter__(self) -> _Lines:
         return self
@@ -244,6 +356,9 @@ class _Lines:
     def __next__(self) -> str:
         raw = next(self._f)
         self.number += 1
+        if raw is _TOO_LONG:
+            self.long.add(self.number)
+            return "\n"
         if self.number == 1:
             raw = raw.removeprefix(_BOM)
         try:
@@ -262,11 +377,11 @@ class _Record:
     error_line: int  # the physical line that error is about
 
 
-def _records(f: BinaryIO) -> Generator[_Record, None, None]:
+def _records(f: BinaryIO, cap: int) -> Generator[_Record, None, None]:
     """Yield each non-blank CSV record with its lines and, if unreadable, why."""
     # LLM eval cells (whole documents) easily pass csv's default 128 KiB cell limit.
     csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
-    lines = _Lines(f)
+    lines = _Lines(f, cap)
     reader = csv.reader(lines)
     while True:
         rec = _Record(reader.line_num + 1, 0, None, None, reader.line_num + 1)
@@ -281,16 +396,20 @@ def _records(f: BinaryIO) -> Generator[_Record, None, None]:
             rec.error_line, byte = min(lines.bad.items())
             rec.fields, rec.error = None, f"not valid UTF-8 at byte {byte}"
             lines.bad.clear()
+        if lines.long:
+            rec.error_line = min(lines.long)
+            rec.fields, rec.error = None, _too_long(cap)
+            lines.long.clear()
         fields = rec.fields
         blank = fields is not None and (not fields or (len(fields) == 1 and not fields[0].strip()))
         if not blank:  # blank lines are layout, not rows
             yield rec
 
 
-def _csv_header(p: Path, display: str) -> list[str]:
+def _csv_header(p: Path, display: str, cap: int) -> list[str]:
     """The header row, checked: a bad header would mislabel every row, so it is fatal."""
     with p.open("rb") as f:
-        rec = next(_records(f))  # there is one: _check_file ruled out blank files
+        rec = next(_records(f, cap))  # there is one: _check_file ruled out blank files
     if rec.fields is None:
         raise DataError(
             f"data file '{display}': cannot read the header (line {rec.error_line}): {rec.error}",
@@ -304,9 +423,9 @@ def _csv_header(p: Path, display: str) -> list[str]:
     return rec.fields
 
 
-def _csv_rows(p: Path, header: list[str]) -> Rows:
+def _csv_rows(p: Path, header: list[str], cap: int) -> Rows:
     with p.open("rb") as f:
-        records = _records(f)
+        records = _records(f, cap)
         next(records)  # the header, checked by _csv_header
         for index, rec in enumerate(records):
             values, error = None, rec.error

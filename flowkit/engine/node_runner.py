@@ -176,7 +176,7 @@ class NodeRunner:
     ) -> None:
         try:
             output = to_json_value(result.output)
-        except TypeError as err:
+        except (TypeError, ValueError) as err:  # not JSON, or unstorable (UnstorableValue)
             self._fail(node, scope, line, qual, inputs, err, start)
             return
         self.stats.node_runs += 1

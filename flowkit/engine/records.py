@@ -60,6 +60,28 @@ class NodeRecord(msgspec.Struct):
     v: int = TRACE_VERSION
 
 
+class CompactRecord(msgspec.Struct, omit_defaults=True):
+    """A python node's successful record as ``--trace compact`` writes it: no inputs (a row's
+    own inputs are in outputs.jsonl, an inner node's are its upstream nodes' outputs), no empty
+    fields, the duration to the microsecond. NodeRecord's decoder reads it back unchanged."""
+
+    run_id: str
+    line: int
+    node: str
+    kind: str
+    status: str
+    start: float
+    end: float
+    duration: float
+    cache_hit: bool = False
+    output: Any = None
+    v: int = TRACE_VERSION
+
+
+TRACE_LEVELS = ("full", "compact")
+"""What --trace keeps: every field of every record, or python nodes' successes in short."""
+
+
 _LLM_FIELDS = frozenset(LlmCall.__struct_fields__)
 
 
@@ -75,6 +97,26 @@ _decoder = msgspec.json.Decoder(NodeRecord)
 
 def encode(record: NodeRecord) -> bytes:
     return _encoder.encode(record)
+
+
+def encode_compact(record: NodeRecord) -> bytes:
+    """``record`` as ``--trace compact`` keeps it: short when a python node succeeded (the bulk
+    of a python-only run), whole otherwise (an error, a model call, a sub-flow's inputs)."""
+    if record.kind != "python" or record.status != OK or record.llm is not None:
+        return _encoder.encode(record)  # a python tool's model call is kept as an llm node's
+    short = CompactRecord(
+        record.run_id,
+        record.line,
+        record.node,
+        record.kind,
+        record.status,
+        record.start,
+        record.end,
+        round(record.duration, 6),
+        record.cache_hit,
+        record.output,
+    )
+    return _encoder.encode(short)
 
 
 def decode(line: bytes | str) -> NodeRecord:

@@ -9,7 +9,6 @@
 - ``graph``: the loaded flow and its DAG (networkx); ``templates``: sandboxed Jinja2 prompts.
 - ``builtin``: finding the built-in flows by name.
 - ``target``: ``--target``, a metric flow preceded by a node that calls the user's app.
-- ``importpath``: a flow's ``python_path`` folders, on sys.path only while it loads or runs.
 
 Imports point down to ``flowkit.cache`` and ``flowkit.errors`` only. Node kinds are
 an extension point: the loader looks them up through ``flowkit.kinds`` when it compiles a node,

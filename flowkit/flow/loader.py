@@ -15,9 +15,9 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticError
 
+from flowkit.cache import importpath
 from flowkit.cache.canonical import canonical_bytes
 from flowkit.errors import Diagnostic, ValidationError, display
-from flowkit.flow import importpath
 from flowkit.flow.builtin import resolve_flow_path
 from flowkit.flow.formats import foreign_file, translator
 from flowkit.flow.graph import Flow, Node, build_graph, find_cycle, ordered, when_clause
@@ -31,7 +31,7 @@ from flowkit.flow.source import (
     locate,
     read_yaml,
 )
-from flowkit.flow.spec import FlowSpec, InputSpec, NodeSpec
+from flowkit.flow.spec import CacheSpec, FlowSpec, InputSpec, NodeSpec
 from flowkit.flow.spec_messages import message as schema_message
 from flowkit.flow.spec_messages import node_keys
 from flowkit.flow.use import PATH_FIELDS, merge_use
@@ -78,6 +78,11 @@ class LoadContext:
         self.report(self._file.get(id(node), node.file), line, node.name, message)
 
     # -- loading --------------------------------------------------------------------------
+    @property
+    def chain(self) -> list[Path]:
+        """The flow files being read, outermost first: the sub-flow being loaded is last."""
+        return list(self._stack)
+
     def load(self, path: Path) -> Flow | None:
         try:
             path = path.resolve()
@@ -133,7 +138,9 @@ class LoadContext:
         """Validate and compile one flow's parsed YAML (``path`` anchors relative paths)."""
         start = len(self.diagnostics)
         spec, raw_nodes = self._header(raw, file)
-        folders = importpath.resolve(spec.python_path, path.parent) if spec is not None else ()
+        folders = (
+            importpath.resolve([".", *spec.python_path], path.parent) if spec is not None else ()
+        )
         with importpath.importable(folders):
             nodes = self._nodes(raw_nodes, path, file)
         for node in nodes.values():  # a sub-flow's folders are needed while this one runs
@@ -295,7 +302,11 @@ def _must_ref(text: str) -> Ref:
 def static_key(node: Node) -> str:
     """The part of a node's cache key that does not depend on the row."""
     spec = node.spec.model_dump(mode="json", exclude=_KEY_EXCLUDE)
-    return hashlib.sha256(canonical_bytes({"spec": spec, **node.key_parts})).hexdigest()
+    parts = {"spec": spec, **node.key_parts}
+    if isinstance(node.spec.cache, CacheSpec) and node.spec.cache.env:
+        # Read once, at load: the run uses the environment it was started in.
+        parts["env"] = {var: os.environ.get(var) for var in node.spec.cache.env}
+    return hashlib.sha256(canonical_bytes(parts)).hexdigest()
 
 
 def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:

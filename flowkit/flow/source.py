@@ -90,6 +90,9 @@ MAX_DEPTH = 64
 MAX_VALUES = 100_000
 """Values in a file once its aliases are expanded: a few nested `*alias` lists can otherwise
 stand for billions of values (the "billion laughs")."""
+MAX_CHARS = 32 << 20
+"""Characters of text in a file once its aliases are expanded: one long string aliased a
+thousand times is few values but gigabytes once the flow is hashed or written out."""
 
 
 def _check_shape(root: Any, file: str) -> None:
@@ -99,6 +102,7 @@ def _check_shape(root: Any, file: str) -> None:
     """
     size: dict[int, int] = {}
     depth: dict[int, int] = {}
+    chars: dict[int, int] = {}
     stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
         value, done = stack.pop()
@@ -112,7 +116,21 @@ def _check_shape(root: Any, file: str) -> None:
         inner = [c for c in children if isinstance(c, (dict, list))]
         depth[id(value)] = 1 + max((depth[id(c)] for c in inner), default=0)
         size[id(value)] = len(children) + sum(size[id(c)] for c in inner)
+        text = list(value) if isinstance(value, dict) else []
+        chars[id(value)] = sum(len(c) for c in (*children, *text) if isinstance(c, str)) + sum(
+            chars[id(c)] for c in inner
+        )
         line = getattr(value, "line", 0)
+        if chars[id(value)] > MAX_CHARS:
+            raise YamlSyntaxError(
+                Diagnostic(
+                    file,
+                    line,
+                    None,
+                    f"the text here expands to more than {MAX_CHARS:,} characters "
+                    "(long strings repeated through aliases, *name)",
+                )
+            )
         if depth[id(value)] > MAX_DEPTH:
             raise YamlSyntaxError(
                 Diagnostic(file, line, None, f"values nest more than {MAX_DEPTH} levels deep")

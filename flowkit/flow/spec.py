@@ -6,9 +6,10 @@ they reach these models, so every node here is complete.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 InputType = Literal["string", "text", "number", "integer", "boolean", "list", "object", "any"]
 Comparable = str | int | float | bool | None
@@ -56,6 +57,13 @@ class WhenSpec(_Spec):
     """Run only when the value equals this (or is one of these); unset means 'is truthy'."""
 
 
+class CacheSpec(_Spec):
+    """What else belongs in a node's cache key, beyond its spec, code and inputs."""
+
+    env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = []
+    """Environment variables the node's result depends on: their values join the key."""
+
+
 class _NodeBase(_Spec):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """Unique within the flow; other nodes read this node's output as `${name.output}`."""
@@ -63,8 +71,8 @@ class _NodeBase(_Spec):
     """Parameter name → a literal, or a value that is exactly one `${reference}`."""
     when: str | WhenSpec | list[str | WhenSpec] | None = None
     """Run the node only if this reference is truthy (or equals `equals`); a list: all must hold."""
-    cache: bool = True
-    """False always recomputes this node (for nodes whose result should not be reused)."""
+    cache: bool | CacheSpec = True
+    """False always recomputes this node; `{env: [VAR, ...]}` keys it on those variables too."""
     description: str | None = None
     """Free text for readers of the flow."""
     upstream_skipped: Literal["as_null", "propagate"] = "as_null"
@@ -173,7 +181,8 @@ class FlowSpec(_Spec):
     description: str = ""
     """One line shown by `flowkit list`."""
     inputs: dict[str, InputSpec] = {}
-    """The flow's typed inputs, filled per row from the data mapping."""
+    """The flow's typed inputs (names as in Python: `${inputs.NAME}` must be able to say them),
+    filled per row from the data mapping."""
     outputs: dict[str, str] = {}
     """Output name → reference; the per-row results written to outputs.jsonl."""
     nodes: list[NodeSpec] = []
@@ -181,3 +190,14 @@ class FlowSpec(_Spec):
     python_path: list[PathText] = []
     """Folders (relative to this file; `flowkit:DIR` is a folder inside flowkit) added to the end
     of Python's import path before the flow's code is imported, for the modules it imports."""
+
+    @field_validator("inputs")
+    @classmethod
+    def _input_names(cls, value: dict[str, InputSpec]) -> dict[str, InputSpec]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(
+                    f"input name {name!r} must be letters, digits and '_' (not starting with a "
+                    "digit): ${inputs.NAME} and --map NAME=... must be able to say it"
+                )
+        return value

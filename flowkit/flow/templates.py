@@ -96,7 +96,22 @@ def _compile(source: str) -> tuple[Any, frozenset[str]]:
     except TemplateSyntaxError as err:
         raise PromptSyntaxError(f"Jinja2 syntax error: {err.message}", err.lineno or 0) from None
     _check_private(ast)
+    _check_no_loading(ast)
     return _env.from_string(ast), frozenset(meta.find_undeclared_variables(ast))
+
+
+def _check_no_loading(ast: nodes.Template) -> None:
+    """Prompts have no loader: `{% include %}`, `{% import %}` and `{% extends %}` would fail on
+    every row, so they are refused when the flow loads."""
+    for node in ast.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)):
+        tag = {"Include": "include", "Import": "import", "FromImport": "from … import"}.get(
+            type(node).__name__, "extends"
+        )
+        raise PromptSyntaxError(
+            f"{{% {tag} %}} is not supported in prompts: put the text in the prompt itself "
+            "(or pass it in as an input)",
+            node.lineno,
+        )
 
 
 def _check_private(ast: nodes.Template) -> None:

@@ -2,10 +2,11 @@
 
 - ``show``: the summary of a run and the metrics table.
 - ``trace_view``: per-row, per-node traces, filtered by ``--where``.
-- ``compare``: paired bootstrap deltas between two runs.
+- ``compare``: paired bootstrap deltas between two runs; ``compare_rows`` reads and pairs
+  the rows into columns.
 - ``gates``: ``--gate`` conditions on metrics, and the condition parser ``--where`` shares.
 - ``report`` and ``report_data``: the self-contained HTML page (``report_page.*``).
-- ``otel`` and ``otel_spans``: exporting a run's traces as OpenTelemetry spans.
+- ``otel``, ``otel_spans`` and ``otel_plan``: exporting a run's traces as OpenTelemetry spans.
 
 Imports point down to ``flowkit.runs`` and ``flowkit.engine.records``; nothing here runs a flow.
 """

@@ -10,10 +10,12 @@ resamples), seeded, so the same command prints the same interval.
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import random
-from collections.abc import Iterable, Iterator
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,16 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from flowkit.data.jsonl import iter_jsonl
 from flowkit.errors import UsageError, did_you_mean, one_of
-from flowkit.inspect.trace_view import fold, lookup, titled
+from flowkit.inspect.compare_rows import (
+    NO_INPUT,
+    Pairs,
+    Side,
+    is_number,
+    pair_rows,
+    read_side,
+)
+from flowkit.inspect.trace_view import fold, titled
 from flowkit.runs.folder import read_metrics, read_run_info
 
 BETTER, WORSE, SAME, TOO_FEW = "better", "worse", "no significant change", "too few rows"
@@ -95,68 +104,7 @@ class Comparison:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, default=str)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-
-
-def numeric_outputs(outputs: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
-    """(dotted name, value) for every number in a row's outputs; a suite's nested outputs
-    flatten to ``groundedness.score``. Booleans count as 0/1 (exact-match style results)."""
-    if not isinstance(outputs, dict):
-        return
-    for name, value in outputs.items():
-        path = f"{prefix}{name}"
-        if isinstance(value, dict):
-            yield from numeric_outputs(value, path + ".")
-        elif isinstance(value, bool) or _is_number(value):
-            yield path, float(value)
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-@dataclass
-class _Side:
-    rows: dict[Any, tuple[int, dict[str, float]]]
-    count: int = 0
-    unkeyed: int = 0
-    duplicates: int = 0
-    names: set[str] = field(default_factory=set)
-    input_names: set[str] = field(default_factory=set)
-    inputs: dict[Any, dict[str, int]] = field(default_factory=dict)
-    """Per pairing key, a hash of each input's value: paired rows should share their inputs."""
-
-
-def _read_side(run_dir: Path, key: str | None) -> _Side:
-    """Each row's numbers, by pairing key; only numbers are kept, so memory stays small."""
-    side = _Side({})
-    for rec in iter_jsonl(run_dir / "outputs.jsonl"):
-        side.count += 1
-        if key is None:
-            k: Any = rec.get("line")
-        else:
-            if isinstance(rec.get("inputs"), dict) and len(side.input_names) < 1000:
-                side.input_names.update(rec["inputs"])
-            found, value = lookup(rec.get("inputs"), key)
-            if not found or value is None:
-                side.unkeyed += 1
-                continue
-            k = _hashable(value)
-        if k in side.rows:
-            side.duplicates += 1
-            continue
-        values = dict(numeric_outputs(rec.get("outputs")))
-        side.names.update(values)
-        side.rows[k] = (rec.get("line", -1), values)
-        if isinstance(rec.get("inputs"), dict):
-            side.inputs[k] = {n: hash(_hashable(v)) for n, v in rec["inputs"].items()}
-    return side
-
-
-def _warnings(run_a: Path, run_b: Path, a: _Side, b: _Side, keys: list[Any]) -> list[str]:
+def _warnings(run_a: Path, run_b: Path, a: Side, b: Side, pairs: Pairs) -> list[str]:
     """What makes a verdict meaningless: other flows, or paired rows that are not the same."""
     notes = []
     flow_a, flow_b = ((read_run_info(r).get("flow") or {}).get("name") for r in (run_a, run_b))
@@ -165,15 +113,19 @@ def _warnings(run_a: Path, run_b: Path, a: _Side, b: _Side, keys: list[Any]) -> 
             f"warning: the runs are of different flows ({flow_a!r} and {flow_b!r}); outputs of "
             "the same name may not mean the same"
         )
-    differ = []
-    for k in keys:
-        ia, ib = a.inputs.get(k, {}), b.inputs.get(k, {})
-        if any(ia[n] != ib[n] for n in ia.keys() & ib.keys()):
-            differ.append(k)
+    shared = [(a.inputs[n], b.inputs[n]) for n in sorted(a.inputs.keys() & b.inputs.keys())]
+    differ, first = 0, None
+    for i, (pa, pb) in enumerate(zip(pairs.a, pairs.b, strict=True)):
+        for col_a, col_b in shared:
+            ha, hb = col_a[pa], col_b[pb]
+            if ha != hb and NO_INPUT not in (ha, hb):
+                differ += 1
+                if first is None:
+                    first = pairs.key(i, a)
+                break
     if differ:
-        first = differ[0]
         notes.append(
-            f"warning: {len(differ)} of {len(keys)} paired rows have different inputs (first: "
+            f"warning: {differ} of {len(pairs.a)} paired rows have different inputs (first: "
             f"{'line' if isinstance(first, int) else 'key'} {first!r}); the runs may not be over "
             "the same data — pair them with --key COLUMN"
         )
@@ -181,7 +133,7 @@ def _warnings(run_a: Path, run_b: Path, a: _Side, b: _Side, keys: list[Any]) -> 
 
 
 def bootstrap_ci(
-    diffs: list[float], *, resamples: int, seed: int, confidence: float = 0.95
+    diffs: Sequence[float], *, resamples: int, seed: int, confidence: float = 0.95
 ) -> tuple[float, float]:
     """Percentile interval of the mean of ``diffs`` over ``resamples`` resamples."""
     n = len(diffs)
@@ -237,8 +189,8 @@ def compare_runs(
     the rows that changed most, and metrics.json side by side."""
     if resamples < 1:
         raise UsageError("--resamples must be at least 1")
-    a, b = _read_side(run_a, key), _read_side(run_b, key)
-    if key is not None and not (a.rows or b.rows):
+    a, b = read_side(run_a, key), read_side(run_b, key)
+    if key is not None and not (a.index or b.index):
         names = a.input_names | b.input_names
         raise UsageError(
             f"--key {key!r}: no row of either run has that input{did_you_mean(key, names)}",
@@ -249,16 +201,16 @@ def compare_runs(
     _check_names(asked, common, "--metric")
     _check_names(sorted(lower), common, "--lower-is-better")
     names = asked or sorted(common)
-    keys = [k for k in a.rows if k in b.rows]
+    pairs = pair_rows(a, b, key)
     result = Comparison(
         run_a=run_a.name,
         run_b=run_b.name,
         key=key,
         rows_a=a.count,
         rows_b=b.count,
-        paired=len(keys),
-        only_a=[k for k in a.rows if k not in b.rows],
-        only_b=[k for k in b.rows if k not in a.rows],
+        paired=len(pairs.a),
+        only_a=pairs.only_a,
+        only_b=pairs.only_b,
         unkeyed={"a": a.unkeyed, "b": b.unkeyed},
         duplicates={"a": a.duplicates, "b": b.duplicates},
         metrics=[],
@@ -268,36 +220,47 @@ def compare_runs(
         seed=seed,
         confidence=confidence,
     )
-    result.notes.extend(_warnings(run_a, run_b, a, b, keys))
+    result.notes.extend(_warnings(run_a, run_b, a, b, pairs))
     if not common:
         result.notes.append("no numeric per-row output is present in both runs")
     for name in names:
-        result.metrics.append(_metric(name, keys, a, b, result, lower=name in lower, top=top))
+        result.metrics.append(_metric(name, pairs, a, b, result, lower=name in lower, top=top))
     return result
 
 
 def _metric(
-    name: str, keys: list[Any], a: _Side, b: _Side, result: Comparison, *, lower: bool, top: int
+    name: str, pairs: Pairs, a: Side, b: Side, result: Comparison, *, lower: bool, top: int
 ) -> MetricDelta:
-    xs: list[float] = []
-    ys: list[float] = []
-    diffs: list[float] = []
-    changes: list[RowChange] = []
-    for k in keys:
-        (line_a, va), (line_b, vb) = a.rows[k], b.rows[k]
-        if name not in va or name not in vb:
+    col_a, col_b = a.columns[name], b.columns[name]
+    xs: array[float] = array("d")
+    ys: array[float] = array("d")
+    diffs: array[float] = array("d")
+    # The `top` biggest changes, regressions first, kept in a bounded heap whose root is the
+    # least of them: (-regression, |delta|, -i) orders as the listing does, earlier rows first.
+    kept: list[tuple[int, float, int]] = []
+    for i, (pa, pb) in enumerate(zip(pairs.a, pairs.b, strict=True)):
+        x, y = col_a[pa], col_b[pb]
+        if x != x or y != y:  # NaN: the output is missing on one side
             continue
-        x, y = va[name], vb[name]
         xs.append(x)
         ys.append(y)
         diffs.append(y - x)
-        if x != y:
+        if x != y and top > 0:
             worse = (y > x) if lower else (y < x)
-            changes.append(RowChange(name, k, line_a, line_b, x, y, y - x, worse))
-    changes.sort(key=lambda c: (not c.regression, -abs(c.delta)))
-    result.changes.extend(changes[:top])
+            item = (int(worse), abs(y - x), -i)
+            if len(kept) < top:
+                heapq.heappush(kept, item)
+            elif item > kept[0]:
+                heapq.heapreplace(kept, item)
+    for _, _, neg_i in sorted(kept, reverse=True):
+        i = -neg_i
+        pa, pb = pairs.a[i], pairs.b[i]
+        x, y = col_a[pa], col_b[pb]
+        worse = (y > x) if lower else (y < x)
+        k = pairs.key(i, a)
+        result.changes.append(RowChange(name, k, a.lines[pa], b.lines[pb], x, y, y - x, worse))
     n = len(xs)
-    missing = len(keys) - n
+    missing = len(pairs.a) - n
     if n == 0:
         return MetricDelta(name, 0, None, None, None, None, None, TOO_FEW, lower, missing)
     delta = math.fsum(diffs) / n
@@ -317,7 +280,7 @@ def _aggregates(ma: dict[str, Any], mb: dict[str, Any]) -> list[AggregateDelta]:
     for name in dict.fromkeys([*ma, *mb]):
         va, vb = ma.get(name), mb.get(name)
         delta = None
-        if _is_number(va) and _is_number(vb):
+        if is_number(va) and is_number(vb):
             # Two aggregates of the same values summed in another order differ in the last bits.
             delta = 0.0 if math.isclose(va, vb, rel_tol=1e-12, abs_tol=0) else vb - va
         out.append(AggregateDelta(name, va, vb, delta))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable, Iterable
@@ -48,6 +49,8 @@ def parse_gate(text: str) -> Gate:
         value = float(parts[2]) if parts else None
     except ValueError:
         value = None
+    if value is not None and not math.isfinite(value):
+        value = None  # every comparison with NaN is false: a gate that can never say anything
     if parts is None or value is None:
         raise UsageError(
             f"--gate {text!r} must read METRIC<OP>NUMBER, e.g. 'groundedness.mean>=4'",

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from flowkit import __version__
 from flowkit.errors import FlowkitError, UsageError
+from flowkit.inspect.otel_plan import read_plan, records
 from flowkit.inspect.otel_spans import (
     GEN_AI_OPERATION_NAME,
     GEN_AI_PROVIDER_NAME,
@@ -32,8 +33,6 @@ from flowkit.inspect.otel_spans import (
     GEN_AI_USAGE_OUTPUT_TOKENS,
     Batches,
     SpanBuilder,
-    read_plan,
-    records,
 )
 from flowkit.runs.folder import read_metrics, read_run_info, resolve_run_dir
 
@@ -209,4 +208,4 @@ def export_run(
             f"({batches.sent} sent before the endpoint refused or could not be reached)",
             hint=f"the run folder is kept; retry with `flowkit export-otel {run_dir}`",
         )
-    return ExportSummary(str(info["run_id"]), target, rows=len(builder.rows), nodes=builder.nodes)
+    return ExportSummary(str(info["run_id"]), target, rows=builder.rows, nodes=builder.nodes)

@@ -18,15 +18,11 @@ before it builds anything.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from flowkit.engine.records import FAILED, TRACE_VERSION
-from flowkit.errors import UsageError
+from flowkit.engine.records import FAILED
+from flowkit.inspect.otel_plan import PerLine, Plan, TraceRecord
 from flowkit.runs.folder import COMPLETED, RUNNING, effective_status
 
 # GenAI semantic conventions (opentelemetry-semantic-conventions, gen_ai_attributes), spelt out
@@ -61,115 +57,6 @@ _OPERATIONS = {"llm": "chat", "embedding": "embeddings"}
 # flowkit calls every endpoint through the openai client; the conventions ask for the provider
 # as the client knows it ("openai" also for Azure and OpenAI-compatible servers reached by it).
 _PROVIDER = "openai"
-
-
-# -- reading the run --------------------------------------------------------------------------
-class _Error(msgspec.Struct):
-    type: str = "?"
-    message: str = ""
-    traceback: str | None = None
-
-
-class _Request(msgspec.Struct):
-    model: str = ""
-    params: dict[str, Any] = {}
-
-
-class _Llm(msgspec.Struct):
-    model: str = ""
-    request: _Request | None = None
-    usage: dict[str, int] = {}
-    finish_reason: str | None = None
-    attempts: int = 1
-
-
-class _Record(msgspec.Struct):
-    """The fields of a trace.NodeRecord a span needs; decoding skips inputs, output, messages."""
-
-    line: int
-    node: str
-    kind: str = "?"
-    status: str = "?"
-    start: float = 0.0
-    end: float = 0.0
-    cache_hit: bool = False
-    error: _Error | None = None
-    llm: _Llm | None = None
-    v: int = TRACE_VERSION
-
-
-class _Row(msgspec.Struct):
-    line: int
-    status: str = "?"
-    error: dict[str, Any] | None = None
-
-
-@dataclass
-class Plan:
-    """What the first pass learns: enough to start any span before its children."""
-
-    size: int = 0  # bytes of whole lines read; the second pass stops there (a live run grows)
-    rows: dict[int, list[float]] = field(default_factory=dict)  # line -> [start, end]
-    flow_starts: dict[tuple[int, str], float] = field(default_factory=dict)
-    outputs: dict[int, _Row] = field(default_factory=dict)
-    start: float = float("inf")
-    end: float = 0.0
-
-
-def _lines(path: Path, limit: int | None = None) -> Any:
-    """Whole lines of a file, up to ``limit`` bytes; a torn last line is left out."""
-    if not path.is_file():
-        return
-    seen = 0
-    with open(path, "rb") as f:
-        for raw in f:
-            if not raw.endswith(b"\n") or (limit is not None and seen + len(raw) > limit):
-                return
-            seen += len(raw)
-            yield raw
-
-
-def _decoded(lines: Any, decoder: msgspec.json.Decoder[Any]) -> Any:
-    for raw in lines:
-        try:
-            rec = decoder.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue
-        if getattr(rec, "v", TRACE_VERSION) > TRACE_VERSION:
-            raise UsageError(
-                f"traces.jsonl has records of version {rec.v}; this flowkit reads "
-                f"version {TRACE_VERSION}",
-                hint="upgrade flowkit",
-            )
-        yield rec
-
-
-def read_plan(run_dir: Path) -> Plan:
-    plan = Plan()
-    path = run_dir / "traces.jsonl"
-
-    def counted() -> Any:
-        for raw in _lines(path):
-            plan.size += len(raw)
-            yield raw
-
-    for rec in _decoded(counted(), msgspec.json.Decoder(_Record)):
-        plan.start, plan.end = min(plan.start, rec.start), max(plan.end, rec.end)
-        if rec.line >= 0:
-            bounds = plan.rows.setdefault(rec.line, [rec.start, rec.end])
-            bounds[0], bounds[1] = min(bounds[0], rec.start), max(bounds[1], rec.end)
-        if rec.kind == "flow":
-            plan.flow_starts[(rec.line, rec.node)] = rec.start
-    for row in _decoded(_lines(run_dir / "outputs.jsonl"), msgspec.json.Decoder(_Row)):
-        plan.outputs[row.line] = row
-    return plan
-
-
-def records(run_dir: Path, plan: Plan) -> Any:
-    """The second pass: the node records the plan was made from, and no more (a live run
-    grows meanwhile, and a record the plan has not seen could lack its row's bounds)."""
-    lines = _lines(run_dir / "traces.jsonl", plan.size)
-    return _decoded(lines, msgspec.json.Decoder(_Record))
 
 
 def _epoch(iso: str | None) -> float | None:
@@ -236,7 +123,11 @@ class SpanBuilder:
 
         self.trace, self.tracer, self.plan = trace, tracer, plan
         self.base = {"flowkit.run_id": str(info["run_id"]), "flowkit.flow": _flow_name(info)}
-        self.rows: dict[int, Any] = {}  # line -> Context of the row's (ended) span
+        # Each row's span id (its span ended at once); the context children need is made
+        # again from it, for the few rows in flight, rather than kept for every row.
+        self.row_ids = PerLine("Q", 0)
+        self.rows = 0
+        self._recent: dict[int, Any] = {}
         # Sub-flow spans started for their children before their own record (written last)
         # came; dropped once it has, so memory stays with the rows in flight.
         self.flows: dict[tuple[int, str], Any] = {}  # (line, sub-flow node) -> Context
@@ -279,11 +170,14 @@ class SpanBuilder:
     def row(self, line: int) -> Any:
         if line < 0:  # the aggregates run once, after the rows: they belong to the run
             return self.root
-        ctx = self.rows.get(line)
+        ctx = self._recent.get(line)
         if ctx is not None:
             return ctx
-        start, end = self.plan.rows.get(line) or (self.run_start, self.run_start)
-        out = self.plan.outputs.get(line)
+        span_id = self.row_ids.get(line)
+        if span_id:
+            return self._remember(line, self._rebuilt(span_id))
+        start, end = self.plan.bounds(line) or (self.run_start, self.run_start)
+        out = self.plan.output(line)
         attrs = {**self.base, "flowkit.row": line}
         if out is not None:
             attrs["flowkit.status"] = out.status
@@ -294,8 +188,21 @@ class SpanBuilder:
             where = f" (node {err['node']})" if err.get("node") else ""
             message = f"{err.get('type')}: {err.get('message')}{where}"
         self._end(span, end, message, err.get("type") if err else None)
-        self.rows[line] = ctx = self._context(span)
+        self.rows += 1
+        self.row_ids.set(line, span.get_span_context().span_id)
+        return self._remember(line, self._context(span))
+
+    def _remember(self, line: int, ctx: Any) -> Any:
+        if len(self._recent) >= 4096:  # rows finish out of order, but never that far apart
+            self._recent.clear()
+        self._recent[line] = ctx
         return ctx
+
+    def _rebuilt(self, span_id: int) -> Any:
+        trace = self.trace
+        root = trace.get_current_span(self.root).get_span_context()
+        ids = trace.SpanContext(root.trace_id, span_id, False, root.trace_flags, root.trace_state)
+        return trace.set_span_in_context(trace.NonRecordingSpan(ids))
 
     def _parent(self, line: int, node: str) -> Any:
         """The span a node hangs under: its nearest enclosing sub-flow node, else its row."""
@@ -313,7 +220,7 @@ class SpanBuilder:
             self.flows[key] = self._context(span)
         return self.flows[key]
 
-    def node(self, rec: _Record) -> None:
+    def node(self, rec: TraceRecord) -> None:
         self.nodes += 1
         key = (rec.line, rec.node)
         attrs = self._attributes(rec)
@@ -345,7 +252,7 @@ class SpanBuilder:
         message = f"{err.type}: {err.message}" if err is not None else None
         self._end(span, rec.end, message, err.type if err is not None else None)
 
-    def _attributes(self, rec: _Record) -> dict[str, Any]:
+    def _attributes(self, rec: TraceRecord) -> dict[str, Any]:
         attrs: dict[str, Any] = {
             **self.base,
             "flowkit.row": rec.line,
@@ -387,8 +294,9 @@ class SpanBuilder:
         return attrs
 
     def finish(self) -> None:
-        for line in sorted(self.plan.outputs):  # rows with no node record (bad input)
-            self.row(line)
+        for line in self.plan.lines_with_output():  # rows with no node record (bad input)
+            if not self.row_ids.get(line):
+                self.row(line)
         # flowkit writes a sub-flow node's record after its nodes'; were one written later, the
         # sub-flow's span was opened again for it, and is closed here.
         for key, span in self.open.items():

@@ -413,7 +413,15 @@ def write_report(
         limits=limits,
     )
     page = render_html(data).encode("utf-8")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_bytes(page)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_bytes(page)
+    except OSError as err:
+        blocker = next((d for d in output.parents if d.exists() and not d.is_dir()), None)
+        why = f"{str(blocker)!r} is a file" if blocker else (err.strerror or str(err))
+        raise UsageError(
+            f"cannot write the report to {str(output)!r}: {why}",
+            hint="give -o a path in a folder you can write",
+        ) from None
     caps = data["limits"]
     return ReportFile(output, len(page), caps["rows"], caps["rows_in_table"], caps["rows_traced"])

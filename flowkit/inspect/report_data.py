@@ -19,7 +19,7 @@ import msgspec
 
 from flowkit.cache.canonical import loads
 from flowkit.data.jsonl import iter_jsonl
-from flowkit.inspect.compare import numeric_outputs
+from flowkit.inspect.compare_rows import numeric_outputs
 from flowkit.inspect.trace_view import fold
 
 CELL_CHARS = 200

@@ -19,6 +19,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from flowkit.engine.context import Stats
 from flowkit.runs.folder import effective_status, read_metrics, read_run_info, resolve_run_dir
@@ -34,7 +35,11 @@ def count_rows(path: Path, limit: int | None = None) -> int | None:
     """The rows a data file will yield, for the ETA: lines of a .jsonl (a .csv less its header),
     counted in binary chunks; None for .json, whose rows are only known once it is parsed."""
     suffix = path.suffix.lower()
-    if suffix not in (".jsonl", ".csv") or not path.is_file():
+    try:
+        regular = path.is_file()
+    except OSError:  # a name too long: the run itself says so
+        regular = False
+    if suffix not in (".jsonl", ".csv") or not regular:
         return limit
     lines = 0
     with open(path, "rb") as f:
@@ -131,11 +136,11 @@ def metrics_table(metrics: dict[str, Any], info: dict[str, Any] | None = None) -
         table.add_row(name, _fmt(value))
     for node, detail in ((info or {}).get("aggregates") or {}).items():
         if detail.get("status") == "skipped":
-            table.add_row(f"[dim]{node}: skipped[/]", "no row had its inputs")
+            table.add_row(Text(f"{node}: skipped", "dim"), "no row had its inputs")
         elif detail.get("rows_left_out"):
-            table.add_row(f"[dim]{node}: rows left out[/]", str(detail["rows_left_out"]))
+            table.add_row(Text(f"{node}: rows left out", "dim"), str(detail["rows_left_out"]))
         if detail.get("error"):
-            table.add_row(f"[red]{node} failed[/]", detail["error"])
+            table.add_row(Text(f"{node} failed", "red"), detail["error"])
     return table
 
 

@@ -3,8 +3,8 @@ and the rows whose outputs match a condition (`--failed`, `--where`), and the sl
 grouped errors that `flowkit show` prints.
 
 traces.jsonl holds one record per node per row and can run to gigabytes, so it is only ever
-read as a stream: a row's records are found by a byte-level prefilter before any JSON is decoded,
-and the `show` summary decodes each line into a small struct that skips the bulky fields.
+read as a stream: a row's records are found by a byte-level prefilter before any JSON is decoded.
+The `show` summary is kept by the run itself (flowkit.runs.summary).
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
@@ -26,11 +25,11 @@ from flowkit.cache.canonical import loads
 from flowkit.data.jsonl import iter_jsonl
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.inspect.gates import OPERATORS, split_condition
+from flowkit.runs.summary import summarize
 
 _STATUS_STYLE = {"ok": "green", "failed": "bold red", "skipped": "dim", "upstream_failed": "yellow"}
 _ROW_STATUS_STYLE = {"ok": "green", "failed": "bold red", "bad_input": "bold red"}
 # The executor wraps an inner node's failure as the sub-flow node's own; the inner one is the cause.
-SUBFLOW_FAILED = "SubflowFailed"
 
 
 class _Titled(Table):
@@ -130,6 +129,8 @@ def _node_tree(rec: dict[str, Any], max_chars: int, verbose: bool) -> Tree:
         inputs = tree.add(Text("inputs", "dim"))
         for key, value in rec["inputs"].items():
             inputs.add(_field(key, value, max_chars))
+    elif "inputs" not in rec:
+        tree.add(Text("inputs not kept (run with --trace full to keep them)", "dim"))
     llm = rec.get("llm")
     if llm:
         prompt = tree.add(Text(f"prompt ({llm.get('model', '?')})", "dim"))
@@ -342,90 +343,6 @@ def rows_table(
 
 
 # -- the `flowkit show` sections --------------------------------------------------------------
-class _Brief(msgspec.Struct):
-    """The fields of a trace record that the summary needs; decoding skips the rest."""
-
-    line: int
-    node: str
-    kind: str = "?"
-    status: str = "?"
-    duration: float = 0.0
-    cache_hit: bool = False
-    error: dict[str, Any] | None = None
-
-
-@dataclass
-class NodeTiming:
-    node: str
-    kind: str
-    runs: int = 0
-    total: float = 0.0
-
-    @property
-    def mean(self) -> float:
-        return self.total / self.runs if self.runs else 0.0
-
-
-@dataclass
-class ErrorGroup:
-    node: str
-    type: str
-    count: int = 0
-    example: str = ""
-    lines: list[int] = field(default_factory=list)
-
-
-@dataclass
-class TraceSummary:
-    slowest: list[NodeTiming]
-    errors: list[ErrorGroup]
-    # Rows in which a node (e.g. a suite's sub-flow) failed or did not run for a failure.
-    failed_by_node: dict[str, int]
-
-
-def summarize(run_dir: Path, *, top: int = 5) -> TraceSummary:
-    """One pass over traces.jsonl (and outputs.jsonl for bad input): per-node time spent
-    computing (cache hits, skipped nodes and sub-flow wrappers left out, since their time is
-    not theirs), and errors grouped by (node, type)."""
-    decoder = msgspec.json.Decoder(_Brief)
-    timings: dict[str, NodeTiming] = {}
-    errors: dict[tuple[str, str], ErrorGroup] = {}
-    failed_by: dict[str, int] = {}
-
-    def add_error(node: str, kind: str, message: str, line: int) -> None:
-        group = errors.setdefault((node, kind), ErrorGroup(node, kind, example=message))
-        group.count += 1
-        if len(group.lines) < 5:
-            group.lines.append(line)
-
-    path = run_dir / "traces.jsonl"
-    if path.is_file():
-        with open(path, "rb") as f:
-            for raw in f:
-                try:
-                    rec = decoder.decode(raw)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                if rec.status in ("failed", "upstream_failed") and rec.line >= 0:
-                    failed_by[rec.node] = failed_by.get(rec.node, 0) + 1
-                if rec.status == "failed" and rec.error:
-                    err_type = str(rec.error.get("type", "?"))
-                    if err_type != SUBFLOW_FAILED:
-                        add_error(rec.node, err_type, str(rec.error.get("message")), rec.line)
-                if rec.cache_hit or rec.kind == "flow" or rec.status not in ("ok", "failed"):
-                    continue
-                timing = timings.setdefault(rec.node, NodeTiming(rec.node, rec.kind))
-                timing.runs += 1
-                timing.total += rec.duration
-    for row in failed_rows(run_dir):
-        if row.get("status") == "bad_input":
-            err = row.get("error") or {}
-            add_error("(data)", str(err.get("type")), str(err.get("message")), row["line"])
-    slowest = sorted(timings.values(), key=lambda t: t.total, reverse=True)[:top]
-    grouped = sorted(errors.values(), key=lambda g: (-g.count, g.node, g.type))
-    return TraceSummary(slowest, grouped, failed_by)
-
-
 _SCORE_KEYS = ("mean", "pass_rate", "invalid", "count")
 
 

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
 
+MAX_NESTING = 32
+"""Sub-flows within sub-flows: far deeper than any flow a person writes, far shallower than
+the stack that loading and running them take."""
+
 
 @register
 class FlowKind(Kind):
@@ -34,6 +38,20 @@ class FlowKind(Kind):
                 node,
                 f"sub-flow {target!r} not found: no file {display(path)} and no built-in flow "
                 f"of that name{did_you_mean(target, [*nearby, *builtin_flows()])}",
+                key="flow",
+            )
+            return
+        chain = ctx.chain
+        if len(chain) >= MAX_NESTING:
+            # Refused here, at the node that goes one level too deep: left to run out of stack,
+            # the error would surface in whichever file was being parsed at that moment.
+            shown = [display(p) for p in chain]
+            if len(shown) > 4:
+                shown = [*shown[:2], "…", *shown[-2:]]
+            ctx.error(
+                node,
+                f"sub-flows nest more than {MAX_NESTING} levels deep "
+                f"({' → '.join(shown)} → {target}); flatten some of them",
                 key="flow",
             )
             return

@@ -136,6 +136,14 @@ class LlmKind(Kind):
         return NodeResult([out for out, _ in done], llm=meta)
 
 
+def _shown(params: dict[str, Any]) -> dict[str, Any]:
+    """Params as recorded: header values (keys for gateways) masked."""
+    headers = params.get("extra_headers")
+    if not isinstance(headers, dict):
+        return params
+    return {**params, "extra_headers": {k: "****" for k in headers}}
+
+
 async def _ask(node: Node, inputs: dict[str, Any], ctx: Any) -> tuple[Any, dict[str, Any]]:
     """One rendered prompt, asked until readable (``retries_on_invalid``); (output, trace meta)."""
     from flowkit.llm.client import chat
@@ -161,7 +169,7 @@ async def _ask(node: Node, inputs: dict[str, Any], ctx: Any) -> tuple[Any, dict[
         params["seed"] = int(params.get("seed") or 0) + 1
     meta = {
         "model": result.model,
-        "request": {"model": endpoint.model, "params": params},
+        "request": {"model": endpoint.model, "params": _shown(params)},
         "messages": messages,
         "usage": usage,
         "finish_reason": result.finish_reason,

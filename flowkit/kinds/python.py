@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowkit.cache.fingerprint import ImportProblem, code_fingerprint, load_function
+from flowkit.cache.fingerprint import ImportProblem, load_from_folder
 from flowkit.kinds import Kind, NodeResult, register
 from flowkit.kinds.calls import as_llm_meta, collecting_calls
 from flowkit.kinds.metric_log import collecting
@@ -56,10 +56,11 @@ class _Callable:
 def _compile_function(node: Node, base_dir: Path, ctx: LoadContext) -> None:
     spec = node.spec
     try:
-        fn = load_function(spec.function, spec.source, base_dir)
+        loaded = load_from_folder(base_dir, spec.function, spec.source)
     except ImportProblem as err:
         ctx.error(node, str(err), key="source" if spec.source else "function")
         return
+    fn = loaded.fn
     impl = _Callable(fn)
     if not impl.var_kw:
         unknown = sorted(set(spec.inputs) - impl.params)
@@ -75,7 +76,7 @@ def _compile_function(node: Node, base_dir: Path, ctx: LoadContext) -> None:
             )
     node.impl = impl
     node.is_async = impl.is_coroutine
-    node.key_parts = {"function": spec.function, "code": code_fingerprint(fn)}
+    node.key_parts = {"function": spec.function, "code": loaded.fingerprint}
 
 
 def _own(inputs: dict[str, Any]) -> dict[str, Any]:

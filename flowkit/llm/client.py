@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import json
 import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -213,33 +214,80 @@ def estimate_tokens(messages: Sequence[dict[str, Any]], params: dict[str, Any]) 
     return chars // 4 + 4 * len(messages) + int(cap) * int(params.get("n") or 1)
 
 
-def _without_key(err: Exception, endpoint: Endpoint) -> Exception:
-    """``err`` with the endpoint's API key masked wherever its message quotes it.
+def request_secrets(endpoint: Endpoint, params: dict[str, Any] | None = None) -> list[str]:
+    """The credentials a request carries: the endpoint's (key, URL password) and the values of
+    ``params.extra_headers`` (where keys for gateways go)."""
+    found = endpoint.secrets()
+    headers = (params or {}).get("extra_headers")
+    if isinstance(headers, dict):
+        found += [str(v) for v in headers.values() if v is not None and len(str(v)) >= 4]
+    # Longest first: a secret that contains another is masked whole.
+    return sorted(set(found), key=len, reverse=True)
+
+
+def _without_key(err: Exception, secrets: list[str]) -> Exception:
+    """``err`` with every secret masked wherever its message quotes it.
 
     Some servers and proxies echo the credentials they were sent in their error text, and error
     messages go into traces and terminals that are shared freely. The type is kept: it is what
     a trace reader (and the retry policy) goes by.
     """
-    secret = endpoint.api_key.get_secret_value() if endpoint.api_key else ""
-    if len(secret) < 8 or secret not in str(err) + repr(getattr(err, "body", None)):
+    text = str(err) + repr(getattr(err, "body", None))
+    if not any(s in text for s in secrets):
         return err
     clean = type(err).__new__(type(err))
     clean.__dict__.update(err.__dict__)
-    clean.args = tuple(_masked(a, secret) for a in err.args)
+    clean.args = tuple(masked(a, secrets) for a in err.args)
     for name in ("message", "body"):
         if hasattr(err, name):
-            setattr(clean, name, _masked(getattr(err, name), secret))
+            setattr(clean, name, masked(getattr(err, name), secrets))
     return clean
 
 
-def _masked(value: Any, secret: str) -> Any:
+def masked(value: Any, secrets: list[str]) -> Any:
+    """``value`` with each secret replaced by ****, in strings at any depth."""
     if isinstance(value, str):
-        return value.replace(secret, "****")
+        for secret in secrets:
+            if secret in value:
+                value = value.replace(secret, "****")
+        return value
     if isinstance(value, dict):
-        return {k: _masked(v, secret) for k, v in value.items()}
+        return {k: masked(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
-        return [_masked(v, secret) for v in value]
+        return [masked(v, secrets) for v in value]
     return value
+
+
+class MalformedReply(json.JSONDecodeError):
+    """A 200 whose body is not a chat completion. A JSONDecodeError so the retry policy treats
+    it as it treats a body cut off in transit: a failed attempt, retried, never cached."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the endpoint answered 200 but not with a chat completion: {what}", "", 0)
+        self.what = what
+
+    def __str__(self) -> str:
+        return self.msg
+
+    def __reduce__(self) -> tuple[Any, ...]:  # errors cross to the driver from workers
+        return (MalformedReply, (self.what,))
+
+
+def checked_completion(response: Any) -> Any:
+    """``response`` if it is a chat completion with at least one choice holding a message;
+    else ``MalformedReply`` (an HTML page, ``{"hello": "world"}``, ``choices: null``...)."""
+    if isinstance(response, (str, bytes)):
+        text = response if isinstance(response, str) else response.decode("utf-8", "replace")
+        raise MalformedReply(f"a body of text starting {text[:60]!r}")
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise MalformedReply(
+            f"'choices' is {'an empty list' if choices == [] else 'missing or null'}"
+        )
+    for choice in choices:
+        if getattr(choice, "message", None) is None:
+            raise MalformedReply("a choice has no 'message'")
+    return response
 
 
 def _usage(raw: Any) -> dict[str, int]:
@@ -275,6 +323,7 @@ async def chat(
     rejected with ValueError before anything is sent.
     """
     params = dict(params)
+    secrets = request_secrets(endpoint, params)
     node_timeout = params.pop("timeout", None)
     kwargs = api_params(endpoint, model, params)
     sched = scheduler or scheduler_for(endpoint)
@@ -285,8 +334,10 @@ async def chat(
     target = endpoint.deployment or model
 
     async def call() -> Any:
-        return await client.chat.completions.create(
-            model=target, messages=messages, timeout=attempt_timeout, **kwargs
+        return checked_completion(
+            await client.chat.completions.create(
+                model=target, messages=messages, timeout=attempt_timeout, **kwargs
+            )
         )
 
     try:
@@ -297,10 +348,11 @@ async def chat(
             timeout=attempt_timeout,
         )
     except Exception as err:
-        raise _without_key(err, endpoint) from None
+        raise _without_key(err, secrets) from None
     response = done.value
     choices = list(response.choices or [])
-    texts = [(c.message.content or "") if c.message else "" for c in choices]
+    # A server that echoes the request's headers must not get them recorded.
+    texts = masked([(c.message.content or "") if c.message else "" for c in choices], secrets)
     first = choices[0] if choices else None
     return ChatResult(
         text=texts[0] if texts else "",
@@ -350,7 +402,7 @@ async def embed(
                 timeout=attempt_timeout,
             )
         except Exception as err:
-            raise _without_key(err, endpoint) from None
+            raise _without_key(err, endpoint.secrets()) from None
         return done.value
 
     batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]

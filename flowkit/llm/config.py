@@ -11,12 +11,14 @@ never formatted into an error message: run records, caches and logs are shared f
 
 from __future__ import annotations
 
+import base64
 import datetime
 import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -72,9 +74,26 @@ class Connection(Limits):
     type: Literal["openai", "azure"] = "openai"
     """``openai`` for the OpenAI API and any OpenAI-compatible server, ``azure`` for Azure."""
     base_url: str | None = None
-    """Server URL ending in ``/v1`` (openai type); empty means the public OpenAI API."""
+    """Server URL ending in ``/v1`` (openai type); unset means the public OpenAI API."""
     azure_endpoint: str | None = None
     """Resource URL such as ``https://x.openai.azure.com`` (azure type)."""
+
+    @field_validator("base_url", "azure_endpoint")
+    @classmethod
+    def _a_url(cls, value: str | None) -> str | None:
+        """A URL typo must not send requests (and keys) elsewhere: an empty or unparsable one
+        is refused, never replaced by the public OpenAI URL."""
+        if value is None:
+            return None
+        if not value.strip():
+            raise ValueError("is empty: give the server's URL, or leave the key out for OpenAI")
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"{value!r} is not an http(s) URL; write it like 'http://localhost:8000/v1'"
+            )
+        return value.strip()
+
     api_version: str | None = None
     """Azure API version such as ``2024-06-01``; defaults to $OPENAI_API_VERSION."""
     deployment: str | None = None
@@ -134,11 +153,21 @@ class Endpoint(BaseModel):
         """The server address, whichever kind this is."""
         return (self.azure_endpoint if self.kind == "azure" else self.base_url) or OPENAI_PUBLIC_URL
 
+    def secrets(self) -> list[str]:
+        """Every credential this endpoint sends: the key, and a password in the URL (also as
+        the Basic Authorization token httpx makes of it). Masked wherever text is recorded."""
+        found = [self.api_key.get_secret_value()] if self.api_key else []
+        parts = urlsplit(self.url)
+        if parts.password:
+            user, password = unquote(parts.username or ""), unquote(parts.password)
+            found += [password, base64.b64encode(f"{user}:{password}".encode()).decode()]
+        return [s for s in found if len(s) >= 4]
+
     def fingerprint(self) -> dict[str, str | None]:
         """What identifies the server for cache keys and run records; never holds a secret."""
         return {
             "kind": self.kind,
-            "url": self.url,
+            "url": redact_url(self.url),
             "deployment": self.deployment,
             "api_version": self.api_version,
         }
@@ -165,6 +194,15 @@ class Endpoint(BaseModel):
 
 DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"
 """The embedding model when nothing names one (what embedding_similarity pinned before)."""
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password in it replaced by ****."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:****@{host}"))
 
 
 class ProjectFile(BaseModel):
@@ -350,6 +388,13 @@ def read_project_file(path: Path) -> ProjectFile:
         ) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes().count(b"\n", 0, exc.start) + 1
+        raise UsageError(
+            f"{path}:{line}: not valid UTF-8 (byte {exc.start + 1})", hint="save the file as UTF-8"
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{path}: not valid YAML (nested too deeply)") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

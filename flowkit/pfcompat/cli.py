@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.markup import escape
 
 from flowkit.cli.terminal import console
 from flowkit.errors import UsageError
@@ -46,7 +45,7 @@ def habits_of(
     base.flows = plain or base.flows
     base.data = data or base.data
     base.prior_run = prior_run or base.prior_run
-    base.name = name or base.name
+    base.name = name if name is not None else base.name  # "" is a name, and refused as one
     mapping_pairs = [*column_mapping, *(a for a in extra if "." not in a.partition("=")[0])]
     conn_pairs = [*connections, *(a for a in extra if "." in a.partition("=")[0])]
     base.mapping = {**base.mapping, **pairs(mapping_pairs, "--column-mapping")}
@@ -120,7 +119,7 @@ def show_details(run: str, max_results: int, all_results: bool) -> None:
 
 def _cell(value: Any, width: int = 60) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return escape(text if len(text) <= width else text[: width - 1] + "…")
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 @click.command(name="test")

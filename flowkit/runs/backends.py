@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowkit.cache.importpath import importable
 from flowkit.errors import UsageError
-from flowkit.flow.importpath import importable
 
 BACKENDS = ("local", "loky", "threading", "multiprocessing", "dask", "ray")
 
@@ -181,7 +181,13 @@ def _parallel_config(backend: str, scheduler: str | None) -> Any:
             raise UsageError(
                 "--backend dask needs dask[distributed]", hint="pip install 'dask[distributed]'"
             ) from None
-        client = Client(scheduler) if scheduler else Client(processes=True)
+        try:
+            client = Client(scheduler, timeout=10) if scheduler else Client(processes=True)
+        except OSError as err:
+            raise UsageError(
+                f"cannot reach the Dask scheduler at {scheduler}: {err}",
+                hint="check --scheduler (tcp://HOST:8786), or leave it out for a local cluster",
+            ) from None
         return joblib.parallel_config(backend="dask", wait_for_workers_timeout=60), client
     if backend == "ray":
         try:

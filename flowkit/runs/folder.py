@@ -8,6 +8,8 @@ finished.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import glob
 import heapq
 import json
@@ -16,32 +18,124 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from flowkit.cache.canonical import dumps
 from flowkit.data.jsonl import raw_records
-from flowkit.engine.records import NodeRecord, encode
+from flowkit.engine.records import NodeRecord, decode, encode, encode_compact
 from flowkit.errors import UsageError
+from flowkit.runs.space import give_back, hold, no_space
+from flowkit.runs.summary import SUMMARY_FILE, Tally, decode_brief
 
 RUN_FORMAT = "flowkit.run"
 RUN_VERSION = 1
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
 
 
+RUN_FILES = (
+    "run.json",
+    "outputs.jsonl",
+    "traces.jsonl",
+    "metrics.json",
+    "report.html",
+    SUMMARY_FILE,
+)
+"""What a run writes into its folder; --overwrite removes these and nothing else."""
+LOCK_FILE = ".flowkit.lock"
+"""Held (flock) by the process writing the run: a second writer is refused, not interleaved."""
+
+
+def check_run_name(name: str) -> None:
+    """A --name is one folder under runs/: never a path that leads elsewhere."""
+    bad = (
+        not name.strip()
+        or name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or os.path.isabs(name)
+        or len(name.encode()) > 255
+    )
+    if bad:
+        raise UsageError(
+            f"--name {name!r} must be a plain folder name (no '/', '..' or absolute path, "
+            "at most 255 bytes)",
+            hint="use --output DIR to write the run somewhere else",
+        )
+
+
 def new_run_dir(root: Path, flow_name: str, name: str | None = None) -> Path:
-    if name:
-        path = root / name
-        if path.exists() and any(path.iterdir()):
-            raise UsageError(
-                f"run folder {str(path)!r} already exists and is not empty",
-                hint="choose another --name, or remove the folder",
-            )
-        return path
+    if name is not None:
+        check_run_name(name)
+        return root / name
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return root / f"{flow_name}-{stamp}-{secrets.token_hex(3)}"
+
+
+def claim_run_dir(path: Path, *, overwrite: bool = False) -> BinaryIO:
+    """Create (or take over, with ``overwrite``) the folder a new run writes, and lock it.
+
+    Returns the open lock file: the lock lasts as long as it stays open. A folder that holds
+    anything is refused without ``overwrite``; one another run is writing is always refused.
+    """
+    shown = str(path)
+    for parent in (path, *path.parents):
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                what = "run folder" if parent == path else "a parent of the run folder"
+                raise UsageError(
+                    f"{what} {str(parent)!r} is a file, not a folder",
+                    hint="choose another --output or --name",
+                )
+            break
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        raise UsageError(
+            f"cannot create run folder {shown!r}: {err.strerror or err}",
+            hint="choose another --output or --name",
+        ) from None
+    lock = os.fdopen(fd, "r+b")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise UsageError(
+            f"run folder {shown!r} is being written by another run",
+            hint="wait for it to finish, or choose another --output or --name",
+        ) from None
+    held = [p.name for p in path.iterdir() if p.name != LOCK_FILE]
+    if held and not overwrite:
+        lock.close()
+        what = "holds a run" if "run.json" in held else "is not empty"
+        raise UsageError(
+            f"run folder {shown!r} already exists and {what}",
+            hint="choose another --output or --name, or pass --overwrite to replace its run",
+        )
+    for name in RUN_FILES:
+        (path / name).unlink(missing_ok=True)
+        (path / (name + ".tmp")).unlink(missing_ok=True)
+    return lock
+
+
+def open_new(path: Path, *, append: bool = False) -> BinaryIO:
+    """Open a run file for writing without following a symbolic link planted in its place."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise UsageError(
+                f"{str(path)!r} is a symbolic link: flowkit does not write through links in a "
+                "run folder",
+                hint="remove the link",
+            ) from None
+        raise
+    return os.fdopen(fd, "ab" if append else "wb")
 
 
 def iso(ts: float | None) -> str | None:
@@ -51,8 +145,11 @@ def iso(ts: float | None) -> str | None:
 def write_json(path: Path, value: Any) -> None:
     """Write atomically, so a reader (or a crash) never sees half a file."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n", "utf-8")
-    os.replace(tmp, path)
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n"
+    tmp.unlink(missing_ok=True)  # a link planted there is removed, never written through
+    with open_new(tmp) as f:
+        f.write(text.encode("utf-8"))
+    os.replace(tmp, path)  # replaces a link at ``path`` itself, never its target
 
 
 class RunWriter:
@@ -71,8 +168,13 @@ class RunWriter:
         *,
         flush_seconds: float = 1.0,
         resuming: bool = False,
+        lock: BinaryIO | None = None,
     ):
         self.dir = directory
+        self._lock = lock  # from claim_run_dir: released when the run is closed
+        hold(lock)
+        self.out_of_space = False
+        """A write found the disk full: the run was closed as interrupted."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.run_id = directory.name
         self.info = {
@@ -87,6 +189,11 @@ class RunWriter:
         }
         self.info.setdefault("started", iso(time.time()))
         self._kept: Collection[int] = ()
+        # --trace (run.json's options.trace; runs from before it kept every field).
+        compact = (self.info.get("options") or {}).get("trace") == "compact"
+        self._encode = encode_compact if compact else encode
+        # A resumed run's kept rows were never tallied here: `show` reads its traces instead.
+        self._tally = None if resuming else Tally()
         self._merge_from = 0
         self._outputs: BinaryIO | None = None
         self._traces: BinaryIO | None = None
@@ -100,8 +207,9 @@ class RunWriter:
         self.write_info()
 
     def _open(self, mode: str) -> None:
-        self._outputs = open(self.dir / "outputs.jsonl", mode)  # noqa: SIM115 - held for the run
-        self._traces = open(self.dir / "traces.jsonl", mode)  # noqa: SIM115
+        append = mode == "ab"
+        self._outputs = open_new(self.dir / "outputs.jsonl", append=append)
+        self._traces = open_new(self.dir / "traces.jsonl", append=append)
 
     def resume_after(self, kept: Collection[int]) -> None:
         """The folder now holds exactly these rows; new rows are appended after them."""
@@ -115,14 +223,22 @@ class RunWriter:
         write_json(self.dir / "run.json", self.info)
 
     def trace(self, record: NodeRecord) -> None:
-        self._traces.write(encode(record) + b"\n")
+        self._traces.write(self._encode(record) + b"\n")
+        if self._tally is not None:
+            self._tally.add(record)
 
     def trace_bytes(self, line: bytes) -> None:
-        """A trace line already encoded (by a worker process)."""
+        """A trace line already encoded (by a worker process), in full."""
+        if self._encode is encode_compact:
+            line = encode_compact(decode(line))
         self._traces.write(line + b"\n")
+        if self._tally is not None:
+            self._tally.add(decode_brief(line))
 
     def row(self, index: int, record: dict[str, Any]) -> None:
         """Queue a finished row; rows reach outputs.jsonl in input order."""
+        if record.get("status") == "bad_input" and self._tally is not None:
+            self._tally.bad_input(index, record.get("error"))
         self._buffer[index] = dumps(record) + b"\n"
         while True:
             if self._next in self._buffer:
@@ -154,6 +270,36 @@ class RunWriter:
         self.write_info(counts=counts(), updated=iso(time.time()))
 
     def close(self, status: str, metrics: dict[str, Any] | None, **updates: Any) -> None:
+        try:
+            self._close_files()
+        except OSError as err:
+            if not no_space(err):
+                raise
+            self._full()
+            for f in (self._outputs, self._traces):  # already closed, unless flushing failed
+                with suppress(OSError, ValueError):
+                    f.close()  # type: ignore[union-attr]
+        for attempt in (1, 2):
+            try:
+                if metrics is not None:
+                    write_json(self.dir / "metrics.json", metrics)
+                if self.out_of_space and status == COMPLETED:
+                    status = INTERRUPTED  # its last rows may be torn
+                self.write_info(status=status, ended=iso(time.time()), **updates)
+                break
+            except OSError as err:
+                if not no_space(err) or attempt == 2:
+                    raise
+                self._full()
+        give_back(self._lock)
+        if self._lock is not None:
+            self._lock.close()
+
+    def _full(self) -> None:
+        self.out_of_space = True
+        give_back(self._lock)
+
+    def _close_files(self) -> None:
         # Rows still held for ordering (an earlier row never finished) are written anyway.
         for index in sorted(self._buffer):
             self._outputs.write(self._buffer.pop(index))
@@ -163,9 +309,8 @@ class RunWriter:
             self._traces.close()
         if self._merge_from:
             _merge_sorted_parts(self.dir / "outputs.jsonl", self._merge_from)
-        if metrics is not None:
-            write_json(self.dir / "metrics.json", metrics)
-        self.write_info(status=status, ended=iso(time.time()), **updates)
+        if self._tally is not None:
+            write_json(self.dir / SUMMARY_FILE, self._tally.snapshot(self.dir))
 
 
 def _merge_sorted_parts(path: Path, split: int) -> None:
@@ -178,7 +323,8 @@ def _merge_sorted_parts(path: Path, split: int) -> None:
                 yield rec["line"], raw
 
     tmp = path.with_suffix(".jsonl.tmp")
-    with open(path, "rb") as a, open(path, "rb") as b, open(tmp, "wb") as out:
+    tmp.unlink(missing_ok=True)
+    with open(path, "rb") as a, open(path, "rb") as b, open_new(tmp) as out:
         b.seek(split)
         for _, raw in heapq.merge(part(a, split), part(b, None), key=lambda item: item[0]):
             out.write(raw)

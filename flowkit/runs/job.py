@@ -7,13 +7,17 @@ the aggregates, and a run folder closed with an honest status whatever happened.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flowkit.cache.importpath import importable
 from flowkit.cache.store import Cache, default_cache_dir
 from flowkit.data.mapping import Mapping, RowError
 from flowkit.data.read import iter_rows, peek_columns
@@ -23,10 +27,10 @@ from flowkit.engine.executor import Executor
 from flowkit.engine.prepare import needs_settings, prepare_nodes, walk_nodes
 from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, display
 from flowkit.flow.graph import Flow
-from flowkit.flow.importpath import importable
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
+from flowkit.runs.space import OutOfSpace, no_space
 
 
 def _check_refresh(flow: Flow, refresh: frozenset[str]) -> None:
@@ -110,6 +114,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     executor: Executor | None = None
     status, metrics, agg_info = FAILED, None, {}
     ready = False  # the executor holds every kept row: aggregates over it are meaningful
+    full = False  # a write to the run folder found the disk full
     t0 = time.monotonic()
 
     def progress(stats: Stats) -> None:
@@ -130,32 +135,54 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         status = COMPLETED
     except KeyboardInterrupt:
         status = INTERRUPTED
+    except OSError as err:
+        if not no_space(err):
+            raise
+        status, full = INTERRUPTED, True
     finally:
         try:
-            # After Ctrl-C the finished rows still get their metrics; after a crash, none.
-            if ready and status != FAILED:
+            # After Ctrl-C the finished rows still get their metrics; after a crash, or with
+            # the disk full, none.
+            if ready and status != FAILED and not full:
+                # Every finished row reaches the disk (and the cache) first: a kill during a
+                # long aggregate must not lose rows, nor make a resume pay for them again.
+                writer.flush()
+                if cache is not None:
+                    cache.flush()
                 metrics, agg_info = run_aggregates(executor)  # type: ignore[arg-type]
         except KeyboardInterrupt:
             status, metrics = INTERRUPTED, None
+        except OSError as err:
+            if not no_space(err):
+                status, metrics = FAILED, None
+                raise
+            status, metrics, full = INTERRUPTED, None, True
         except BaseException:
             status, metrics = FAILED, None
             raise
         finally:
-            if cache is not None:
-                cache.close()
-            job.ctx.threads.shutdown(wait=False, cancel_futures=True)
-            stats = executor.stats if executor is not None else Stats()
-            counts = _counts(stats, cache)
-            writer.close(
-                status,
-                metrics,
-                counts=counts,
-                tokens=stats.token_totals(),
-                tokens_by_node=_with_models(stats),
-                aggregates=agg_info,
-                cost=_cost(stats, job.settings),
-                duration_seconds=round(time.monotonic() - t0, 3),
-            )
+            with _sigint_deferred():
+                notices = list(writer.info.get("notices") or ())
+                if cache is not None:
+                    cache.close()
+                    if cache.problem:  # the run went on without it: say why, once
+                        notices.append(cache.problem)
+                job.ctx.threads.shutdown(wait=False, cancel_futures=True)
+                stats = executor.stats if executor is not None else Stats()
+                counts = _counts(stats, cache)
+                writer.close(
+                    status,
+                    metrics,
+                    notices=notices,
+                    counts=counts,
+                    tokens=stats.token_totals(),
+                    tokens_by_node=_with_models(stats),
+                    aggregates=agg_info,
+                    cost=_cost(stats, job.settings),
+                    duration_seconds=round(time.monotonic() - t0, 3),
+                )
+    if full or writer.out_of_space:
+        raise OutOfSpace(writer.dir)
     if status == INTERRUPTED:
         raise Interrupted(writer.dir)
     return RunResult(writer.dir, status, metrics or {}, counts, stats.token_totals(), writer.info)
@@ -271,6 +298,20 @@ def _mapped_rows(
             yield row.line, maps.apply(row.values, row.line), None
         except RowError as err:
             yield row.line, None, f"{display(path)}:{row.source_line}: {err}"
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Ctrl-C waits while the run folder is closed: a second Ctrl-C (after the first stopped
+    the rows or the aggregates) must not leave run.json saying `running`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Interrupted(FlowkitError):

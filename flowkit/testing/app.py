@@ -213,9 +213,13 @@ class Core:
         attempt, found, fault, rng = await self._admit(self.prompts, key, text, prompt_tokens)
         if fault == "garbage":
             scripted: str | None = garbage(rng)
+        elif found.get("echo") == "headers":
+            scripted = json.dumps(dict(request.headers))
         else:
             # An empty [[reply: ]] is a reply too: the empty content a judge can send.
             scripted = found["reply"] if "reply" in found else await self._scripted(body, messages)
+            if isinstance(scripted, web.StreamResponse):
+                return scripted  # a hook's own reply, sent as it is (a malformed 200, say)
         choices, completion_tokens = [], 0
         for index in range(n):
             score = replies.score_of(key if index == 0 else replies.sha(f"{key}:{index}"))
@@ -257,12 +261,15 @@ class Core:
         self.completion_tokens += completion_tokens
         return json_response(reply)
 
-    async def _scripted(self, body: dict[str, Any], messages: list[Any]) -> str | None:
-        """A reply fixed by the hook or a rule; None means the hash-derived default."""
+    async def _scripted(self, body: dict[str, Any], messages: list[Any]) -> Any:
+        """A reply fixed by the hook or a rule; None means the hash-derived default. A hook
+        that returns a ``web.Response`` has it sent instead of a completion."""
         if self.config.hook is not None:
             result = self.config.hook(body)
             if inspect.isawaitable(result):
                 result = await result
+            if isinstance(result, web.StreamResponse):
+                return result
             if result is not None:
                 return str(result)
         if self.config.rules:

@@ -7,13 +7,15 @@ A plain dataclass, checked on construction, so the same object serves ``serve()`
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage")
 # Called on the server's event loop with the request body; returning None falls through.
-Hook = Callable[[dict[str, Any]], "str | Awaitable[str | None] | None"]
+Hook = Callable[[dict[str, Any]], Any]
+"""Gets the request body; returns the reply text, None for the default, or an aiohttp
+Response to send as it is (awaitables of these too)."""
 
 
 @dataclass

@@ -5,7 +5,8 @@ processes, restarts and retries. Prompt directives (anywhere in any message; the
 kind wins): ``[[reply: TEXT]]`` (TEXT may span lines), ``[[fault: KIND]]``, ``[[fault-once:
 KIND]]`` (only the first attempt of that exact prompt), ``[[latency: SECONDS]]`` and
 ``[[finish: REASON]]`` (the finish_reason to report, e.g. ``length`` for a reply cut off by
-the token limit).
+the token limit) and ``[[echo: headers]]`` (the reply is the request's headers as JSON, as a
+careless proxy might send back).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from flowkit.testing.config import FAULT_KINDS
 from flowkit.testing.faults import ApiError
 
 FINISH_REASONS = ("stop", "length", "content_filter")
-_DIRECTIVE = re.compile(r"\[\[\s*(reply|fault-once|fault|latency|finish)\s*:(.*?)\]\]", re.S)
+_DIRECTIVE = re.compile(r"\[\[\s*(reply|fault-once|fault|latency|finish|echo)\s*:(.*?)\]\]", re.S)
 _WORD = re.compile(r"\S+")
 _TOKEN = re.compile(r"\s*\S+|\s+")
 _DIGIT = re.compile(r"(?<![\w.])([0-9])(?![\w.])")
@@ -75,6 +76,10 @@ def directives(text: str) -> dict[str, Any]:
                 raise ApiError(
                     400, f"bad [[{name}: {value}]]: kind must be one of {', '.join(FAULT_KINDS)}"
                 )
+            found[name] = value
+        elif name == "echo":
+            if value != "headers":
+                raise ApiError(400, f"bad [[echo: {value}]]: only [[echo: headers]] is known")
             found[name] = value
         elif name == "finish":
             if value not in FINISH_REASONS:

@@ -147,7 +147,7 @@ def test_a_failed_gate_exits_1_and_names_the_gate(boom: Path) -> None:
         (["--map", "z=${data.x}"], "error: --map names 'z', not an input of flow 'boom'"),
         (["--map", "x=${x}"], "error: --map x=…: cannot read mapping '${x}'"),
         (["--gate", "boom.mean"], "error: --gate 'boom.mean' must read METRIC<OP>NUMBER"),
-        (["--concurrency", "0"], "error: --concurrency must be at least 1"),
+        (["--concurrency", "0"], "error: --concurrency must be a whole number at least 1"),
     ],
 )
 def test_usage_errors_exit_2(boom: Path, args: list[str], message: str) -> None:

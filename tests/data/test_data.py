@@ -329,3 +329,17 @@ def test_peek_columns_union_in_first_seen_order(tmp_path: Path) -> None:
     assert peek_columns(path, sample=2) == ["q", "a", "b"]
     with pytest.raises(DataError, match="does not exist"):
         peek_columns(tmp_path / "missing.csv")
+
+
+def test_utf16_and_cr_only_files_name_their_problem(tmp_path: Path) -> None:
+    cases = {
+        "u16.jsonl": ('{"x": 1}\n{"x": 2}\n'.encode("utf-16"), "is UTF-16 (or another wide"),
+        "u16.csv": ("x\n1\n".encode("utf-16-le"), "is UTF-16 (or another wide encoding)"),
+        "cr.jsonl": (b'{"x": 1}\r{"x": 2}\r', "ends its lines with CR only (old Mac style)"),
+        "cr.csv": (b"x\r1\r2\r", "ends its lines with CR only (old Mac style)"),
+    }
+    for name, (data, message) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DataError) as info:
+            iter_rows(tmp_path / name)
+        assert f"data file '{tmp_path / name}' {message}" in str(info.value)

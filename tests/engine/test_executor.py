@@ -375,7 +375,7 @@ def test_subflow_outputs_metrics_and_traces(tmp_path: Path, nodes: Path) -> None
              inputs: {a: ${kid.output.score}, b: 1}}
         """,
     )
-    result = run(flow, write_jsonl(tmp_path / "d.jsonl", rows_of(2)), tmp_path)
+    result = run(flow, write_jsonl(tmp_path / "d.jsonl", rows_of(2)), tmp_path, trace="full")
     assert [r["outputs"] for r in result.rows()] == [
         {"score": 10, "next": 11},
         {"score": 11, "next": 12},

@@ -263,22 +263,27 @@ def test_the_promptflow_shim_is_importable_only_while_such_a_flow_loads_or_runs(
         {"where.py": where, "sibling.py": "NAME = 'sibling'\n"},
     )
     data = write_jsonl(tmp_path / "data.jsonl", [{"x": "a"}])
-    code = (
-        "import importlib.util, sys, flowkit\n"
-        "def gone():\n"
-        "    shim = importlib.util.find_spec('promptflow')\n"
-        "    return shim is None and 'sibling' not in sys.modules\n"
-        "print(gone())\n"
-        f"flow = flowkit.load_flow({str(folder)!r})\n"
-        "print(gone())\n"
-        # Uncached: the second process must run the tool, not reuse the first one's result.
-        f"result = flowkit.run(flow, {str(data)!r}, output={str(tmp_path / 'run')!r},"
-        " use_cache=False)\n"
-        "print(next(result.rows())['outputs']['where'])\n"
-        "print(gone())\n"
-    )
+
+    def code(run: str) -> str:
+        return (
+            "import importlib.util, sys, flowkit\n"
+            "def gone():\n"
+            "    shim = importlib.util.find_spec('promptflow')\n"
+            "    return shim is None and 'sibling' not in sys.modules\n"
+            "print(gone())\n"
+            f"flow = flowkit.load_flow({str(folder)!r})\n"
+            "print(gone())\n"
+            # Uncached: the second process must run the tool, not reuse the first one's result.
+            f"result = flowkit.run(flow, {str(data)!r}, output={str(tmp_path / run)!r},"
+            " use_cache=False)\n"
+            "print(next(result.rows())['outputs']['where'])\n"
+            "print(gone())\n"
+        )
+
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code("run")], env=env, capture_output=True, text=True
+    )
     assert out.stdout.split() == [
         "True",
         "True",
@@ -290,7 +295,9 @@ def test_the_promptflow_shim_is_importable_only_while_such_a_flow_loads_or_runs(
     real = write(tmp_path / "site" / "promptflow" / "__init__.py", "from promptflow.core import *")
     write(real.parent / "core.py", "def tool(f):\n    return f\n")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(real.parent.parent)])
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code("run2")], env=env, capture_output=True, text=True
+    )
     assert out.stdout.split() == ["False", "False", str(real), "sibling", "False"], out.stderr
 
 

@@ -1,4 +1,4 @@
-"""A flow's `python_path` folders are on sys.path only while that flow loads or runs.
+"""A flow's folder and `python_path` folders are on sys.path only while that flow loads or runs.
 
 Flows that bring their own import folders (a tool's sibling modules, a stand-in package for
 another tool's imports) must not leave them importable for the rest of the process, where they

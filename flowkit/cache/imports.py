@@ -1,0 +1,128 @@
+"""The project files a function's code depends on: its own file and the modules it imports,
+followed transitively, as long as they belong to the user's project (or to the function's own
+package, flowkit's included).
+
+The rule, so that a cache key changes when the code behind a result does:
+
+- a file counts when it lies under one of the *roots* (the flow's folder; the folder of the
+  function's own top-level module or package) or in the function's own package, and not inside
+  an installed environment (site-packages, the interpreter's prefix): installed libraries are
+  pinned by their version instead;
+- imports are read from the source (``import a.b``, ``from a import b``, ``from . import c``,
+  at any depth, inside functions too), so a module imported lazily still counts;
+- what the code reads at run time (data files, environment variables, the network) is not
+  followed; a node declares environment variables with ``cache: {env: [...]}``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import sys
+import sysconfig
+from functools import lru_cache
+from pathlib import Path
+
+
+@lru_cache(maxsize=2048)
+def _imports(path: str, mtime_ns: int) -> tuple[tuple[str, int], ...]:
+    """(module name, relative level) for each import statement of the file."""
+    try:
+        tree = ast.parse(Path(path).read_bytes(), path)
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, 0) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            found.append((base, node.level))
+            # `from pkg import name`: name may be a submodule.
+            found.extend((f"{base}.{a.name}" if base else a.name, node.level) for a in node.names)
+    return tuple(found)
+
+
+@lru_cache(maxsize=2048)
+def file_digest(path: str, mtime_ns: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _environment_dirs() -> tuple[Path, ...]:
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    for key in ("purelib", "platlib", "stdlib", "platstdlib"):
+        if where := sysconfig.get_paths().get(key):
+            dirs.add(where)
+    return tuple(Path(d).resolve() for d in dirs)
+
+
+def _module_file(name: str, search: tuple[Path, ...]) -> Path | None:
+    module = sys.modules.get(name)
+    file = getattr(module, "__file__", None) if module is not None else None
+    if file:
+        return Path(file)
+    parts = name.split(".")
+    for base in search:
+        for candidate in (
+            base.joinpath(*parts).with_suffix(".py"),
+            base.joinpath(*parts, "__init__.py"),
+        ):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _relative_file(origin: Path, name: str, level: int) -> Path | None:
+    base = origin.parent
+    for _ in range(level - 1):
+        base = base.parent
+    parts = [p for p in name.split(".") if p]
+    if not parts:
+        init = base / "__init__.py"
+        return init if init.is_file() else None
+    for candidate in (
+        base.joinpath(*parts).with_suffix(".py"),
+        base.joinpath(*parts, "__init__.py"),
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def project_files(start: Path, roots: tuple[Path, ...], own: Path | None = None) -> list[Path]:
+    """``start`` and every project file it imports, transitively, in a stable order.
+
+    ``roots``: folders whose files belong to the project (and where top-level names that no
+    loaded module answers are looked for); ``own``: the folder of the function's package, whose
+    files count even inside an installed environment.
+    """
+    roots = tuple(r.resolve() for r in roots)
+    own = own.resolve() if own is not None else None
+    env = _environment_dirs()
+
+    def belongs(path: Path) -> bool:
+        if own is not None and path.is_relative_to(own):
+            return True
+        if any(path.is_relative_to(e) for e in env):
+            return False
+        return any(path.is_relative_to(r) for r in roots)
+
+    search = roots + ((own.parent,) if own is not None else ())
+    seen: dict[Path, None] = {start.resolve(): None}
+    todo = [start.resolve()]
+    while todo:
+        current = todo.pop()
+        try:
+            mtime = current.stat().st_mtime_ns
+        except OSError:
+            continue
+        for name, level in _imports(str(current), mtime):
+            found = _relative_file(current, name, level) if level else _module_file(name, search)
+            if found is None or found.suffix != ".py":
+                continue
+            found = found.resolve()
+            if found not in seen and belongs(found):
+                seen[found] = None
+                todo.append(found)
+    first, *rest = seen
+    return [first, *sorted(rest)]

@@ -1,0 +1,98 @@
+"""The code fingerprint follows what a function imports from the user's project (and flowkit's
+version); the flow's folder is importable; nodes declare environment variables for their key."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import flowkit
+from flowkit.cache.fingerprint import code_fingerprint, load_from_folder
+from flowkit.metrics import scores
+from tests.support import read_jsonl, start_flowkit, write, write_jsonl
+
+FLOW = """
+    name: imp
+    inputs: {x: {type: integer}}
+    outputs: {y: ${n.output}, z: ${m.output}, w: ${e.output}}
+    nodes:
+      - {name: n, type: python, function: mymetrics:fn, inputs: {x: ${inputs.x}}}
+      - {name: m, type: python, source: src.py, function: g, inputs: {x: ${inputs.x}}}
+      - name: e
+        type: python
+        source: src.py
+        function: env
+        inputs: {x: ${inputs.x}}
+        cache: {env: [FLOWKIT_TEST_VAR]}
+    """
+
+
+def _edit(path: Path, text: str) -> None:
+    """Rewrite a file so its mtime moves on even within one clock tick."""
+    write(path, text)
+    stamp = time.time() + 5
+    os.utime(path, (stamp, stamp))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    write(tmp_path / "f.yaml", FLOW)
+    write(
+        tmp_path / "mymetrics.py", "from helper import mult\n\ndef fn(x):\n    return x * mult()\n"
+    )
+    write(
+        tmp_path / "src.py",
+        "import os\n\ndef g(x):\n    import helpers2\n    return helpers2.add(x)\n\n"
+        "def env(x):\n    return os.environ.get('FLOWKIT_TEST_VAR')\n",
+    )
+    write(tmp_path / "helper.py", "def mult():\n    return 3\n")
+    write(tmp_path / "helpers2.py", "def add(x):\n    return x + 1\n")
+    write_jsonl(tmp_path / "d.jsonl", [{"x": 1}])
+    return tmp_path
+
+
+def _run(cwd: Path, name: str, *extra: str, env: dict[str, str] | None = None) -> dict:
+    args = ["run", "f.yaml", "--data", "d.jsonl", "--cache-dir", "c", "--name", name, "-q"]
+    proc = start_flowkit(cwd, *(extra or args), env=env)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    return read_jsonl(cwd / "runs" / name / "outputs.jsonl")[0]["outputs"]
+
+
+def test_an_edited_helper_module_misses_the_cache(project: Path) -> None:
+    env = {"FLOWKIT_TEST_VAR": "a"}
+    assert _run(project, "one", env=env) == {"y": 3, "z": 2, "w": "a"}
+    _edit(project / "helper.py", "def mult():\n    return 300\n")
+    _edit(project / "helpers2.py", "def add(x):\n    return x + 100\n")
+    assert _run(project, "two", env=env) == {"y": 300, "z": 101, "w": "a"}
+    # A declared environment variable is part of the key; nothing else changed, so y and z hit.
+    assert _run(project, "three", env={"FLOWKIT_TEST_VAR": "b"}) == {"y": 300, "z": 101, "w": "b"}
+
+
+def test_resume_refuses_a_run_whose_helper_changed(project: Path) -> None:
+    _run(project, "one")
+    _edit(project / "helper.py", "def mult():\n    return 4\n")
+    proc = start_flowkit(project, "run", "--resume", "runs/one")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out + err
+    assert "error: run 'one': flow 'imp' changed since the run (nodes, prompts or code)" in err
+
+
+def test_a_built_in_metric_follows_the_flowkit_modules_it_imports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before = code_fingerprint(scores.parse_score)
+    monkeypatch.setattr(flowkit, "__version__", "999")
+    assert code_fingerprint(scores.parse_score) != before
+
+
+def test_load_from_folder_makes_the_folder_importable_and_fingerprints_it(project: Path) -> None:
+    loaded = load_from_folder(project, "fn", "mymetrics.py")
+    assert loaded.fn(2) == 6
+    again = load_from_folder(project, "fn", "mymetrics.py")
+    assert again.fingerprint == loaded.fingerprint
+    _edit(project / "helper.py", "def mult():\n    return 5\n")
+    assert load_from_folder(project, "fn", "mymetrics.py").fingerprint != loaded.fingerprint
