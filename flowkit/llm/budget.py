@@ -48,14 +48,35 @@ class TokenBucket:
 
     def _refill(self) -> None:
         now = self._clock()
-        self._level = min(self.capacity, self._level + (now - self._stamp) * self.rate)
-        self._stamp = now
+        if now > self._stamp:  # a hold (see ``hold_until``) puts the stamp in the future
+            self._level = min(self.capacity, self._level + (now - self._stamp) * self.rate)
+            self._stamp = now
+
+    def set_rate(self, per_window: float, window: float = 60.0) -> None:
+        """Change the pace (a limit learned from headers or from 429s); the level is kept."""
+        self._refill()
+        self.rate = per_window / window
+        self.capacity = max(1.0, per_window / 60.0)
+        self._level = min(self._level, self.capacity)
+
+    def hold_until(self, when: float) -> None:
+        """Empty the bucket and refill it only from ``when`` (the end of a server-requested
+        pause), so requests that queued during the pause leave at the pace, not in a burst."""
+        self._refill()
+        self._level = min(self._level, 0.0)
+        self._stamp = max(self._stamp, when)
+
+    def sync(self, remaining: float) -> None:
+        """Believe the server when it says less is left than this bucket thinks."""
+        self._refill()
+        self._level = min(self._level, remaining)
 
     def reserve(self, amount: float) -> float:
         """Take ``amount`` now and return how many seconds the caller must wait before using it."""
         self._refill()
         need = min(amount, self.capacity)
         wait = 0.0 if self._level >= need else (need - self._level) / self.rate
+        wait += max(0.0, self._stamp - self._clock())
         self._level -= amount
         return wait
 

@@ -28,6 +28,7 @@ from typing import Any
 import openai
 
 from flowkit.llm.config import OPENAI_PUBLIC_URL, Endpoint
+from flowkit.llm.retry import connection_cause
 from flowkit.llm.scheduler import Scheduler, scheduler_for
 
 Client = openai.AsyncOpenAI
@@ -232,6 +233,21 @@ def _without_key(err: Exception, endpoint: Endpoint) -> Exception:
     return clean
 
 
+def _second(pair: tuple[Any, Any]) -> Any:
+    return pair[1]
+
+
+def _explained(err: Exception, endpoint: Endpoint, timeout: float) -> Exception:
+    """``err`` fit to be shown: the key masked, and a failure that got no reply saying which
+    (refused, DNS, TLS, timeout) and where. The SDK's own text is just "Connection error."."""
+    if isinstance(err, openai.APITimeoutError | TimeoutError):
+        return TimeoutError(f"timed out: no reply from {endpoint.url} within {timeout:g}s")
+    if isinstance(err, openai.APIConnectionError):
+        cause, _ = connection_cause(err)
+        return openai.APIConnectionError(message=f"{cause}: {endpoint.url}", request=err.request)
+    return _without_key(err, endpoint)
+
+
 def _masked(value: Any, secret: str) -> Any:
     if isinstance(value, str):
         return value.replace(secret, "****")
@@ -284,21 +300,24 @@ async def chat(
     )
     target = endpoint.deployment or model
 
+    create = client.chat.completions.with_raw_response.create
+
     async def call() -> Any:
-        return await client.chat.completions.create(
-            model=target, messages=messages, timeout=attempt_timeout, **kwargs
-        )
+        # The raw path gives the headers (rate-limit ones) and parses the same model.
+        raw = await create(model=target, messages=messages, timeout=attempt_timeout, **kwargs)
+        return raw.parse(), raw.headers
 
     try:
         done = await sched.run(
             call,
             tokens=estimate_tokens(messages, params),
-            used_tokens=lambda r: _usage(r.usage)["total_tokens"] if r.usage else None,
+            used_tokens=lambda r: r[0].usage.total_tokens if r[0].usage else None,
+            headers=_second,
             timeout=attempt_timeout,
         )
     except Exception as err:
-        raise _without_key(err, endpoint) from None
-    response = done.value
+        raise _explained(err, endpoint, attempt_timeout) from None
+    response = done.value[0]
     choices = list(response.choices or [])
     texts = [(c.message.content or "") if c.message else "" for c in choices]
     first = choices[0] if choices else None
@@ -336,22 +355,26 @@ async def embed(
     client = await get_client(endpoint)
     attempt_timeout = timeout if timeout is not None else endpoint.limits.timeout
 
+    create = client.embeddings.with_raw_response.create
+
     async def one(batch: list[str]) -> Any:
         async def call() -> Any:
-            return await client.embeddings.create(
+            raw = await create(
                 model=model, input=batch, encoding_format="float", timeout=attempt_timeout
             )
+            return raw.parse(), raw.headers
 
         try:
             done = await sched.run(
                 call,
                 tokens=sum(len(t) for t in batch) // 4 + len(batch),
-                used_tokens=lambda r: r.usage.total_tokens if r.usage else None,
+                used_tokens=lambda r: r[0].usage.total_tokens if r[0].usage else None,
+                headers=_second,
                 timeout=attempt_timeout,
             )
         except Exception as err:
-            raise _without_key(err, endpoint) from None
-        return done.value
+            raise _explained(err, endpoint, attempt_timeout) from None
+        return done.value[0]
 
     batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
     responses = await asyncio.gather(*(one(b) for b in batches))

@@ -1,13 +1,29 @@
 """One scheduler per endpoint, shared by every node, row and flow of the process.
 
-It keeps a run from storming an endpoint: requests in flight are bounded by an adaptive
-limit, optional RPM/TPM budgets space requests out, and failed attempts are retried with
-backoff.  The in-flight limit follows AIMD (as TCP congestion control does): a 429 halves
-it, and every ``limit`` successes add one back, up to the configured ``concurrency``.
-Only one halving happens per "generation" — attempts that started before the last cut do
-not cut again — so a burst of 429s from requests that were already in flight counts as
-one congestion signal, not thirty-two.  A run therefore settles near the endpoint's real
-limit instead of oscillating between storm and trickle.
+It drives an endpoint at its real limit without storming it. Requests in flight are bounded by
+the connection's ``concurrency``; on top of that the *rate* of requests and of tokens is paced
+by token buckets, because at 20 ms a reply even one request in flight can be many times a
+per-minute cap. The pace comes from three sources, the lowest winning:
+
+- the connection's configured ``rpm`` / ``tpm``;
+- the ``x-ratelimit-*`` headers of replies (limit → pace, remaining → level; see ``ratelimits``);
+- 429s that prove overload, when there are no headers: the request rate is cut to a fraction of
+  the success rate just measured and probed back up linearly (AIMD on the rate, one cut per
+  generation), so it settles just under the cap.
+
+A 429 asking for a positive Retry-After pauses the **whole endpoint**; when the pause ends the
+buckets restart empty, so the requests that queued during it leave at the pace, not in a burst.
+A 429 with ``Retry-After: 0`` or a 5xx alone is a scattered fault, retried without cutting the
+pace; only 429s that cluster (most of the recent replies) count as overload then.
+
+Stalled replies: once enough replies were seen, an attempt that outlives a deadline learned from
+their latencies (``STALL_FACTOR`` × the 99th percentile, at least ``stall_floor``, at most the
+configured timeout) is cancelled and retried at once. Retrying was chosen over hedging: it frees
+the slot instead of doubling it, and a stall is rare enough that the lost head start is cheap.
+
+When every call fails for a reason no retry can fix (bad key, no such model, connection refused,
+unknown host) ``STOP_AFTER`` times in a row, the endpoint is marked down and every call on it
+raises :class:`flowkit.errors.EndpointError`, which stops the run (finished rows are kept).
 
 The scheduler holds no ``asyncio.Lock``/``Semaphore`` (they bind to one event loop); its
 waiters are plain futures, and per-loop state is reset when a new loop starts using it.
@@ -21,13 +37,15 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Generic, TypeVar
 
+from flowkit.errors import EndpointError
 from flowkit.llm.budget import Clock, Sleep, TokenBucket
 from flowkit.llm.config import Endpoint, Limits
-from flowkit.llm.retry import Failure, backoff, classify
+from flowkit.llm.ratelimits import RateHeaders, parse_rate_headers
+from flowkit.llm.retry import Failure, Verdict, backoff, classify
 
 T = TypeVar("T")
 
@@ -52,6 +70,10 @@ class SchedulerStats:
     """Attempts after the first."""
     rate_limited: int = 0
     """429 responses."""
+    overloads: int = 0
+    """429s taken as proof of overload (they may cut the pace); the rest were scattered."""
+    stalled: int = 0
+    """Attempts cancelled at the learned stall deadline and retried."""
     server_errors: int = 0
     """5xx / 408 responses."""
     timeouts: int = 0
@@ -68,11 +90,27 @@ class SchedulerStats:
     """Most attempts in flight at once."""
 
 
-class Scheduler:
-    """Admission control, rate budgets and retries for one endpoint.
+STOP_AFTER = 5
+"""Unfixable failures in a row, with no success between, that mark an endpoint down."""
+STALL_FACTOR = 3.0
+"""The stall deadline is this many times the 99th percentile of recent reply latencies."""
+STALL_SAMPLES = 20
+"""Replies seen before the learned stall deadline replaces the configured timeout."""
+HEADER_MARGIN = 0.97
+"""Fraction of a header-reported limit to pace at: clocks and windows never align exactly."""
+CUT = 0.9
+"""On overload the learned rate becomes this fraction of the success rate just measured."""
+PROBE = 0.01
+"""After a cut the learned rate grows by this fraction of itself per 1/60 of the window."""
+CLUSTER = (6, 10)
+"""A 429 without a pause request is overload when at least 6 of the last 10 replies were 429."""
 
-    ``window``, ``clock``, ``sleep`` and ``rng`` are injectable so tests can compress a
-    minute into milliseconds and make jitter deterministic.
+
+class Scheduler:
+    """Admission control, rate pacing and retries for one endpoint.
+
+    ``window`` (the span rpm/tpm and header limits count over), ``clock``, ``sleep``, ``rng``
+    and ``stall_floor`` are injectable so tests can compress a minute into seconds.
     """
 
     def __init__(
@@ -80,56 +118,84 @@ class Scheduler:
         limits: Limits,
         *,
         name: str = "",
+        url: str = "",
         window: float = 60.0,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: Callable[[], float] = random.random,
+        stall_floor: float = 1.0,
     ) -> None:
         self.name = name
+        self.url = url
         self.limits = limits
         self.stats = SchedulerStats()
+        self.window = window
+        self.stall_floor = stall_floor
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
-        self._limit = limits.concurrency
-        self._successes = 0
         self._generation = 0
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._not_before = 0.0
-        self._rpm = (
-            TokenBucket(limits.rpm, window=window, clock=clock, sleep=sleep) if limits.rpm else None
-        )
-        self._tpm = (
-            TokenBucket(limits.tpm, window=window, clock=clock, sleep=sleep) if limits.tpm else None
-        )
+        # Requests per window from each source; the pace is the lowest known.
+        self._header_rpm: float | None = None
+        self._header_tpm: float | None = None
+        self._learned: float | None = None  # requests per window, from overload 429s
+        self._learned_at = 0.0
+        self._rpm: TokenBucket | None = None
+        self._tpm: TokenBucket | None = None
+        self._repace()
+        self._recent: deque[bool] = deque(maxlen=CLUSTER[1])  # was each reply a 429?
+        self._ok_times: deque[float] = deque()
+        self._latencies: deque[float] = deque(maxlen=256)
+        self._deadline: float | None = None
+        self._unfixable = 0
+        self.down: Exception | None = None
 
     # -- introspection -------------------------------------------------------------------
 
     @property
     def limit(self) -> int:
-        """The current adaptive in-flight limit."""
-        return self._limit
+        """Most requests in flight at once (the connection's ``concurrency``)."""
+        return self.limits.concurrency
 
     @property
     def in_flight(self) -> int:
         """Attempts holding a slot right now."""
         return self._in_flight
 
-    def snapshot(self) -> dict[str, int | str]:
-        """Counters plus the current and configured limits, for run records and progress."""
+    def rate(self) -> float | None:
+        """The request pace in requests per window, or None while unpaced."""
+        known = [r for r in (self.limits.rpm, self._header_rpm, self._probed()) if r]
+        return min(known) if known else None
+
+    def token_rate(self) -> float | None:
+        """The token pace in tokens per window, or None while unpaced."""
+        known = [r for r in (self.limits.tpm, self._header_tpm) if r]
+        return min(known) if known else None
+
+    @property
+    def stall_deadline(self) -> float | None:
+        """The learned per-attempt deadline, once enough replies were seen."""
+        return self._deadline
+
+    def snapshot(self) -> dict[str, int | str | float | None]:
+        """Counters plus the limits in force, for run records and progress."""
         return {
             "endpoint": self.name,
             **asdict(self.stats),
-            "limit": self._limit,
-            "max_limit": self.limits.concurrency,
+            "limit": self.limit,
+            "rpm": self.rate(),
+            "tpm": self.token_rate(),
+            "stall_deadline": self._deadline,
         }
 
     def reset_stats(self) -> SchedulerStats:
         """Start counting afresh (e.g. per run) and return the old counters.
 
-        The learned in-flight limit is kept: it describes the endpoint, not the run.
+        The learned pace is kept: it describes the endpoint, not the run.
         """
         old, self.stats = self.stats, SchedulerStats()
         return old
@@ -142,45 +208,47 @@ class Scheduler:
         *,
         tokens: int = 0,
         used_tokens: Callable[[T], int | None] | None = None,
+        headers: Callable[[T], Mapping[str, str] | None] | None = None,
         timeout: float | None = None,
     ) -> Attempted[T]:
         """Run ``call`` under the endpoint's limits, retrying what is worth retrying.
 
-        ``tokens`` is the estimate charged to the TPM budget before sending;
-        ``used_tokens`` extracts the real count from the result to correct it afterwards.
-        ``timeout`` (default: the endpoint's) bounds each attempt, not the waiting.
-        Raises the last attempt's error once retries are exhausted, and a non-retryable
-        error (400, 401, 404…) at once.
+        ``tokens`` is the estimate charged to the token pace before sending; ``used_tokens``
+        extracts the real count from the result to correct it afterwards, and ``headers`` the
+        reply's headers (for the rate-limit ones). ``timeout`` (default: the endpoint's)
+        bounds each attempt, not the waiting. Raises the last attempt's error once retries are
+        exhausted, a non-retryable error (400, 401, 404…) at once, and ``EndpointError`` once
+        the endpoint is down.
         """
-        per_attempt = timeout if timeout is not None else self.limits.timeout
+        ceiling = timeout if timeout is not None else self.limits.timeout
         self.stats.calls += 1
         retry = 0
         while True:
+            self._check_down()
             await self._acquire()
             generation = self._generation
+            delay = 0.0
             try:
                 await self._admit(tokens)
-                if self._in_flight > self._limit:
-                    # The limit fell while we waited for budget: hand the slot back rather
-                    # than add to a crowd the endpoint has just said is too big.
-                    self._refund(tokens)
-                    continue
+                self._check_down()
                 self.stats.requests += 1
+                deadline = min(ceiling, self._deadline) if self._deadline else ceiling
+                started = self._clock()
                 try:
-                    value = await _within(per_attempt, call)
+                    value = await _within(deadline, call)
                 except Exception as exc:
                     if self._tpm is not None:
                         self._tpm.adjust(-tokens)  # providers do not bill failed calls
+                    stalled = isinstance(exc, TimeoutError) and deadline < ceiling
                     verdict = classify(exc)
-                    self._count_failure(verdict.kind, generation)
+                    self._on_failure(verdict, generation, stalled)
                     if not verdict.retryable or retry >= self.limits.max_retries:
                         self.stats.errors += 1
                         raise
-                    if verdict.retry_after is not None:
+                    if stalled:
+                        delay = 0.0  # a stall is not congestion: go again at once
+                    elif verdict.retry_after is not None:
                         delay = verdict.retry_after
-                        if verdict.kind is Failure.RATE_LIMIT:
-                            # The quota is shared, so everyone on this endpoint should wait.
-                            self._not_before = max(self._not_before, self._clock() + delay)
                     else:
                         delay = backoff(
                             retry,
@@ -189,7 +257,7 @@ class Scheduler:
                             rng=self._rng,
                         )
                 else:
-                    self._count_success(value, tokens, used_tokens)
+                    self._on_success(value, tokens, used_tokens, headers, started)
                     return Attempted(value, retry + 1)
             finally:
                 self._release()
@@ -207,11 +275,17 @@ class Scheduler:
             self._loop = loop
             self._in_flight = 0
             self._waiters.clear()
+            # A new run (a new loop) tries a down endpoint again: it may have been fixed.
+            self.down, self._unfixable = None, 0
         return loop
+
+    def _check_down(self) -> None:
+        if self._loop is asyncio.get_running_loop() and self.down is not None:
+            raise self.down
 
     async def _acquire(self) -> None:
         loop = self._bind_loop()
-        if self._in_flight < self._limit and not self._waiters:
+        if self._in_flight < self.limit and not self._waiters:
             self._take_slot()
             return
         waiter: asyncio.Future[None] = loop.create_future()
@@ -236,7 +310,7 @@ class Scheduler:
 
     def _wake(self) -> None:
         """Hand free slots to waiters in arrival order (the slot is taken on their behalf)."""
-        while self._waiters and self._in_flight < self._limit:
+        while self._waiters and self._in_flight < self.limit:
             waiter = self._waiters.popleft()
             if waiter.done():
                 continue
@@ -244,46 +318,147 @@ class Scheduler:
             waiter.set_result(None)
 
     async def _admit(self, tokens: int) -> None:
-        """Wait out a server-requested pause, then the RPM and TPM budgets."""
+        """Wait out a server-requested pause, then the request and token paces."""
         while (pause := self._not_before - self._clock()) > 0:
             await self._sleep(pause)
+        if self._learned is not None:
+            self._repace()  # the probe moves the learned rate with time
         if self._rpm is not None:
             await self._rpm.acquire(1)
         if self._tpm is not None and tokens > 0:
-            await self._tpm.acquire(tokens)
+            try:
+                await self._tpm.acquire(tokens)
+            except asyncio.CancelledError:
+                if self._rpm is not None:
+                    self._rpm.adjust(-1)
+                raise
 
-    def _refund(self, tokens: int) -> None:
-        if self._rpm is not None:
-            self._rpm.adjust(-1)
-        if self._tpm is not None and tokens > 0:
-            self._tpm.adjust(-tokens)
+    # -- pacing --------------------------------------------------------------------------
+
+    def _probed(self) -> float | None:
+        if self._learned is None:
+            return None
+        steps = max(0.0, self._clock() - self._learned_at) / (self.window / 60.0)
+        return self._learned * (1.0 + PROBE * steps)
+
+    def _repace(self) -> None:
+        """Make the buckets follow the current paces (creating them when a pace appears)."""
+        for attr, rate in (("_rpm", self.rate()), ("_tpm", self.token_rate())):
+            bucket: TokenBucket | None = getattr(self, attr)
+            if rate is None:
+                continue
+            if bucket is None:
+                new = TokenBucket(rate, window=self.window, clock=self._clock, sleep=self._sleep)
+                setattr(self, attr, new)
+            elif abs(bucket.rate * self.window - rate) > 1e-9 * rate:
+                bucket.set_rate(rate, self.window)
+
+    def _learn_headers(self, found: RateHeaders | None) -> None:
+        if found is None:
+            return
+        changed = False
+        for quota, attr in ((found.requests, "_header_rpm"), (found.tokens, "_header_tpm")):
+            if quota.limit:
+                paced = quota.limit * HEADER_MARGIN
+                if getattr(self, attr) != paced:
+                    setattr(self, attr, paced)
+                    changed = True
+        if changed:
+            self._repace()
+        if self._rpm is not None and found.requests.remaining is not None:
+            self._rpm.sync(found.requests.remaining)
+        if self._tpm is not None and found.tokens.remaining is not None:
+            self._tpm.sync(found.tokens.remaining)
+
+    def _success_rate(self) -> float:
+        """Successes per window over the last few seconds (a twelfth of the window)."""
+        now = self._clock()
+        horizon = self.window / 12.0
+        times = self._ok_times
+        while times and times[0] < now - horizon:
+            times.popleft()
+        if not times:
+            return 0.0
+        span = max(now - times[0], horizon / 10.0)
+        return len(times) / span * self.window
+
+    def _cut(self, generation: int) -> None:
+        """Overload: pace requests at a fraction of what just got through (once per generation,
+        so the 429s of requests already in flight count as one signal)."""
+        if generation != self._generation:
+            return
+        self._generation += 1
+        known = [r for r in (self._success_rate(), self.rate()) if r]
+        if not known:
+            return  # nothing got through yet: no pace to cut from; the pause must do
+        self._learned = max(1.0, CUT * min(known))  # never below one request per window
+        self._learned_at = self._clock()
+        self._repace()
+
+    def _pause(self, seconds: float) -> None:
+        """Hold every request on the endpoint for ``seconds``, then restart at the pace."""
+        until = self._clock() + seconds
+        if until <= self._not_before:
+            return
+        self._not_before = until
+        for bucket in (self._rpm, self._tpm):
+            if bucket is not None:
+                bucket.hold_until(until)
 
     # -- feedback ------------------------------------------------------------------------
 
-    def _count_success(
-        self, value: T, tokens: int, used_tokens: Callable[[T], int | None] | None
+    def _on_success(
+        self,
+        value: T,
+        tokens: int,
+        used_tokens: Callable[[T], int | None] | None,
+        headers: Callable[[T], Mapping[str, str] | None] | None,
+        started: float,
     ) -> None:
+        now = self._clock()
+        self._unfixable = 0
+        self._recent.append(False)
+        self._ok_times.append(now)
+        latencies = self._latencies
+        latencies.append(now - started)
+        if len(latencies) >= STALL_SAMPLES and self.stats.requests % STALL_SAMPLES == 0:
+            ordered = sorted(latencies)
+            p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+            self._deadline = min(self.limits.timeout, max(self.stall_floor, STALL_FACTOR * p99))
+        if headers is not None:
+            self._learn_headers(parse_rate_headers(headers(value)))
         used = used_tokens(value) if used_tokens is not None else None
         if used is not None and self._tpm is not None:
             self._tpm.adjust(used - tokens)
         self.stats.tokens += used if used is not None else tokens
-        self._successes += 1
-        if self._successes >= self._limit and self._limit < self.limits.concurrency:
-            self._limit += 1
-            self._successes = 0
-            self._wake()
 
-    def _count_failure(self, kind: Failure, generation: int) -> None:
+    def _on_failure(self, verdict: Verdict, generation: int, stalled: bool) -> None:
+        kind = verdict.kind
+        self._recent.append(kind is Failure.RATE_LIMIT)
+        self._learn_headers(verdict.rates)
+        if verdict.unfixable:
+            self._unfixable += 1
+            if self._unfixable >= STOP_AFTER and self.down is None:
+                self.down = EndpointError(
+                    f"stopped: every call to {self.url or self.name} (connection "
+                    f"'{self.name}') failed: {verdict.cause}",
+                    hint="finished rows are kept; fix the endpoint, then continue with "
+                    "`flowkit run --resume RUN`",
+                )
         if kind is Failure.RATE_LIMIT:
             self.stats.rate_limited += 1
-            if generation == self._generation:
-                self._limit = max(1, self._limit // 2)
-                self._generation += 1
-                self._successes = 0
+            clustered = sum(self._recent) >= CLUSTER[0]
+            if verdict.overload or clustered:
+                self.stats.overloads += 1
+                self._cut(generation)
+            if verdict.retry_after:
+                self._pause(verdict.retry_after)  # the quota is shared: everyone waits
         elif kind is Failure.SERVER:
             self.stats.server_errors += 1
         elif kind is Failure.TIMEOUT:
             self.stats.timeouts += 1
+            if stalled:
+                self.stats.stalled += 1
         elif kind is Failure.CONNECTION:
             self.stats.connection_errors += 1
         elif kind is Failure.MALFORMED:
@@ -318,7 +493,9 @@ def scheduler_for(endpoint: Endpoint) -> Scheduler:
     with _lock:
         found = _schedulers.get(key)
         if found is None:
-            found = _schedulers[key] = Scheduler(endpoint.limits, name=endpoint.connection)
+            found = _schedulers[key] = Scheduler(
+                endpoint.limits, name=endpoint.connection, url=endpoint.url
+            )
     return found
 
 

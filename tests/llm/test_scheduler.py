@@ -1,4 +1,5 @@
-"""Scheduler behaviour with asyncio-level fakes: AIMD, admission, retries, budgets."""
+"""Scheduler behaviour with asyncio-level fakes: admission, retries, budgets (pacing by rate
+is in test_pacing)."""
 
 from __future__ import annotations
 
@@ -19,70 +20,6 @@ FAST = {"backoff_base": 0.001, "backoff_max": 0.002}
 
 def make(concurrency: int = 8, **kw: object) -> Scheduler:
     return Scheduler(Limits(concurrency=concurrency, **{**FAST, **kw}))  # type: ignore[arg-type]
-
-
-def test_429_halves_the_limit_down_to_one() -> None:
-    sched = make(8, max_retries=5)
-    limits: list[int] = []
-
-    async def call() -> str:
-        limits.append(sched.limit)
-        if len(limits) <= 4:
-            raise status_error(429)
-        return "ok"
-
-    async def body() -> None:
-        done = await sched.run(call)
-        assert done.value == "ok"
-        assert done.attempts == 5
-
-    run(body)
-    assert limits == [8, 4, 2, 1, 1]  # halved per 429, never below 1
-    assert sched.stats.rate_limited == 4
-    assert sched.stats.retries == 4
-    assert sched.stats.requests == 5
-
-
-def test_successes_grow_the_limit_back_slowly() -> None:
-    sched = make(4, max_retries=5)
-    seen: list[int] = []
-
-    async def body() -> None:
-        await sched.run(Script([status_error(429)] * 3))  # 4 -> 2 -> 1 -> 1, success: 2
-        seen.append(sched.limit)
-        for _ in range(9):
-            await sched.run(Script([]))
-            seen.append(sched.limit)
-
-    run(body)
-    # +1 per `limit` successes: 2 successes take 2 to 3, 3 more take 3 to 4, then capped.
-    assert seen == [2, 2, 3, 3, 3, 4, 4, 4, 4, 4]
-
-
-def test_a_burst_of_429s_from_one_generation_halves_once() -> None:
-    sched = make(8, max_retries=2)
-    gate = asyncio.Event
-    started = 0
-
-    async def body() -> None:
-        release = gate()
-
-        async def call() -> str:
-            nonlocal started
-            started += 1
-            if started <= 8:
-                if started == 8:
-                    release.set()
-                await release.wait()
-                raise status_error(429)
-            return "ok"
-
-        results = await asyncio.gather(*(sched.run(call) for _ in range(8)))
-        assert all(r.value == "ok" for r in results)
-
-    run(body)
-    assert sched.stats.rate_limited == 8
-    assert sched.limit >= 4  # one halving (8 -> 4), then possibly regrowth; never 1
 
 
 def test_in_flight_never_exceeds_the_current_limit() -> None:
