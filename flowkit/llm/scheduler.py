@@ -97,11 +97,16 @@ STALL_FACTOR = 3.0
 STALL_SAMPLES = 20
 """Replies seen before the learned stall deadline replaces the configured timeout."""
 HEADER_MARGIN = 0.97
-"""Fraction of a header-reported limit to pace at: clocks and windows never align exactly."""
+"""Fraction of a known limit (configured or from headers) to pace at: the client's and the
+server's clocks and windows never align exactly, and replies arrive bunched."""
 CUT = 0.9
 """On overload the learned rate becomes this fraction of the success rate just measured."""
-PROBE = 0.01
-"""After a cut the learned rate grows by this fraction of itself per 1/60 of the window."""
+PROBE = 0.002
+"""After a cut the learned rate grows by this fraction of itself per 1/60 of the window (a
+second for per-minute limits): a slow probe, so the pace settles just under the cap."""
+CLIMB = 0.05
+"""After the first cut (from a success rate measured while unpaced, which pauses make too
+low) the learned rate compounds by this much per 1/60 of the window until a paced cut."""
 CLUSTER = (6, 10)
 """A 429 without a pause request is overload when at least 6 of the last 10 replies were 429."""
 
@@ -143,7 +148,9 @@ class Scheduler:
         self._header_rpm: float | None = None
         self._header_tpm: float | None = None
         self._learned: float | None = None  # requests per window, from overload 429s
-        self._learned_at = 0.0
+        self._learned_at = -float("inf")
+        self._measured_cut = False
+        self._overloads: list[float] = []  # times of recent overload 429s while paced
         self._rpm: TokenBucket | None = None
         self._tpm: TokenBucket | None = None
         self._repace()
@@ -152,14 +159,17 @@ class Scheduler:
         self._latencies: deque[float] = deque(maxlen=256)
         self._deadline: float | None = None
         self._unfixable = 0
+        self._answered = False
         self.down: Exception | None = None
 
     # -- introspection -------------------------------------------------------------------
 
     @property
     def limit(self) -> int:
-        """Most requests in flight at once (the connection's ``concurrency``)."""
-        return self.limits.concurrency
+        """Most requests in flight at once: the connection's ``concurrency``, but one until the
+        endpoint first answers, so a run does not open with a burst the limit headers of
+        that first reply would have forbidden."""
+        return self.limits.concurrency if self._answered else 1
 
     @property
     def in_flight(self) -> int:
@@ -168,12 +178,14 @@ class Scheduler:
 
     def rate(self) -> float | None:
         """The request pace in requests per window, or None while unpaced."""
-        known = [r for r in (self.limits.rpm, self._header_rpm, self._probed()) if r]
+        told = self.limits.rpm * HEADER_MARGIN if self.limits.rpm else None
+        known = [r for r in (told, self._header_rpm, self._probed()) if r]
         return min(known) if known else None
 
     def token_rate(self) -> float | None:
         """The token pace in tokens per window, or None while unpaced."""
-        known = [r for r in (self.limits.tpm, self._header_tpm) if r]
+        told = self.limits.tpm * HEADER_MARGIN if self.limits.tpm else None
+        known = [r for r in (told, self._header_tpm) if r]
         return min(known) if known else None
 
     @property
@@ -339,6 +351,10 @@ class Scheduler:
         if self._learned is None:
             return None
         steps = max(0.0, self._clock() - self._learned_at) / (self.window / 60.0)
+        if self._measured_cut:
+            # Cut from a success rate measured while unpaced, which pauses make too low:
+            # climb back fast (5% a step, compounding) until a paced overload says where.
+            return self._learned * (1.0 + CLIMB) ** min(steps, 200.0)
         return self._learned * (1.0 + PROBE * steps)
 
     def _repace(self) -> None:
@@ -377,22 +393,34 @@ class Scheduler:
         times = self._ok_times
         while times and times[0] < now - horizon:
             times.popleft()
-        if not times:
-            return 0.0
+        if len(times) < 10:
+            return 0.0  # too few to measure: a cut from this would be a guess
         span = max(now - times[0], horizon / 10.0)
         return len(times) / span * self.window
 
     def _cut(self, generation: int) -> None:
         """Overload: pace requests at a fraction of what just got through (once per generation,
         so the 429s of requests already in flight count as one signal)."""
-        if generation != self._generation:
-            return
-        self._generation += 1
-        known = [r for r in (self._success_rate(), self.rate()) if r]
-        if not known:
+        now = self._clock()
+        if generation != self._generation or now - self._learned_at < self.window / 12.0:
+            return  # let the last cut show its effect before judging it
+        # Multiplicative decrease of the pace in force; with none yet, of what got through.
+        current = self.rate()
+        if current is not None:
+            # Paced already: one 429 may be replies arriving bunched; a few close together
+            # mean the pace itself is too high.
+            horizon = self.window / 12.0
+            self._overloads = [t for t in self._overloads if t > now - horizon] + [now]
+            if len(self._overloads) < 3:
+                return
+        base = current or self._success_rate()
+        if not base:
             return  # nothing got through yet: no pace to cut from; the pause must do
-        self._learned = max(1.0, CUT * min(known))  # never below one request per window
-        self._learned_at = self._clock()
+        self._generation += 1
+        self._overloads.clear()
+        self._measured_cut = current is None
+        self._learned = max(1.0, CUT * base)  # never below one request per window
+        self._learned_at = now
         self._repace()
 
     def _pause(self, seconds: float) -> None:
@@ -417,6 +445,7 @@ class Scheduler:
     ) -> None:
         now = self._clock()
         self._unfixable = 0
+        self._answered = True
         self._recent.append(False)
         self._ok_times.append(now)
         latencies = self._latencies
@@ -434,6 +463,7 @@ class Scheduler:
 
     def _on_failure(self, verdict: Verdict, generation: int, stalled: bool) -> None:
         kind = verdict.kind
+        self._answered = True
         self._recent.append(kind is Failure.RATE_LIMIT)
         self._learn_headers(verdict.rates)
         if verdict.unfixable:
@@ -450,7 +480,10 @@ class Scheduler:
             clustered = sum(self._recent) >= CLUSTER[0]
             if verdict.overload or clustered:
                 self.stats.overloads += 1
-                self._cut(generation)
+                # A known limit already sets the pace; only a cluster of 429s says it is wrong
+                # (e.g. another client shares the quota).
+                if clustered or (self._header_rpm is None and not self.limits.rpm):
+                    self._cut(generation)
             if verdict.retry_after:
                 self._pause(verdict.retry_after)  # the quota is shared: everyone waits
         elif kind is Failure.SERVER:
