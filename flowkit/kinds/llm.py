@@ -99,7 +99,11 @@ class LlmKind(Kind):
 
     def prepare(self, node: Node, ctx: Any) -> None:
         endpoint = ctx.settings.check(
-            ctx.flow_name, node.name, node.spec.connection, node.spec.model
+            ctx.flow_name,
+            node.name,
+            node.spec.connection,
+            node.spec.model,
+            ctx.options.concurrency,  # the endpoint's in-flight limit unless it sets one
         )
         node.impl.endpoint = endpoint
         # The model enters the key, the server address does not: a cache is meant to survive

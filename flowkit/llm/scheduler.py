@@ -104,7 +104,7 @@ CUT = 0.9
 PROBE = 0.002
 """After a cut the learned rate grows by this fraction of itself per 1/60 of the window (a
 second for per-minute limits): a slow probe, so the pace settles just under the cap."""
-CLIMB = 0.05
+CLIMB = 0.01
 """After the first cut (from a success rate measured while unpaced, which pauses make too
 low) the learned rate compounds by this much per 1/60 of the window until a paced cut."""
 CLUSTER = (6, 10)
@@ -387,13 +387,13 @@ class Scheduler:
             self._tpm.sync(found.tokens.remaining)
 
     def _success_rate(self) -> float:
-        """Successes per window over the last few seconds (a twelfth of the window)."""
+        """Successes per window over the last few seconds (a sixth of the window)."""
         now = self._clock()
-        horizon = self.window / 12.0
+        horizon = self.window / 6.0
         times = self._ok_times
         while times and times[0] < now - horizon:
             times.popleft()
-        if len(times) < 10:
+        if len(times) < 5:
             return 0.0  # too few to measure: a cut from this would be a guess
         span = max(now - times[0], horizon / 10.0)
         return len(times) / span * self.window
