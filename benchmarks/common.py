@@ -7,11 +7,15 @@ The benchmarks import this as `common`: Python puts a script's own folder first 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import flowkit
 from flowkit.llm import load_settings, reset_schedulers
 
@@ -50,3 +54,43 @@ def timed_groundedness(
     elapsed = time.perf_counter() - start
     assert result.counts["succeeded"] == rows, result.counts
     return elapsed
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average and core count, printed with every figure: on a
+    shared machine the figures mean little without it."""
+    one, _, _ = os.getloadavg()
+    return f"load {one:.1f} on {os.cpu_count()} cores"
+
+
+def spread(values: list[float]) -> str:
+    """Median and range of repeated runs, e.g. ``0.93 (0.91-0.95)``."""
+    ordered = sorted(values)
+    return f"{statistics.median(ordered):.2f} ({ordered[0]:.2f}-{ordered[-1]:.2f})"
+
+
+def raw_ceiling(base_url: str, rows: int, concurrency: int) -> float:
+    """Rows per second a minimal async client (aiohttp, no SDK, no scheduler) gets firing the
+    same judge requests at the same server with ``concurrency`` in flight: the ceiling the
+    machine and server allow, measured in the same run as flowkit's figure."""
+
+    async def main() -> float:
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            todo = iter(range(rows))
+
+            async def worker() -> None:
+                for i in todo:
+                    body = {
+                        "model": "flowkit-test",
+                        "messages": [{"role": "user", "content": f"Fact {i}. Answer {i}."}],
+                    }
+                    async with session.post(f"{base_url}/chat/completions", json=body) as resp:
+                        assert resp.status == 200, resp.status
+                        await resp.json()
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return rows / (time.perf_counter() - start)
+
+    return asyncio.run(main())

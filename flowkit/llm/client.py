@@ -26,6 +26,7 @@ from functools import cache
 from typing import Any
 
 import openai
+from openai._constants import RAW_RESPONSE_HEADER
 
 from flowkit.llm.config import OPENAI_PUBLIC_URL, Endpoint
 from flowkit.llm.retry import connection_cause
@@ -43,6 +44,7 @@ _loops: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncIterator[No
 _created = 0
 
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+_RAW = {RAW_RESPONSE_HEADER: "true"}  # makes the client return the response, headers and all
 _UNSUPPORTED = frozenset({"stream", "stream_options"})
 
 
@@ -258,20 +260,27 @@ def _masked(value: Any, secret: str) -> Any:
     return value
 
 
-def _usage(raw: Any) -> dict[str, int]:
-    if raw is None:
+def _usage(raw: dict[str, Any] | None) -> dict[str, int]:
+    if not raw:
         return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-    prompt = int(getattr(raw, "prompt_tokens", 0) or 0)
-    completion = int(getattr(raw, "completion_tokens", 0) or 0)
-    total = int(getattr(raw, "total_tokens", 0) or 0) or prompt + completion
+    prompt = int(raw.get("prompt_tokens") or 0)
+    completion = int(raw.get("completion_tokens") or 0)
+    total = int(raw.get("total_tokens") or 0) or prompt + completion
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
 
 
-def _first_top_logprobs(choice: Any) -> list[dict[str, Any]] | None:
-    content = getattr(getattr(choice, "logprobs", None), "content", None)
+def _total_tokens(reply: tuple[dict[str, Any], Any]) -> int | None:
+    usage = reply[0].get("usage")
+    return _usage(usage)["total_tokens"] if usage else None
+
+
+def _first_top_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]] | None:
+    content = (choice.get("logprobs") or {}).get("content")
     if not content:
         return None
-    return [{"token": t.token, "logprob": t.logprob} for t in content[0].top_logprobs or []]
+    return [
+        {"token": t["token"], "logprob": t["logprob"]} for t in content[0].get("top_logprobs") or []
+    ]
 
 
 async def chat(
@@ -300,36 +309,42 @@ async def chat(
     )
     target = endpoint.deployment or model
 
-    create = client.chat.completions.with_raw_response.create
+    body = {"model": target, "messages": messages, **kwargs}
+    body.update(body.pop("extra_body", None) or {})
+    options: Any = {"headers": _RAW, "timeout": attempt_timeout}
 
     async def call() -> Any:
-        # The raw path gives the headers (rate-limit ones) and parses the same model.
-        raw = await create(model=target, messages=messages, timeout=attempt_timeout, **kwargs)
-        return raw.parse(), raw.headers
+        # The client's own post: the same URL building (Azure deployments included), auth,
+        # headers and error types as ``chat.completions.create``, without its per-call
+        # transform of the (already plain JSON) params, and read as plain JSON rather than
+        # pydantic models; the raw response also gives the rate-limit headers.
+        raw = await client.post("/chat/completions", body=body, cast_to=object, options=options)
+        return raw.http_response.json(), raw.headers
 
     try:
         done = await sched.run(
             call,
             tokens=estimate_tokens(messages, params),
-            used_tokens=lambda r: r[0].usage.total_tokens if r[0].usage else None,
+            used_tokens=_total_tokens,
             headers=_second,
             timeout=attempt_timeout,
         )
     except Exception as err:
         raise _explained(err, endpoint, attempt_timeout) from None
     response = done.value[0]
-    choices = list(response.choices or [])
-    texts = [(c.message.content or "") if c.message else "" for c in choices]
-    first = choices[0] if choices else None
+    choices = response.get("choices") or []
+    messages_out = [c.get("message") or {} for c in choices]
+    texts = [m.get("content") or "" for m in messages_out]
+    first = choices[0] if choices else {}
     return ChatResult(
         text=texts[0] if texts else "",
         texts=texts,
-        finish_reason=first.finish_reason if first else None,
-        usage=_usage(response.usage),
-        model=response.model or model,
-        top_logprobs=_first_top_logprobs(first) if first else None,
+        finish_reason=first.get("finish_reason"),
+        usage=_usage(response.get("usage")),
+        model=response.get("model") or model,
+        top_logprobs=_first_top_logprobs(first),
         attempts=done.attempts,
-        refusal=getattr(first.message, "refusal", None) if first and first.message else None,
+        refusal=messages_out[0].get("refusal") if messages_out else None,
     )
 
 
