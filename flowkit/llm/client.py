@@ -1,5 +1,5 @@
-"""Chat and embedding calls through shared SDK clients: one per endpoint and event loop, or a
-few taken in turn when the endpoint allows many requests at once (see REQUESTS_PER_CLIENT).
+"""Chat and embedding calls through shared SDK clients: one per endpoint and event loop, on the
+SDK's aiohttp transport with a pool sized to the endpoint's in-flight limit.
 
 Creating an ``openai.AsyncOpenAI`` is measurably expensive (each one loads the system
 certificate store), so a process keeps one per endpoint.  But a client's connection pool
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import threading
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -37,7 +36,7 @@ Client = openai.AsyncOpenAI
 # Worker threads (the threading backend) each run their own loop, hence the lock; it is
 # only ever held for dictionary bookkeeping, never across an await.
 _lock = threading.Lock()
-_clients: dict[tuple[tuple[str, ...], int, int], Client] = {}
+_clients: dict[tuple[tuple[str, ...], int], Client] = {}
 # Loop id -> (weak ref to the loop, its guard). The guard only knows the id, so holding it
 # here does not keep the loop alive.
 _loops: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncIterator[None]]] = {}
@@ -106,9 +105,28 @@ def _forget_dead_loops(current: asyncio.AbstractEventLoop) -> None:
                 del _clients[key]
 
 
+def _transport(concurrency: int) -> Any:
+    """The SDK's aiohttp transport (the ``openai[aiohttp]`` extra, a dependency), its pool sized
+    to the endpoint's in-flight limit. Measured at about 60% of the CPU per request of the
+    default httpx transport (benchmarks/llm_bound.py). None (the SDK's default) only when the
+    extra is missing."""
+    default = openai.DEFAULT_CONNECTION_LIMITS
+    try:
+        return openai.DefaultAioHttpClient(
+            limits=type(default)(
+                max_connections=concurrency,
+                max_keepalive_connections=concurrency,
+                keepalive_expiry=default.keepalive_expiry,
+            )
+        )
+    except (AttributeError, RuntimeError):  # an SDK too old for it, or without the extra
+        return None
+
+
 def _build(endpoint: Endpoint) -> Client:
     key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
     timeout = endpoint.limits.timeout
+    transport = _transport(endpoint.limits.concurrency)
     if endpoint.kind == "azure":
         return openai.AsyncAzureOpenAI(
             azure_endpoint=endpoint.azure_endpoint or "",
@@ -116,6 +134,7 @@ def _build(endpoint: Endpoint) -> Client:
             api_key=key,
             max_retries=0,
             timeout=timeout,
+            http_client=transport,
         )
     # Local OpenAI-compatible servers need no key, but the SDK insists on one.
     return openai.AsyncOpenAI(
@@ -123,23 +142,15 @@ def _build(endpoint: Endpoint) -> Client:
         base_url=endpoint.base_url or OPENAI_PUBLIC_URL,
         max_retries=0,
         timeout=timeout,
+        http_client=transport,
     )
 
 
-# In-flight requests per client. The SDK's connection pool looks at every connection it holds
-# on every request, so one pool serving 128 requests at once spends more CPU on that than on
-# the requests; a few clients, each holding a share of the connections, keep it cheap.
-REQUESTS_PER_CLIENT = 16
-_turn = itertools.count()
-
-
 async def get_client(endpoint: Endpoint) -> Client:
-    """A client for ``endpoint`` in the running event loop, created on first use (one of a few,
-    in turn, when the endpoint allows many requests at once)."""
+    """The client for ``endpoint`` in the running event loop, created on first use."""
     global _created
     loop = asyncio.get_running_loop()
-    shards = -(-endpoint.limits.concurrency // REQUESTS_PER_CLIENT)
-    key = (endpoint.identity(), id(loop), next(_turn) % shards if shards > 1 else 0)
+    key = (endpoint.identity(), id(loop))
     guard: AsyncIterator[None] | None = None
     with _lock:
         client = _clients.get(key)
@@ -242,11 +253,13 @@ def _second(pair: tuple[Any, Any]) -> Any:
 def _explained(err: Exception, endpoint: Endpoint, timeout: float) -> Exception:
     """``err`` fit to be shown: the key masked, and a failure that got no reply saying which
     (refused, DNS, TLS, timeout) and where. The SDK's own text is just "Connection error."."""
+    if isinstance(err, openai.APIConnectionError):  # APITimeoutError included
+        cause, unfixable = connection_cause(err)
+        if unfixable or not isinstance(err, openai.APITimeoutError):
+            message = f"{cause}: {endpoint.url}"
+            return openai.APIConnectionError(message=message, request=err.request)
     if isinstance(err, openai.APITimeoutError | TimeoutError):
         return TimeoutError(f"timed out: no reply from {endpoint.url} within {timeout:g}s")
-    if isinstance(err, openai.APIConnectionError):
-        cause, _ = connection_cause(err)
-        return openai.APIConnectionError(message=f"{cause}: {endpoint.url}", request=err.request)
     return _without_key(err, endpoint)
 
 

@@ -110,24 +110,25 @@ def connection_cause(exc: BaseException) -> tuple[str, bool]:
     """(what failed, whether retrying can fix it) for an error that got no response.
 
     The SDK raises one ``APIConnectionError`` for everything; the reason is down its chain of
-    causes (httpx, then the socket error).
+    causes (the transport's error, then the socket error). The whole chain is searched for a
+    socket error before a timeout is believed: the SDK's aiohttp transport reports a refused
+    connection as a connect *timeout* whose cause is the ``ConnectionRefusedError``.
     """
-    seen: set[int] = set()
+    chain: list[BaseException] = []
     node: BaseException | None = exc
-    while node is not None and id(node) not in seen:
-        seen.add(id(node))
+    while node is not None and all(node is not seen for seen in chain):
+        chain.append(node)
+        node = node.__cause__ or node.__context__
+    for node in chain:
         if isinstance(node, socket.gaierror):
             return "DNS lookup failed (unknown host)", True
         if isinstance(node, ConnectionRefusedError):
             return "connection refused (is the server running?)", True
         if isinstance(node, ssl.SSLError | ssl.CertificateError):
             return f"TLS handshake failed ({node})", True
-        if (
-            isinstance(node, TimeoutError | asyncio.TimeoutError)
-            or "Timeout" in type(node).__name__
-        ):
+    for node in chain:
+        if isinstance(node, TimeoutError) or "Timeout" in type(node).__name__:
             return "connection timed out", False
-        node = node.__cause__ or node.__context__
     return "connection failed", False
 
 
@@ -137,11 +138,13 @@ _UNFIXABLE = {401: "authentication failed (401)", 403: "access denied (403)"}
 
 def classify(exc: BaseException) -> Verdict:
     """Sort an exception into retryable kinds; everything unrecognised is fatal."""
-    if isinstance(exc, asyncio.TimeoutError | openai.APITimeoutError | TimeoutError):
-        return Verdict(Failure.TIMEOUT, cause="timed out")
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
         cause, unfixable = connection_cause(exc)
-        return Verdict(Failure.CONNECTION, cause=cause, unfixable=unfixable)
+        if unfixable or not isinstance(exc, openai.APITimeoutError):
+            return Verdict(Failure.CONNECTION, cause=cause, unfixable=unfixable)
+        return Verdict(Failure.TIMEOUT, cause="timed out")
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):  # one class from 3.11 on
+        return Verdict(Failure.TIMEOUT, cause="timed out")
     if isinstance(exc, json.JSONDecodeError):
         # A 200 whose body was cut off (a proxy dropping the connection): transient.
         return Verdict(Failure.MALFORMED)
