@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+
 import flowkit
 from flowkit.llm import load_settings, reset_schedulers
 
@@ -28,15 +29,14 @@ def write_rows(path: Path, rows: int) -> Path:
     return path
 
 
-def timed_groundedness(
-    data: Path, rows: int, folder: Path, base_url: str, concurrency: int, **limits: Any
-) -> float:
-    """Seconds to run `groundedness` over ``data`` (``rows`` rows, every one must succeed) with
-    the cache off, at ``concurrency``, into folder/run. folder/flowkit.yaml names the one
-    connection: ``base_url`` with ``limits`` (max_retries, rpm, …) and the run's concurrency as
-    its own in-flight limit, so that limit is never the bottleneck being measured."""
+def run_groundedness(
+    data: Path, folder: Path, base_url: str, concurrency: int, **limits: Any
+) -> tuple[float, Any]:
+    """(seconds, RunResult) of `groundedness` over ``data`` with the cache off, at
+    ``concurrency``, into folder/run. folder/flowkit.yaml names the one connection: ``base_url``
+    with ``limits`` (max_retries, rpm, …); its in-flight limit is the run's concurrency."""
     folder.mkdir()
-    connection = {"base_url": base_url, "concurrency": concurrency, **limits}
+    connection = {"base_url": base_url, **limits}
     # A JSON object is a YAML flow mapping.
     (folder / "flowkit.yaml").write_text(
         f"default_model: flowkit-test\nconnections:\n  local: {json.dumps(connection)}\n"
@@ -51,7 +51,14 @@ def timed_groundedness(
         concurrency=concurrency,
         output=folder / "run",
     )
-    elapsed = time.perf_counter() - start
+    return time.perf_counter() - start, result
+
+
+def timed_groundedness(
+    data: Path, rows: int, folder: Path, base_url: str, concurrency: int, **limits: Any
+) -> float:
+    """Seconds :func:`run_groundedness` takes; every one of the ``rows`` rows must succeed."""
+    elapsed, result = run_groundedness(data, folder, base_url, concurrency, **limits)
     assert result.counts["succeeded"] == rows, result.counts
     return elapsed
 

@@ -16,10 +16,8 @@ buckets restart empty, so the requests that queued during it leave at the pace, 
 A 429 with ``Retry-After: 0`` or a 5xx alone is a scattered fault, retried without cutting the
 pace; only 429s that cluster (most of the recent replies) count as overload then.
 
-Stalled replies: once enough replies were seen, an attempt that outlives a deadline learned from
-their latencies (``STALL_FACTOR`` × the 99th percentile, at least ``stall_floor``, at most the
-configured timeout) is cancelled and retried at once. Retrying was chosen over hedging: it frees
-the slot instead of doubling it, and a stall is rare enough that the lost head start is cheap.
+Stalled replies: an attempt that outlives a deadline learned from the latencies seen is cut and
+retried at once, in flight or not (see ``stalls``).
 
 When every call fails for a reason no retry can fix (bad key, no such model, connection refused,
 unknown host) ``STOP_AFTER`` times in a row, the endpoint is marked down and every call on it
@@ -46,6 +44,7 @@ from flowkit.llm.budget import Clock, Sleep, TokenBucket
 from flowkit.llm.config import Endpoint, Limits
 from flowkit.llm.ratelimits import RateHeaders, parse_rate_headers
 from flowkit.llm.retry import Failure, Verdict, backoff, classify
+from flowkit.llm.stalls import Stalled, StallWatch
 
 T = TypeVar("T")
 
@@ -92,10 +91,6 @@ class SchedulerStats:
 
 STOP_AFTER = 5
 """Unfixable failures in a row, with no success between, that mark an endpoint down."""
-STALL_FACTOR = 3.0
-"""The stall deadline is this many times the 99th percentile of recent reply latencies."""
-STALL_SAMPLES = 20
-"""Replies seen before the learned stall deadline replaces the configured timeout."""
 HEADER_MARGIN = 0.97
 """Fraction of a known limit (configured or from headers) to pace at: the client's and the
 server's clocks and windows never align exactly, and replies arrive bunched."""
@@ -107,8 +102,10 @@ second for per-minute limits): a slow probe, so the pace settles just under the 
 CLIMB = 0.01
 """After the first cut (from a success rate measured while unpaced, which pauses make too
 low) the learned rate compounds by this much per 1/60 of the window until a paced cut."""
-CLUSTER = (6, 10)
-"""A 429 without a pause request is overload when at least 6 of the last 10 replies were 429."""
+CLUSTER = (12, 20)
+"""A 429 without a pause request is overload when at least 12 of the last 20 replies were 429:
+scattered 429s at a 15% rate reach that about once in a million windows, an endpoint over its
+limit does all the time."""
 
 
 class Scheduler:
@@ -135,7 +132,7 @@ class Scheduler:
         self.limits = limits
         self.stats = SchedulerStats()
         self.window = window
-        self.stall_floor = stall_floor
+        self._stalls = StallWatch(limits.timeout, stall_floor)
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
@@ -156,8 +153,6 @@ class Scheduler:
         self._repace()
         self._recent: deque[bool] = deque(maxlen=CLUSTER[1])  # was each reply a 429?
         self._ok_times: deque[float] = deque()
-        self._latencies: deque[float] = deque(maxlen=256)
-        self._deadline: float | None = None
         self._unfixable = 0
         self._answered = False
         self.down: Exception | None = None
@@ -191,7 +186,16 @@ class Scheduler:
     @property
     def stall_deadline(self) -> float | None:
         """The learned per-attempt deadline, once enough replies were seen."""
-        return self._deadline
+        return self._stalls.deadline
+
+    @property
+    def stall_floor(self) -> float:
+        """The shortest stall deadline (seconds): replies may be that slow without suspicion."""
+        return self._stalls.floor
+
+    @stall_floor.setter
+    def stall_floor(self, seconds: float) -> None:
+        self._stalls.floor = seconds
 
     def snapshot(self) -> dict[str, int | str | float | None]:
         """Counters plus the limits in force, for run records and progress."""
@@ -201,7 +205,7 @@ class Scheduler:
             "limit": self.limit,
             "rpm": self.rate(),
             "tpm": self.token_rate(),
-            "stall_deadline": self._deadline,
+            "stall_deadline": self._stalls.deadline,
         }
 
     def reset_stats(self) -> SchedulerStats:
@@ -244,14 +248,12 @@ class Scheduler:
                 await self._admit(tokens)
                 self._check_down()
                 self.stats.requests += 1
-                deadline = min(ceiling, self._deadline) if self._deadline else ceiling
-                started = self._clock()
                 try:
-                    value = await _within(deadline, call)
+                    value = await self._stalls.run(ceiling, call)
                 except Exception as exc:
                     if self._tpm is not None:
                         self._tpm.adjust(-tokens)  # providers do not bill failed calls
-                    stalled = isinstance(exc, TimeoutError) and deadline < ceiling
+                    stalled = isinstance(exc, Stalled)
                     verdict = classify(exc)
                     self._on_failure(verdict, generation, stalled)
                     if not verdict.retryable or retry >= self.limits.max_retries:
@@ -269,7 +271,7 @@ class Scheduler:
                             rng=self._rng,
                         )
                 else:
-                    self._on_success(value, tokens, used_tokens, headers, started)
+                    self._on_success(value, tokens, used_tokens, headers)
                     return Attempted(value, retry + 1)
             finally:
                 self._release()
@@ -441,19 +443,11 @@ class Scheduler:
         tokens: int,
         used_tokens: Callable[[T], int | None] | None,
         headers: Callable[[T], Mapping[str, str] | None] | None,
-        started: float,
     ) -> None:
-        now = self._clock()
         self._unfixable = 0
         self._answered = True
         self._recent.append(False)
-        self._ok_times.append(now)
-        latencies = self._latencies
-        latencies.append(now - started)
-        if len(latencies) >= STALL_SAMPLES and self.stats.requests % STALL_SAMPLES == 0:
-            ordered = sorted(latencies)
-            p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-            self._deadline = min(self.limits.timeout, max(self.stall_floor, STALL_FACTOR * p99))
+        self._ok_times.append(self._clock())
         if headers is not None:
             self._learn_headers(parse_rate_headers(headers(value)))
         used = used_tokens(value) if used_tokens is not None else None
@@ -496,19 +490,6 @@ class Scheduler:
             self.stats.connection_errors += 1
         elif kind is Failure.MALFORMED:
             self.stats.malformed += 1
-
-
-async def _within(seconds: float, call: Callable[[], Awaitable[T]]) -> T:
-    """Await ``call()`` with a deadline, in the current task.
-
-    ``asyncio.timeout`` runs the call inline, so it starts in the same loop step as the
-    admission check before it; ``wait_for`` (the fallback before 3.11) wraps it in a task
-    that starts a step later.
-    """
-    if hasattr(asyncio, "timeout"):
-        async with asyncio.timeout(seconds):
-            return await call()
-    return await asyncio.wait_for(call(), seconds)
 
 
 _lock = threading.Lock()

@@ -108,34 +108,60 @@ def test_429s_that_cluster_or_ask_for_a_pause_cut_the_rate() -> None:
     assert sched.rate() is not None  # the pace now comes from the 429s
 
 
-def test_a_stalled_attempt_is_cut_at_the_learned_deadline_and_retried() -> None:
-    sched = make(4, timeout=30.0)
-    sched.stall_floor = 0.05
-    stalls = 0
+class StallOnce:
+    """A call whose first attempt stalls for 30 s; later ones answer in a millisecond."""
 
-    async def stall_once() -> str:
-        nonlocal stalls
-        if stalls == 0:
-            stalls += 1
+    def __init__(self) -> None:
+        self.stalls = 0
+
+    async def __call__(self) -> str:
+        if self.stalls == 0:
+            self.stalls += 1
             await asyncio.sleep(30)
         await asyncio.sleep(0.001)
         return "ok"
 
-    async def quick() -> str:
-        await asyncio.sleep(0.001)
-        return "ok"
+
+async def quick() -> str:
+    await asyncio.sleep(0.001)
+    return "ok"
+
+
+def test_a_stalled_attempt_is_cut_at_the_learned_deadline_and_retried() -> None:
+    sched = make(4, timeout=30.0)
+    sched.stall_floor = 0.05
 
     async def body() -> float:
         for _ in range(40):
             await sched.run(quick)
         t0 = asyncio.get_running_loop().time()
-        done = await sched.run(stall_once)
+        done = await sched.run(StallOnce())
         assert done.attempts == 2
         return asyncio.get_running_loop().time() - t0
 
     elapsed = run(body)
     assert sched.stall_deadline is not None and sched.stall_deadline < 1.0
     assert elapsed < 1.0  # not the 30 s timeout
+    assert sched.stats.stalled == 1
+
+
+def test_an_attempt_already_in_flight_when_the_deadline_is_learned_is_held_to_it() -> None:
+    sched = make(4, timeout=30.0)
+    sched.stall_floor = 0.05
+
+    async def body() -> float:
+        await sched.run(quick)  # the endpoint has answered: all four slots open
+        t0 = asyncio.get_running_loop().time()
+        stalled = asyncio.create_task(sched.run(StallOnce()))
+        await asyncio.sleep(0.01)  # it started under the 30 s timeout, nothing learned yet
+        assert sched.stall_deadline is None
+        for _ in range(40):
+            await sched.run(quick)
+        done = await stalled
+        assert done.attempts == 2
+        return asyncio.get_running_loop().time() - t0
+
+    assert run(body) < 1.0
     assert sched.stats.stalled == 1
 
 
