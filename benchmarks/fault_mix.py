@@ -6,9 +6,10 @@ The test server (a child process) answers after 5 ms, with 15% 429s carrying `Re
 5% 500s, 2% replies that stall for 20 s and 3% garbage bodies. `groundedness` runs over the rows
 with the cache off. Prints rows/s, whether every row is accounted for (in outputs.jsonl, ok or
 failed), whether the scored rows equal a fault-free run's (a garbage reply is a 200 with a
-well-formed completion of nonsense, so its row has no score, as it would with a real judge), the 429s taken as overload, the
-stalled attempts cut at the learned deadline, and a ceiling measured in the same run: a minimal
-aiohttp client firing the same requests at a fault-free server at the same concurrency.
+well-formed completion of nonsense, so its row has no score, as with a real judge), the 429s
+taken as overload, the stalled attempts cut at the learned deadline, and a ceiling measured in
+the same run: a minimal aiohttp client firing the same requests at a fault-free server at the
+same concurrency.
 Median (range) over the runs, with the machine's load. Target: >= 50 rows/s, all rows
 accounted for, scores equal.
 """
