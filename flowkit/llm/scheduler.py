@@ -102,6 +102,8 @@ second for per-minute limits): a slow probe, so the pace settles just under the 
 CLIMB = 0.01
 """After the first cut (from a success rate measured while unpaced, which pauses make too
 low) the learned rate compounds by this much per 1/60 of the window until a paced cut."""
+TOKEN_LEARNING = 0.2
+"""Weight of each reply's used/estimated tokens in the running correction of the estimates."""
 CLUSTER = (12, 20)
 """A 429 without a pause request is overload when at least 12 of the last 20 replies were 429:
 scattered 429s at a 15% rate reach that about once in a million windows, an endpoint over its
@@ -150,6 +152,8 @@ class Scheduler:
         self._overloads: list[float] = []  # times of recent overload 429s while paced
         self._rpm: TokenBucket | None = None
         self._tpm: TokenBucket | None = None
+        self._token_scale = 1.0  # used tokens / estimated, learned from replies' usage
+        self._token_samples = 0
         self._repace()
         self._recent: deque[bool] = deque(maxlen=CLUSTER[1])  # was each reply a 429?
         self._ok_times: deque[float] = deque()
@@ -244,15 +248,18 @@ class Scheduler:
             await self._acquire()
             generation = self._generation
             delay = 0.0
+            # The estimate, scaled by how far off past estimates were: a waiter's wait is fixed
+            # when it queues, so a refund after the reply cannot give back an overcharge.
+            charge = max(1, round(tokens * self._token_scale)) if tokens > 0 else 0
             try:
-                await self._admit(tokens)
+                await self._admit(charge)
                 self._check_down()
                 self.stats.requests += 1
                 try:
                     value = await self._stalls.run(ceiling, call)
                 except Exception as exc:
                     if self._tpm is not None:
-                        self._tpm.adjust(-tokens)  # providers do not bill failed calls
+                        self._tpm.adjust(-charge)  # providers do not bill failed calls
                     stalled = isinstance(exc, Stalled)
                     verdict = classify(exc)
                     self._on_failure(verdict, generation, stalled)
@@ -271,7 +278,7 @@ class Scheduler:
                             rng=self._rng,
                         )
                 else:
-                    self._on_success(value, tokens, used_tokens, headers)
+                    self._on_success(value, tokens, charge, used_tokens, headers)
                     return Attempted(value, retry + 1)
             finally:
                 self._release()
@@ -441,6 +448,7 @@ class Scheduler:
         self,
         value: T,
         tokens: int,
+        charge: int,
         used_tokens: Callable[[T], int | None] | None,
         headers: Callable[[T], Mapping[str, str] | None] | None,
     ) -> None:
@@ -448,12 +456,18 @@ class Scheduler:
         self._answered = True
         self._recent.append(False)
         self._ok_times.append(self._clock())
-        if headers is not None:
-            self._learn_headers(parse_rate_headers(headers(value)))
         used = used_tokens(value) if used_tokens is not None else None
         if used is not None and self._tpm is not None:
-            self._tpm.adjust(used - tokens)
+            self._tpm.adjust(used - charge)
+        if used is not None and tokens > 0:
+            # A plain mean over the first replies (the first one alone sets it: the requests
+            # that queued behind it are charged right), then a running average.
+            self._token_samples += 1
+            weight = max(TOKEN_LEARNING, 1.0 / self._token_samples)
+            self._token_scale += weight * (used / tokens - self._token_scale)
         self.stats.tokens += used if used is not None else tokens
+        if headers is not None:  # last: what the server says is left beats any refund
+            self._learn_headers(parse_rate_headers(headers(value)))
 
     def _on_failure(self, verdict: Verdict, generation: int, stalled: bool) -> None:
         kind = verdict.kind
@@ -476,7 +490,8 @@ class Scheduler:
                 self.stats.overloads += 1
                 # A known limit already sets the pace; only a cluster of 429s says it is wrong
                 # (e.g. another client shares the quota).
-                if clustered or (self._header_rpm is None and not self.limits.rpm):
+                known = (self._header_rpm, self._header_tpm, self.limits.rpm, self.limits.tpm)
+                if clustered or not any(known):
                     self._cut(generation)
             if verdict.retry_after:
                 self._pause(verdict.retry_after)  # the quota is shared: everyone waits

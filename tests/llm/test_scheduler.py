@@ -285,6 +285,35 @@ def test_token_bucket_debt_keeps_the_long_run_rate() -> None:
     assert bucket.level == pytest.approx(-10.0)
 
 
+def test_a_pause_or_a_lower_count_from_the_server_moves_turns_already_queued() -> None:
+    async def body() -> list[float]:
+        bucket = TokenBucket(600, window=6.0)  # 100/s, burst 10
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        for _ in range(10):
+            await bucket.acquire(1)  # the burst is spent: the next turns are 10 ms apart
+        queued = [asyncio.create_task(bucket.acquire(1)) for _ in range(3)]
+        await asyncio.sleep(0)  # all three have reserved their turn
+        bucket.hold_until(time.monotonic() + 0.2)  # a 429 asked for a 200 ms pause
+        await asyncio.gather(*queued)
+        return [loop.time() - t0]
+
+    # Without the move they would have gone at 10, 20 and 30 ms, inside the pause.
+    assert run(body)[0] >= 0.2
+
+
+def test_the_token_estimate_is_corrected_by_usage_from_the_first_reply() -> None:
+    sched = make(4, tpm=60_000)
+
+    async def body() -> None:
+        await sched.run(Script([], value="r"), tokens=300, used_tokens=lambda _: 100)
+
+    run(body)
+    # The requests queued behind that reply are charged 100, not 300: their waits are fixed
+    # when they queue, so a refund after their replies could not give the time back.
+    assert sched._token_scale == pytest.approx(1 / 3)
+
+
 def test_cancelled_callers_release_their_slot() -> None:
     sched = make(1)
 
