@@ -8,14 +8,16 @@ nor the GIL with the client). Nothing can go faster than concurrency / latency r
 Each run also measures a raw ceiling: a minimal aiohttp client firing the same number of
 requests at the same server with the same concurrency. Prints, per concurrency, flowkit's rate
 as a fraction of concurrency/latency and of the raw client's own rate, as the median (range)
-over the runs, with the machine's load. Targets: c=32 >= 0.90 of the limit; c=128 >= 0.75 of
-the limit and >= 0.90 of the raw client.
+over the runs, with the CPU flowkit's process spent per row and the machine's load.
+Targets: c=32 >= 0.90 of the limit; c=128 >= 0.75 of the limit and >= 0.90 of the raw client.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
+import time
 from pathlib import Path
 
 from common import load_average, raw_ceiling, spread, timed_groundedness, write_rows
@@ -36,10 +38,11 @@ def main() -> None:
         with serve_subprocess(ServerConfig(latency=args.latency)) as srv:
             for concurrency in args.concurrency:
                 limit = concurrency / args.latency
-                of_limit, of_raw, raws = [], [], []
+                of_limit, of_raw, raws, cpu = [], [], [], []
                 for run in range(args.runs):
                     raw = raw_ceiling(srv.base_url, args.rows, concurrency)
                     srv.reset()
+                    cpu_start = time.process_time()  # this process only: not the server's
                     elapsed = timed_groundedness(
                         data,
                         args.rows,
@@ -48,6 +51,7 @@ def main() -> None:
                         concurrency,
                         max_retries=2,
                     )
+                    cpu.append((time.process_time() - cpu_start) / args.rows * 1000)
                     assert srv.stats()["chat_completions"] == args.rows
                     rate = args.rows / elapsed
                     of_limit.append(rate / limit)
@@ -56,7 +60,8 @@ def main() -> None:
                 print(
                     f"llm-bound c={concurrency} latency={args.latency}s rows={args.rows}: "
                     f"flowkit/limit {spread(of_limit)}, flowkit/raw {spread(of_raw)}, "
-                    f"raw/limit {spread(raws)} over {args.runs} runs; {load_average()}",
+                    f"raw/limit {spread(raws)} over {args.runs} runs; cpu/row "
+                    f"{statistics.median(cpu):.2f} ms; {load_average()}",
                     flush=True,
                 )
 
