@@ -7,10 +7,15 @@ The benchmarks import this as `common`: Python puts a script's own folder first 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 import flowkit
 from flowkit.llm import load_settings, reset_schedulers
@@ -24,15 +29,14 @@ def write_rows(path: Path, rows: int) -> Path:
     return path
 
 
-def timed_groundedness(
-    data: Path, rows: int, folder: Path, base_url: str, concurrency: int, **limits: Any
-) -> float:
-    """Seconds to run `groundedness` over ``data`` (``rows`` rows, every one must succeed) with
-    the cache off, at ``concurrency``, into folder/run. folder/flowkit.yaml names the one
-    connection: ``base_url`` with ``limits`` (max_retries, rpm, …) and the run's concurrency as
-    its own in-flight limit, so that limit is never the bottleneck being measured."""
+def run_groundedness(
+    data: Path, folder: Path, base_url: str, concurrency: int, **limits: Any
+) -> tuple[float, Any]:
+    """(seconds, RunResult) of `groundedness` over ``data`` with the cache off, at
+    ``concurrency``, into folder/run. folder/flowkit.yaml names the one connection: ``base_url``
+    with ``limits`` (max_retries, rpm, …); its in-flight limit is the run's concurrency."""
     folder.mkdir()
-    connection = {"base_url": base_url, "concurrency": concurrency, **limits}
+    connection = {"base_url": base_url, **limits}
     # A JSON object is a YAML flow mapping.
     (folder / "flowkit.yaml").write_text(
         f"default_model: flowkit-test\nconnections:\n  local: {json.dumps(connection)}\n"
@@ -47,6 +51,53 @@ def timed_groundedness(
         concurrency=concurrency,
         output=folder / "run",
     )
-    elapsed = time.perf_counter() - start
+    return time.perf_counter() - start, result
+
+
+def timed_groundedness(
+    data: Path, rows: int, folder: Path, base_url: str, concurrency: int, **limits: Any
+) -> float:
+    """Seconds :func:`run_groundedness` takes; every one of the ``rows`` rows must succeed."""
+    elapsed, result = run_groundedness(data, folder, base_url, concurrency, **limits)
     assert result.counts["succeeded"] == rows, result.counts
     return elapsed
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average and core count, printed with every figure: on a
+    shared machine the figures mean little without it."""
+    one, _, _ = os.getloadavg()
+    return f"load {one:.1f} on {os.cpu_count()} cores"
+
+
+def spread(values: list[float]) -> str:
+    """Median and range of repeated runs, e.g. ``0.93 (0.91-0.95)``."""
+    ordered = sorted(values)
+    return f"{statistics.median(ordered):.2f} ({ordered[0]:.2f}-{ordered[-1]:.2f})"
+
+
+def raw_ceiling(base_url: str, rows: int, concurrency: int) -> float:
+    """Rows per second a minimal async client (aiohttp, no SDK, no scheduler) gets firing the
+    same judge requests at the same server with ``concurrency`` in flight: the ceiling the
+    machine and server allow, measured in the same run as flowkit's figure."""
+
+    async def main() -> float:
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            todo = iter(range(rows))
+
+            async def worker() -> None:
+                for i in todo:
+                    body = {
+                        "model": "flowkit-test",
+                        "messages": [{"role": "user", "content": f"Fact {i}. Answer {i}."}],
+                    }
+                    async with session.post(f"{base_url}/chat/completions", json=body) as resp:
+                        assert resp.status == 200, resp.status
+                        await resp.json()
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return rows / (time.perf_counter() - start)
+
+    return asyncio.run(main())

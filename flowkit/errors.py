@@ -90,3 +90,10 @@ def display(path: Path) -> str:
     except ValueError:
         return str(path)
     return str(path) if rel.startswith("..") else rel
+
+
+class EndpointError(FlowkitError):
+    """A model endpoint that fails every call for a reason no retry can fix (bad key, no such
+    model, refused, unknown host): the run stops, keeping the rows that finished."""
+
+    exit_code = 1

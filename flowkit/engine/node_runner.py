@@ -28,6 +28,7 @@ from flowkit.engine.records import (
     llm_call,
 )
 from flowkit.engine.scope import Scope, when_holds
+from flowkit.errors import EndpointError
 from flowkit.flow.graph import Flow, Node
 from flowkit.flow.refs import MissingValue
 from flowkit.kinds import NodeResult
@@ -158,6 +159,8 @@ class NodeRunner:
     ) -> None:
         try:
             result = await kinds.get(node.kind).run(node, inputs, self.ctx)
+        except EndpointError:
+            raise  # not this row's failure: the endpoint is down, and the run stops
         except Exception as err:
             self._fail(node, scope, line, qual, inputs, err, start)
             return

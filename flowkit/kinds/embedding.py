@@ -79,7 +79,11 @@ class EmbeddingKind(Kind):
 
     def prepare(self, node: Node, ctx: Any) -> None:
         endpoint = ctx.settings.check_embedding(
-            ctx.flow_name, node.name, node.spec.connection, node.spec.model
+            ctx.flow_name,
+            node.name,
+            node.spec.connection,
+            node.spec.model,
+            ctx.options.concurrency,  # the endpoint's in-flight limit unless it sets one
         )
         node.impl = endpoint
         node.key_parts = {"model": endpoint.model}

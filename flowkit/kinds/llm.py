@@ -104,7 +104,13 @@ class LlmKind(Kind):
     def prepare(self, node: Node, ctx: Any) -> None:
         spec = node.spec
         model = spec.model or (None if ctx.settings.default_model else spec.model_default)
-        endpoint = ctx.settings.check(ctx.flow_name, node.name, spec.connection, model)
+        endpoint = ctx.settings.check(
+            ctx.flow_name,
+            node.name,
+            spec.connection,
+            model,
+            ctx.options.concurrency,  # the endpoint's in-flight limit unless it sets one
+        )
         node.impl.endpoint = endpoint
         # The model enters the key, the server address does not: a cache is meant to survive
         # moving between equivalent endpoints (see README, "Cache").

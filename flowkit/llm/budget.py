@@ -45,30 +45,65 @@ class TokenBucket:
         self._sleep = sleep
         self._level = self.capacity
         self._stamp = clock()
+        self._shift = 0.0  # seconds queued reservations were moved later (pauses, syncs)
 
     def _refill(self) -> None:
         now = self._clock()
-        self._level = min(self.capacity, self._level + (now - self._stamp) * self.rate)
-        self._stamp = now
+        if now > self._stamp:  # a hold (see ``hold_until``) puts the stamp in the future
+            self._level = min(self.capacity, self._level + (now - self._stamp) * self.rate)
+            self._stamp = now
+
+    def set_rate(self, per_window: float, window: float = 60.0) -> None:
+        """Change the pace (a limit learned from headers or from 429s); the level is kept."""
+        self._refill()
+        self.rate = per_window / window
+        self.capacity = max(1.0, per_window / 60.0)
+        self._level = min(self._level, self.capacity)
+
+    def _due(self) -> float:
+        """When the level will be back to zero: reservations already made fall due in order
+        behind it, so moving it later moves them all."""
+        return max(self._stamp, self._clock()) + max(0.0, -self._level) / self.rate
+
+    def hold_until(self, when: float) -> None:
+        """Empty the bucket and refill it only from ``when`` (the end of a server-requested
+        pause), so requests that queued during the pause leave at the pace, not in a burst."""
+        self._refill()
+        due = self._due()
+        self._level = min(self._level, 0.0)
+        self._stamp = max(self._stamp, when)
+        self._shift += max(0.0, self._due() - due)
+
+    def sync(self, remaining: float) -> None:
+        """Believe the server when it says less is left than this bucket thinks."""
+        self._refill()
+        due = self._due()
+        self._level = min(self._level, remaining)
+        self._shift += max(0.0, self._due() - due)
 
     def reserve(self, amount: float) -> float:
         """Take ``amount`` now and return how many seconds the caller must wait before using it."""
         self._refill()
         need = min(amount, self.capacity)
         wait = 0.0 if self._level >= need else (need - self._level) / self.rate
+        wait += max(0.0, self._stamp - self._clock())
         self._level -= amount
         return wait
 
     async def acquire(self, amount: float = 1.0) -> float:
         """Wait until ``amount`` fits the budget; returns the seconds waited."""
-        wait = self.reserve(amount)
-        if wait > 0:
-            try:
+        shift = self._shift
+        wait = total = self.reserve(amount)
+        try:
+            while wait > 0:
                 await self._sleep(wait)
-            except asyncio.CancelledError:
-                self.adjust(-amount)
-                raise
-        return wait
+                # A pause or a server's lower count that came meanwhile moves this turn too.
+                wait, shift = self._shift - shift, self._shift
+                total += wait
+        except asyncio.CancelledError:
+            self.adjust(-amount)
+            raise
+        return total
 
     def adjust(self, delta: float) -> None:
         """Charge ``delta`` more units (or refund, if negative) once the true cost is known."""

@@ -1,5 +1,5 @@
-"""Chat and embedding calls through shared SDK clients: one per endpoint and event loop, or a
-few taken in turn when the endpoint allows many requests at once (see REQUESTS_PER_CLIENT).
+"""Chat and embedding calls through shared SDK clients: one per endpoint and event loop, on the
+SDK's aiohttp transport with a pool sized to the endpoint's in-flight limit.
 
 Creating an ``openai.AsyncOpenAI`` is measurably expensive (each one loads the system
 certificate store), so a process keeps one per endpoint.  But a client's connection pool
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import json
 import threading
 import weakref
@@ -25,10 +24,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
+from openai._constants import RAW_RESPONSE_HEADER
 
 from flowkit.llm.config import OPENAI_PUBLIC_URL, Endpoint
+from flowkit.llm.retry import connection_cause
 from flowkit.llm.scheduler import Scheduler, scheduler_for
 
 Client = openai.AsyncOpenAI
@@ -36,13 +38,14 @@ Client = openai.AsyncOpenAI
 # Worker threads (the threading backend) each run their own loop, hence the lock; it is
 # only ever held for dictionary bookkeeping, never across an await.
 _lock = threading.Lock()
-_clients: dict[tuple[tuple[str, ...], int, int], Client] = {}
+_clients: dict[tuple[tuple[str, ...], int], Client] = {}
 # Loop id -> (weak ref to the loop, its guard). The guard only knows the id, so holding it
 # here does not keep the loop alive.
 _loops: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncIterator[None]]] = {}
 _created = 0
 
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+_RAW = {RAW_RESPONSE_HEADER: "true"}  # makes the client return the response, headers and all
 _UNSUPPORTED = frozenset({"stream", "stream_options"})
 
 
@@ -104,9 +107,31 @@ def _forget_dead_loops(current: asyncio.AbstractEventLoop) -> None:
                 del _clients[key]
 
 
+def _transport(concurrency: int) -> Any:
+    """The SDK's aiohttp transport (the ``openai[aiohttp]`` extra, a dependency), its pool sized
+    to the endpoint's in-flight limit. Measured at about 60% of the CPU per request of the
+    default httpx transport (benchmarks/llm_bound.py). None (the SDK's default) only when the
+    extra is missing."""
+    default = openai.DEFAULT_CONNECTION_LIMITS
+    try:
+        return openai.DefaultAioHttpClient(
+            limits=type(default)(
+                max_connections=concurrency,
+                max_keepalive_connections=concurrency,
+                keepalive_expiry=default.keepalive_expiry,
+            )
+        )
+    except (AttributeError, RuntimeError):  # an SDK too old for it, or without the extra
+        return None
+
+
 def _build(endpoint: Endpoint) -> Client:
     key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
     timeout = endpoint.limits.timeout
+    # aiohttp refuses a URL that carries credentials beside the SDK's Authorization header;
+    # httpx sends them (as Basic auth), as users of such gateways expect.
+    with_userinfo = "@" in urlsplit(endpoint.url).netloc
+    transport = None if with_userinfo else _transport(endpoint.limits.concurrency)
     if endpoint.kind == "azure":
         return openai.AsyncAzureOpenAI(
             azure_endpoint=endpoint.azure_endpoint or "",
@@ -114,6 +139,7 @@ def _build(endpoint: Endpoint) -> Client:
             api_key=key,
             max_retries=0,
             timeout=timeout,
+            http_client=transport,
         )
     # Local OpenAI-compatible servers need no key, but the SDK insists on one.
     return openai.AsyncOpenAI(
@@ -121,23 +147,15 @@ def _build(endpoint: Endpoint) -> Client:
         base_url=endpoint.base_url or OPENAI_PUBLIC_URL,
         max_retries=0,
         timeout=timeout,
+        http_client=transport,
     )
 
 
-# In-flight requests per client. The SDK's connection pool looks at every connection it holds
-# on every request, so one pool serving 128 requests at once spends more CPU on that than on
-# the requests; a few clients, each holding a share of the connections, keep it cheap.
-REQUESTS_PER_CLIENT = 16
-_turn = itertools.count()
-
-
 async def get_client(endpoint: Endpoint) -> Client:
-    """A client for ``endpoint`` in the running event loop, created on first use (one of a few,
-    in turn, when the endpoint allows many requests at once)."""
+    """The client for ``endpoint`` in the running event loop, created on first use."""
     global _created
     loop = asyncio.get_running_loop()
-    shards = -(-endpoint.limits.concurrency // REQUESTS_PER_CLIENT)
-    key = (endpoint.identity(), id(loop), next(_turn) % shards if shards > 1 else 0)
+    key = (endpoint.identity(), id(loop))
     guard: AsyncIterator[None] | None = None
     with _lock:
         client = _clients.get(key)
@@ -244,6 +262,25 @@ def _without_key(err: Exception, secrets: list[str]) -> Exception:
     return clean
 
 
+def _second(pair: tuple[Any, Any]) -> Any:
+    return pair[1]
+
+
+def _explained(err: Exception, endpoint: Endpoint, timeout: float, secrets: list[str]) -> Exception:
+    """``err`` fit to be shown: secrets masked (a password in the URL included), and a failure
+    that got no reply saying which (refused, DNS, TLS, timeout) and where. The SDK's own text
+    is just "Connection error."."""
+    if isinstance(err, openai.APIConnectionError):  # APITimeoutError included
+        cause, unfixable = connection_cause(err)
+        if unfixable or not isinstance(err, openai.APITimeoutError):
+            message = f"{cause}: {endpoint.url}"
+            err = openai.APIConnectionError(message=message, request=err.request)
+            return _without_key(err, secrets)
+    if isinstance(err, openai.APITimeoutError | TimeoutError):
+        err = TimeoutError(f"timed out: no reply from {endpoint.url} within {timeout:g}s")
+    return _without_key(err, secrets)
+
+
 def masked(value: Any, secrets: list[str]) -> Any:
     """``value`` with each secret replaced by ****, in strings at any depth."""
     if isinstance(value, str):
@@ -273,37 +310,44 @@ class MalformedReply(json.JSONDecodeError):
         return (MalformedReply, (self.what,))
 
 
-def checked_completion(response: Any) -> Any:
-    """``response`` if it is a chat completion with at least one choice holding a message;
-    else ``MalformedReply`` (an HTML page, ``{"hello": "world"}``, ``choices: null``...)."""
-    if isinstance(response, (str, bytes)):
-        text = response if isinstance(response, str) else response.decode("utf-8", "replace")
-        raise MalformedReply(f"a body of text starting {text[:60]!r}")
-    choices = getattr(response, "choices", None)
+def checked_completion(response: Any) -> dict[str, Any]:
+    """``response`` (the reply's JSON) if it is a chat completion with at least one choice
+    holding a message; else ``MalformedReply`` (``{"hello": "world"}``, ``choices: null``, a
+    JSON string…)."""
+    if not isinstance(response, dict):
+        raise MalformedReply(f"a JSON {type(response).__name__} starting {str(response)[:60]!r}")
+    choices = response.get("choices")
     if not isinstance(choices, list) or not choices:
         raise MalformedReply(
             f"'choices' is {'an empty list' if choices == [] else 'missing or null'}"
         )
     for choice in choices:
-        if getattr(choice, "message", None) is None:
+        if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
             raise MalformedReply("a choice has no 'message'")
     return response
 
 
-def _usage(raw: Any) -> dict[str, int]:
-    if raw is None:
+def _usage(raw: dict[str, Any] | None) -> dict[str, int]:
+    if not raw:
         return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-    prompt = int(getattr(raw, "prompt_tokens", 0) or 0)
-    completion = int(getattr(raw, "completion_tokens", 0) or 0)
-    total = int(getattr(raw, "total_tokens", 0) or 0) or prompt + completion
+    prompt = int(raw.get("prompt_tokens") or 0)
+    completion = int(raw.get("completion_tokens") or 0)
+    total = int(raw.get("total_tokens") or 0) or prompt + completion
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
 
 
-def _first_top_logprobs(choice: Any) -> list[dict[str, Any]] | None:
-    content = getattr(getattr(choice, "logprobs", None), "content", None)
+def _total_tokens(reply: tuple[dict[str, Any], Any]) -> int | None:
+    usage = reply[0].get("usage")
+    return _usage(usage)["total_tokens"] if usage else None
+
+
+def _first_top_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]] | None:
+    content = (choice.get("logprobs") or {}).get("content")
     if not content:
         return None
-    return [{"token": t.token, "logprob": t.logprob} for t in content[0].top_logprobs or []]
+    return [
+        {"token": t["token"], "logprob": t["logprob"]} for t in content[0].get("top_logprobs") or []
+    ]
 
 
 async def chat(
@@ -333,36 +377,54 @@ async def chat(
     )
     target = endpoint.deployment or model
 
+    body = {"model": target, "messages": messages, **kwargs}
+    body.update(body.pop("extra_body", None) or {})
+    # What ``create`` would send as headers and query, not in the body.
+    options: Any = {
+        "headers": {**(body.pop("extra_headers", None) or {}), **_RAW},
+        "timeout": attempt_timeout,
+    }
+    if query := body.pop("extra_query", None):
+        options["params"] = query
+
     async def call() -> Any:
-        return checked_completion(
-            await client.chat.completions.create(
-                model=target, messages=messages, timeout=attempt_timeout, **kwargs
-            )
-        )
+        # The client's own post: the same URL building (Azure deployments included), auth,
+        # headers and error types as ``chat.completions.create``, without its per-call
+        # transform of the (already plain JSON) params, and read as plain JSON rather than
+        # pydantic models; the raw response also gives the rate-limit headers.
+        raw = await client.post("/chat/completions", body=body, cast_to=object, options=options)
+        try:
+            reply = raw.http_response.json()
+        except ValueError:  # an HTML page from a gateway, a body cut off in transit
+            text = raw.http_response.text
+            raise MalformedReply(f"a body of text starting {text[:60]!r}") from None
+        return checked_completion(reply), raw.headers
 
     try:
         done = await sched.run(
             call,
             tokens=estimate_tokens(messages, params),
-            used_tokens=lambda r: _usage(r.usage)["total_tokens"] if r.usage else None,
+            used_tokens=_total_tokens,
+            headers=_second,
             timeout=attempt_timeout,
         )
     except Exception as err:
-        raise _without_key(err, secrets) from None
-    response = done.value
-    choices = list(response.choices or [])
+        raise _explained(err, endpoint, attempt_timeout, secrets) from None
+    response = done.value[0]
+    choices = response.get("choices") or []
+    messages_out = [c.get("message") or {} for c in choices]
     # A server that echoes the request's headers must not get them recorded.
-    texts = masked([(c.message.content or "") if c.message else "" for c in choices], secrets)
-    first = choices[0] if choices else None
+    texts = masked([m.get("content") or "" for m in messages_out], secrets)
+    first = choices[0] if choices else {}
     return ChatResult(
         text=texts[0] if texts else "",
         texts=texts,
-        finish_reason=first.finish_reason if first else None,
-        usage=_usage(response.usage),
-        model=response.model or model,
-        top_logprobs=_first_top_logprobs(first) if first else None,
+        finish_reason=first.get("finish_reason"),
+        usage=_usage(response.get("usage")),
+        model=response.get("model") or model,
+        top_logprobs=_first_top_logprobs(first),
         attempts=done.attempts,
-        refusal=getattr(first.message, "refusal", None) if first and first.message else None,
+        refusal=messages_out[0].get("refusal") if messages_out else None,
     )
 
 
@@ -388,22 +450,26 @@ async def embed(
     client = await get_client(endpoint)
     attempt_timeout = timeout if timeout is not None else endpoint.limits.timeout
 
+    create = client.embeddings.with_raw_response.create
+
     async def one(batch: list[str]) -> Any:
         async def call() -> Any:
-            return await client.embeddings.create(
+            raw = await create(
                 model=model, input=batch, encoding_format="float", timeout=attempt_timeout
             )
+            return raw.parse(), raw.headers
 
         try:
             done = await sched.run(
                 call,
                 tokens=sum(len(t) for t in batch) // 4 + len(batch),
-                used_tokens=lambda r: r.usage.total_tokens if r.usage else None,
+                used_tokens=lambda r: r[0].usage.total_tokens if r[0].usage else None,
+                headers=_second,
                 timeout=attempt_timeout,
             )
         except Exception as err:
-            raise _without_key(err, endpoint.secrets()) from None
-        return done.value
+            raise _explained(err, endpoint, attempt_timeout, endpoint.secrets()) from None
+        return done.value[0]
 
     batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
     responses = await asyncio.gather(*(one(b) for b in batches))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,7 +42,8 @@ class Limits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     concurrency: int = Field(16, ge=1)
-    """Most requests in flight at once; the adaptive limit starts here and never exceeds it."""
+    """Most requests in flight at once; a connection that does not set it takes the run's
+    ``--concurrency``."""
     rpm: int | None = Field(None, ge=1)
     """Requests-per-minute budget, or None for no budget."""
     tpm: int | None = Field(None, ge=1)
@@ -260,18 +262,42 @@ class Settings(BaseModel):
         return self._resolve("an llm node", node_connection, node_model)
 
     def check(
-        self, flow_name: str, node_name: str, connection: str | None, model: str | None
+        self,
+        flow_name: str,
+        node_name: str,
+        connection: str | None,
+        model: str | None,
+        concurrency: int | None = None,
     ) -> Endpoint:
-        """Validate one node's model configuration before any row runs; returns the endpoint."""
-        return self._resolve(f"flow '{flow_name}' node '{node_name}'", connection, model)
+        """Validate one node's model configuration before any row runs; returns the endpoint.
+
+        ``concurrency`` is the run's: it becomes the endpoint's in-flight limit when the
+        connection sets none, and a note is logged when the connection sets another.
+        """
+        return self._resolve(
+            f"flow '{flow_name}' node '{node_name}'", connection, model, concurrency
+        )
 
     def check_embedding(
-        self, flow_name: str, node_name: str, connection: str | None, model: str | None
+        self,
+        flow_name: str,
+        node_name: str,
+        connection: str | None,
+        model: str | None,
+        concurrency: int | None = None,
     ) -> Endpoint:
         """:meth:`check` for an embedding node, whose fallback is the embedding model."""
-        return self.check(flow_name, node_name, connection, model or self.default_embedding_model)
+        return self.check(
+            flow_name, node_name, connection, model or self.default_embedding_model, concurrency
+        )
 
-    def _resolve(self, who: str, node_connection: str | None, node_model: str | None) -> Endpoint:
+    def _resolve(
+        self,
+        who: str,
+        node_connection: str | None,
+        node_model: str | None,
+        run_concurrency: int | None = None,
+    ) -> Endpoint:
         name = node_connection or self.default_connection
         if name is None and len(self.connections) == 1:
             name = next(iter(self.connections))
@@ -316,6 +342,17 @@ class Settings(BaseModel):
                     f"{who} uses Azure connection '{name}', which lacks {' and '.join(missing)} "
                     "(set it in flowkit.yaml, or AZURE_OPENAI_ENDPOINT / OPENAI_API_VERSION)"
                 )
+        limits = conn.limits()
+        if run_concurrency is not None:
+            if "concurrency" not in conn.model_fields_set:
+                limits = limits.model_copy(update={"concurrency": run_concurrency})
+            elif conn.concurrency != run_concurrency:
+                _note_once(
+                    f"connection '{name}' allows {conn.concurrency} requests in flight "
+                    f"(its concurrency setting); the run's --concurrency is {run_concurrency}, "
+                    f"so at most {min(conn.concurrency, run_concurrency)} of its rows wait "
+                    "on it at once"
+                )
         return Endpoint(
             connection=name,
             kind=conn.type,
@@ -324,9 +361,22 @@ class Settings(BaseModel):
             azure_endpoint=conn.azure_endpoint if conn.type == "azure" else None,
             api_version=conn.api_version if conn.type == "azure" else None,
             deployment=conn.deployment if conn.type == "azure" else None,
-            limits=conn.limits(),
+            limits=limits,
             api_key=conn.api_key,
         )
+
+
+_noted: set[str] = set()
+
+
+def _note_once(message: str) -> None:
+    """Say it at the start of the run (once per process, however many nodes share it).
+
+    Logged at WARNING on ``flowkit.llm``: with no logging set up, Python prints it to stderr.
+    """
+    if message not in _noted:
+        _noted.add(message)
+        logging.getLogger("flowkit.llm").warning("note: %s", message)
 
 
 def _env_connections(env: Mapping[str, str]) -> dict[str, Connection]:

@@ -12,12 +12,16 @@ import email.utils
 import json
 import math
 import random
+import socket
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 import openai
+
+from flowkit.llm.ratelimits import RateHeaders, parse_rate_headers
 
 MAX_RETRY_AFTER = 120.0
 """A server asking for a longer pause is reporting an exhausted quota, not congestion."""
@@ -41,6 +45,21 @@ class Verdict:
     kind: Failure
     retry_after: float | None = None
     """Seconds the server asked us to wait (0 means now), or None if it did not say."""
+    cause: str | None = None
+    """What went wrong, in words, for connection failures and unfixable statuses."""
+    unfixable: bool = False
+    """No retry can help while the endpoint stays as it is (bad key, no such model, refused,
+    unknown host): when every call fails like this, the run stops early."""
+    rates: RateHeaders | None = None
+    """The rate-limit headers the failed reply carried."""
+
+    @property
+    def overload(self) -> bool:
+        """A 429 that proves the endpoint is over its limit, not a scattered fault: it asks for
+        a positive pause or says a budget is spent. (Clustering is judged by the scheduler.)"""
+        if self.kind is not Failure.RATE_LIMIT:
+            return False
+        return bool(self.retry_after) or (self.rates is not None and self.rates.exhausted)
 
     @property
     def retryable(self) -> bool:
@@ -87,12 +106,45 @@ def parse_retry_after(
     return None
 
 
+def connection_cause(exc: BaseException) -> tuple[str, bool]:
+    """(what failed, whether retrying can fix it) for an error that got no response.
+
+    The SDK raises one ``APIConnectionError`` for everything; the reason is down its chain of
+    causes (the transport's error, then the socket error). The whole chain is searched for a
+    socket error before a timeout is believed: the SDK's aiohttp transport reports a refused
+    connection as a connect *timeout* whose cause is the ``ConnectionRefusedError``.
+    """
+    chain: list[BaseException] = []
+    node: BaseException | None = exc
+    while node is not None and all(node is not seen for seen in chain):
+        chain.append(node)
+        node = node.__cause__ or node.__context__
+    for node in chain:
+        if isinstance(node, socket.gaierror):
+            return "DNS lookup failed (unknown host)", True
+        if isinstance(node, ConnectionRefusedError):
+            return "connection refused (is the server running?)", True
+        if isinstance(node, ssl.SSLError | ssl.CertificateError):
+            return f"TLS handshake failed ({node})", True
+    for node in chain:
+        if isinstance(node, TimeoutError) or "Timeout" in type(node).__name__:
+            return "connection timed out", False
+    return "connection failed", False
+
+
+# Statuses no retry can cure while the configuration stays as it is.
+_UNFIXABLE = {401: "authentication failed (401)", 403: "access denied (403)"}
+
+
 def classify(exc: BaseException) -> Verdict:
     """Sort an exception into retryable kinds; everything unrecognised is fatal."""
-    if isinstance(exc, asyncio.TimeoutError | openai.APITimeoutError | TimeoutError):
-        return Verdict(Failure.TIMEOUT)
-    if isinstance(exc, openai.APIConnectionError):
-        return Verdict(Failure.CONNECTION)
+    if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
+        cause, unfixable = connection_cause(exc)
+        if unfixable or not isinstance(exc, openai.APITimeoutError):
+            return Verdict(Failure.CONNECTION, cause=cause, unfixable=unfixable)
+        return Verdict(Failure.TIMEOUT, cause="timed out")
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):  # one class from 3.11 on
+        return Verdict(Failure.TIMEOUT, cause="timed out")
     if isinstance(exc, json.JSONDecodeError):
         # A 200 whose body was cut off (a proxy dropping the connection): transient.
         return Verdict(Failure.MALFORMED)
@@ -101,16 +153,21 @@ def classify(exc: BaseException) -> Verdict:
         return Verdict(Failure.FATAL)
     headers = {k.lower(): v for k, v in (_headers(exc) or {}).items()}
     retry_after = parse_retry_after(headers)
+    rates = parse_rate_headers(headers)
     if retry_after is not None and retry_after > MAX_RETRY_AFTER:
-        return Verdict(Failure.FATAL, retry_after)
+        return Verdict(Failure.FATAL, retry_after, rates=rates)
     hint = headers.get("x-should-retry")
+    if status in _UNFIXABLE:
+        return Verdict(Failure.FATAL, retry_after, _UNFIXABLE[status], True, rates)
+    if status == 404:
+        return Verdict(Failure.FATAL, retry_after, "not found (404: no such model?)", True, rates)
     if hint == "false":
-        return Verdict(Failure.FATAL, retry_after)
+        return Verdict(Failure.FATAL, retry_after, rates=rates)
     if status == 429:
-        return Verdict(Failure.RATE_LIMIT, retry_after)
+        return Verdict(Failure.RATE_LIMIT, retry_after, rates=rates)
     if status >= 500 or status == 408 or hint == "true":
-        return Verdict(Failure.SERVER, retry_after)
-    return Verdict(Failure.FATAL, retry_after)
+        return Verdict(Failure.SERVER, retry_after, rates=rates)
+    return Verdict(Failure.FATAL, retry_after, rates=rates)
 
 
 def backoff(

@@ -112,7 +112,7 @@ def _share(settings: Any, workers: int) -> Any:
             value = getattr(conn, key, None)
             if value:
                 update[key] = max(1, math.floor(value / workers))
-        if getattr(conn, "concurrency", None):
+        if "concurrency" in getattr(conn, "model_fields_set", ()):
             update["concurrency"] = max(1, conn.concurrency // workers)
         conns[name] = conn.model_copy(update=update)
     return settings.model_copy(update={"connections": conns})

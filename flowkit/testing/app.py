@@ -114,6 +114,8 @@ class Core:
         finally:
             self.in_flight -= 1
         self.by_status[str(response.status)] += 1
+        if self.config.rate_headers:
+            response.headers.update(self.window.headers())
         return response
 
     def _check_auth(self, request: web.Request) -> None:
@@ -169,7 +171,8 @@ class Core:
         cfg = self.config
         found = replies.directives(text) if "[[" in text else {}
         try:
-            self.window.admit(time.monotonic(), tokens, cfg.rpm, cfg.tpm)
+            now = time.monotonic()
+            self.window.admit(now, tokens, cfg.rpm, cfg.tpm, cfg.limit_window, cfg.rate_headers)
         except RateLimited as exc:
             self.faults[exc.limit] += 1
             raise

@@ -38,8 +38,10 @@ class ServerConfig:
     rate_garbage: float = 0.0
     retry_after: float = 1.0
     timeout_delay: float = 30.0
-    rpm: int = 0
-    tpm: int = 0
+    rpm: int = 0  # requests per limit_window (0: unlimited), answered with 429 + Retry-After
+    tpm: int = 0  # tokens per limit_window (prompt words at admission, completion words after)
+    limit_window: float = 60.0  # the span rpm/tpm count over; a few seconds in fast tests
+    rate_headers: bool = False  # send x-ratelimit-* (OpenAI's names and formats) on replies
     seed: int = 0
     api_key: str | None = None
     embedding_dim: int = 64
@@ -47,6 +49,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         problems: list[str] = []
         numbers = ("latency", "jitter", "retry_after", "timeout_delay", "rpm", "tpm")
+        if not isinstance(self.limit_window, (int, float)) or self.limit_window <= 0:
+            problems.append(f"limit_window must be a number > 0, got {self.limit_window!r}")
         for name in (*numbers, *(f"rate_{kind}" for kind in FAULT_KINDS)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:

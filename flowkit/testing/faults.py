@@ -1,8 +1,9 @@
 """What can go wrong on purpose: OpenAI-shaped errors, injected faults and rate limits.
 
 Faults are drawn from an RNG the caller seeds per attempt, so a run is reproducible however its
-requests interleave. Rate limits keep sliding one-minute windows of admissions and tokens, and
-answer 429 with the wait a real server would advertise.
+requests interleave. Rate limits are token buckets refilled continuously (as OpenAI describes its
+own), answer 429 with the wait a real server would advertise, and can report themselves in the
+``x-ratelimit-*`` headers.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections import deque
 from typing import Any
 
 from aiohttp import web
+
+from flowkit.llm.ratelimits import format_duration
 
 
 def json_response(
@@ -93,53 +95,103 @@ def garbage(rng: random.Random) -> str:
 class RateLimited(ApiError):
     """A 429 from the rpm or tpm limit (``limit`` says which), with the wait to advertise."""
 
-    def __init__(self, wait: float, limit: str, per_minute: int) -> None:
+    def __init__(self, wait: float, limit: str, per_window: int, headers: dict[str, str]) -> None:
         wait = max(wait, 0.0)
         self.limit = limit
         unit = "requests" if limit == "rpm" else "tokens"
         super().__init__(
             429,
-            f"Rate limit reached for the flowkit test server: {per_minute} {unit} per minute; "
+            f"Rate limit reached for the flowkit test server: {per_window} {unit} per window; "
             f"retry in {wait:.2f}s",
             kind="requests",
             code="rate_limit_exceeded",
             headers={
+                **headers,
                 "Retry-After": str(math.ceil(wait)),
                 "retry-after-ms": str(math.ceil(wait * 1000)),
             },
         )
 
 
+class _Bucket:
+    """``per_window`` units per ``window`` seconds, holding at most 1/60 of the window's worth
+    (providers enforce per-minute limits over one-second slices)."""
+
+    def __init__(self, per_window: int, window: float, now: float) -> None:
+        self.per_window = per_window
+        self.rate = per_window / window
+        self.capacity = max(1.0, per_window / 60.0)
+        self.level, self.stamp = self.capacity, now
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    def wait(self, need: float) -> float:
+        """Seconds until ``need`` fits (a need above the capacity waits for a full bucket)."""
+        need = min(need, self.capacity)
+        return 0.0 if self.level >= need else (need - self.level) / self.rate
+
+    def headers(self, unit: str) -> dict[str, str]:
+        reset = (self.capacity - max(self.level, 0.0)) / self.rate
+        return {
+            f"x-ratelimit-limit-{unit}": str(self.per_window),
+            f"x-ratelimit-remaining-{unit}": str(max(0, int(self.level))),
+            f"x-ratelimit-reset-{unit}": format_duration(reset),
+        }
+
+
 class RateWindow:
-    """Requests and tokens admitted over the last minute, for rpm and tpm limits."""
+    """Request and token budgets as token buckets refilled continuously, as OpenAI's are.
+
+    ``window`` is the span ``rpm``/``tpm`` count over: 60 s normally, a few seconds in tests.
+    """
 
     def __init__(self) -> None:
-        self.admitted: deque[float] = deque()  # admission times, for rpm
-        self.spent: deque[tuple[float, int]] = deque()  # (time, tokens), for tpm
-        self.tokens = 0
+        self.requests: _Bucket | None = None
+        self.tokens: _Bucket | None = None
 
-    def admit(self, now: float, tokens: int, rpm: int, tpm: int) -> None:
-        """Admit one request and count its tokens, or raise ``RateLimited``."""
-        window, spent = self.admitted, self.spent
-        while window and window[0] <= now - 60:
-            window.popleft()
-        while spent and spent[0][0] <= now - 60:
-            self.tokens -= spent.popleft()[1]
-        if rpm and len(window) >= rpm:
-            raise RateLimited(window[0] + 60 - now, "rpm", rpm)
-        if tpm and spent and self.tokens + tokens > tpm:
-            freed, wait = 0, 60.0
-            for stamp, used in spent:
-                freed += used
-                if self.tokens - freed + tokens <= tpm:
-                    wait = stamp + 60 - now
-                    break
-            raise RateLimited(wait, "tpm", tpm)
-        if rpm:
-            window.append(now)
-        self.spend(now, tokens, tpm)
+    def _buckets(self, now: float, rpm: int, tpm: int, window: float) -> None:
+        # A live config change (POST /config) starts a fresh budget.
+        if rpm and (self.requests is None or self.requests.per_window != rpm):
+            self.requests = _Bucket(rpm, window, now)
+        if tpm and (self.tokens is None or self.tokens.per_window != tpm):
+            self.tokens = _Bucket(tpm, window, now)
+        if not rpm:
+            self.requests = None
+        if not tpm:
+            self.tokens = None
+        for bucket in (self.requests, self.tokens):
+            if bucket is not None:
+                bucket.refill(now)
+
+    def admit(
+        self, now: float, tokens: int, rpm: int, tpm: int, window: float, report: bool
+    ) -> None:
+        """Admit one request and charge its tokens, or raise ``RateLimited`` (with the rate
+        headers when ``report``)."""
+        self._buckets(now, rpm, tpm, window)
+        req, tok = self.requests, self.tokens
+        if req is not None and (wait := req.wait(1)) > 0:
+            raise RateLimited(wait, "rpm", rpm, self.headers() if report else {})
+        if tok is not None and tokens and (wait := tok.wait(tokens)) > 0:
+            raise RateLimited(wait, "tpm", tpm, self.headers() if report else {})
+        if req is not None:
+            req.level -= 1
+        if tok is not None:
+            tok.level -= tokens
 
     def spend(self, now: float, tokens: int, tpm: int) -> None:
-        if tpm and tokens:
-            self.spent.append((now, tokens))
-            self.tokens += tokens
+        """Charge tokens known only after the reply (the completion)."""
+        if tpm and self.tokens is not None and tokens:
+            self.tokens.refill(now)
+            self.tokens.level -= tokens
+
+    def headers(self) -> dict[str, str]:
+        """The x-ratelimit-* headers for the budgets in force, in OpenAI's formats."""
+        found: dict[str, str] = {}
+        if self.requests is not None:
+            found.update(self.requests.headers("requests"))
+        if self.tokens is not None:
+            found.update(self.tokens.headers("tokens"))
+        return found

@@ -36,7 +36,7 @@ def _settings(tmp: Path, base_url: str, name: str) -> object:
     (folder / "flowkit.yaml").write_text(
         "default_model: flowkit-test\n"
         "connections:\n"
-        f"  local: {{base_url: '{base_url}', concurrency: 64, timeout: 0.5, max_retries: 10,"
+        f"  local: {{base_url: '{base_url}', concurrency: 64, timeout: 2.0, max_retries: 10,"
         " backoff_base: 0.01, backoff_max: 0.05}\n"
     )
     return load_settings(folder, env={})

@@ -224,23 +224,28 @@ def test_one_client_per_endpoint_and_loop(server: LocalServer) -> None:
     assert seen[1].is_closed()
 
 
-def test_an_endpoint_with_many_requests_in_flight_spreads_them_over_a_few_clients(
+def test_an_endpoint_with_many_requests_in_flight_sends_them_all_through_one_client(
     server: LocalServer,
 ) -> None:
-    from flowkit.llm.client import REQUESTS_PER_CLIENT
+    wide = endpoint(server, FAST.model_copy(update={"concurrency": 64}))
+    server.configure(latency=0.2)  # long enough for every request to be in flight at once
 
-    wide = endpoint(server, FAST.model_copy(update={"concurrency": 4 * REQUESTS_PER_CLIENT}))
-
-    async def body() -> tuple[int, int]:
+    async def body() -> int:
         before = clients_created()
-        clients = {id(await get_client(wide)) for _ in range(20)}
+        await chat(wide, "flowkit-test", user("first"), {})  # one alone until the first reply
         done = await asyncio.gather(
-            *(chat(wide, "flowkit-test", user(f"w{i}"), {}) for i in range(40))
+            *(chat(wide, "flowkit-test", user(f"w{i}"), {}) for i in range(64))
         )
         assert all(r.text for r in done)
-        return len(clients), clients_created() - before
+        return clients_created() - before
 
-    assert asyncio.run(body()) == (4, 4)
+    try:
+        assert asyncio.run(body()) == 1
+    finally:
+        server.configure(latency=0.0)
+    # The pool is sized to the endpoint's limit, not to the SDK's default keep-alive of 100 or
+    # httpx's 20-connection transport default, so none of them waited for a connection.
+    assert server.stats()["max_in_flight"] == 64
 
 
 def test_worker_threads_with_their_own_loops(server: LocalServer) -> None:

@@ -1,4 +1,5 @@
-"""Scheduler behaviour with asyncio-level fakes: AIMD, admission, retries, budgets."""
+"""Scheduler behaviour with asyncio-level fakes: admission, retries, budgets (pacing by rate
+is in test_pacing)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from flowkit.llm.budget import TokenBucket
 from flowkit.llm.config import Limits
-from flowkit.llm.scheduler import Scheduler
+from flowkit.llm.scheduler import HEADER_MARGIN, Scheduler
 from tests.llm.fakes import FakeClock, Script, connection_error, run, status_error
 
 FAST = {"backoff_base": 0.001, "backoff_max": 0.002}
@@ -19,70 +20,6 @@ FAST = {"backoff_base": 0.001, "backoff_max": 0.002}
 
 def make(concurrency: int = 8, **kw: object) -> Scheduler:
     return Scheduler(Limits(concurrency=concurrency, **{**FAST, **kw}))  # type: ignore[arg-type]
-
-
-def test_429_halves_the_limit_down_to_one() -> None:
-    sched = make(8, max_retries=5)
-    limits: list[int] = []
-
-    async def call() -> str:
-        limits.append(sched.limit)
-        if len(limits) <= 4:
-            raise status_error(429)
-        return "ok"
-
-    async def body() -> None:
-        done = await sched.run(call)
-        assert done.value == "ok"
-        assert done.attempts == 5
-
-    run(body)
-    assert limits == [8, 4, 2, 1, 1]  # halved per 429, never below 1
-    assert sched.stats.rate_limited == 4
-    assert sched.stats.retries == 4
-    assert sched.stats.requests == 5
-
-
-def test_successes_grow_the_limit_back_slowly() -> None:
-    sched = make(4, max_retries=5)
-    seen: list[int] = []
-
-    async def body() -> None:
-        await sched.run(Script([status_error(429)] * 3))  # 4 -> 2 -> 1 -> 1, success: 2
-        seen.append(sched.limit)
-        for _ in range(9):
-            await sched.run(Script([]))
-            seen.append(sched.limit)
-
-    run(body)
-    # +1 per `limit` successes: 2 successes take 2 to 3, 3 more take 3 to 4, then capped.
-    assert seen == [2, 2, 3, 3, 3, 4, 4, 4, 4, 4]
-
-
-def test_a_burst_of_429s_from_one_generation_halves_once() -> None:
-    sched = make(8, max_retries=2)
-    gate = asyncio.Event
-    started = 0
-
-    async def body() -> None:
-        release = gate()
-
-        async def call() -> str:
-            nonlocal started
-            started += 1
-            if started <= 8:
-                if started == 8:
-                    release.set()
-                await release.wait()
-                raise status_error(429)
-            return "ok"
-
-        results = await asyncio.gather(*(sched.run(call) for _ in range(8)))
-        assert all(r.value == "ok" for r in results)
-
-    run(body)
-    assert sched.stats.rate_limited == 8
-    assert sched.limit >= 4  # one halving (8 -> 4), then possibly regrowth; never 1
 
 
 def test_in_flight_never_exceeds_the_current_limit() -> None:
@@ -304,7 +241,8 @@ def test_rpm_budget_spaces_requests_evenly() -> None:
             await sched.run(call)
 
     run(body)
-    assert starts == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0])
+    step = 1.0 / HEADER_MARGIN  # a known limit is paced at 97% of itself
+    assert starts == pytest.approx([0.0, step, 2 * step, 3 * step, 4 * step])
 
 
 def test_rpm_budget_with_concurrent_callers_in_real_time() -> None:
@@ -345,6 +283,35 @@ def test_token_bucket_debt_keeps_the_long_run_rate() -> None:
     assert bucket.reserve(10) == pytest.approx(3.0)  # ...and the next one pays its debt
     bucket.adjust(-20)  # refund: the first used only 10
     assert bucket.level == pytest.approx(-10.0)
+
+
+def test_a_pause_or_a_lower_count_from_the_server_moves_turns_already_queued() -> None:
+    async def body() -> list[float]:
+        bucket = TokenBucket(600, window=6.0)  # 100/s, burst 10
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        for _ in range(10):
+            await bucket.acquire(1)  # the burst is spent: the next turns are 10 ms apart
+        queued = [asyncio.create_task(bucket.acquire(1)) for _ in range(3)]
+        await asyncio.sleep(0)  # all three have reserved their turn
+        bucket.hold_until(time.monotonic() + 0.2)  # a 429 asked for a 200 ms pause
+        await asyncio.gather(*queued)
+        return [loop.time() - t0]
+
+    # Without the move they would have gone at 10, 20 and 30 ms, inside the pause.
+    assert run(body)[0] >= 0.2
+
+
+def test_the_token_estimate_is_corrected_by_usage_from_the_first_reply() -> None:
+    sched = make(4, tpm=60_000)
+
+    async def body() -> None:
+        await sched.run(Script([], value="r"), tokens=300, used_tokens=lambda _: 100)
+
+    run(body)
+    # The requests queued behind that reply are charged 100, not 300: their waits are fixed
+    # when they queue, so a refund after their replies could not give the time back.
+    assert sched._token_scale == pytest.approx(1 / 3)
 
 
 def test_cancelled_callers_release_their_slot() -> None:

@@ -14,6 +14,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
+from flowkit.llm.ratelimits import parse_duration
 from flowkit.testing.__main__ import parse_config
 from flowkit.testing.server import (
     LocalServer,
@@ -228,21 +229,31 @@ def test_random_faults_are_reproducible(srv: LocalServer, client: openai.OpenAI)
     assert outcomes() == first
 
 
-def test_rpm_window_and_reset(srv: LocalServer, client: openai.OpenAI) -> None:
-    srv.config.rpm = 5
-    for i in range(5):
-        ask(client, f"q{i}")
+def test_rate_budgets_answer_429_with_retry_after_and_rate_headers(
+    srv: LocalServer, client: openai.OpenAI
+) -> None:
+    srv.configure(rpm=60, rate_headers=True)  # a bucket of one request, refilled at 1 per second
+    first = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "q0"}]
+    )
+    assert first.headers["x-ratelimit-limit-requests"] == "60"
+    assert first.headers["x-ratelimit-remaining-requests"] == "0"
+    assert parse_duration(first.headers["x-ratelimit-reset-requests"]) == pytest.approx(1, abs=0.1)
     with pytest.raises(openai.RateLimitError) as caught:
-        ask(client, "q5")
-    assert 55 <= int(caught.value.response.headers["retry-after"]) <= 60
+        ask(client, "q1")
+    headers = caught.value.response.headers
+    assert headers["retry-after"] == "1"
+    assert 800 <= int(headers["retry-after-ms"]) <= 1000
+    assert headers["x-ratelimit-remaining-requests"] == "0"
     assert srv.stats()["faults"] == {"rpm": 1}
     srv.reset()
-    assert ask(client, "q6").choices
-    srv.configure(rpm=0, tpm=10)
+    assert ask(client, "q6").choices  # a reset starts a full budget
+    srv.configure(rpm=0, tpm=600, rate_headers=False)  # ten tokens, refilled at 10 per second
     ask(client, "one two three four")  # 4 prompt + 2 completion tokens
-    ask(client, "one two three four")  # 6 + 4 fits exactly
-    with pytest.raises(openai.RateLimitError, match="10 tokens per minute"):
+    ask(client, "one two three four")  # 4 more fit; the 2 completion tokens go into debt
+    with pytest.raises(openai.RateLimitError, match="600 tokens per window") as caught:
         ask(client, "one two three four")
+    assert "x-ratelimit-limit-tokens" not in caught.value.response.headers
 
 
 def test_api_key_is_enforced(srv: LocalServer) -> None:

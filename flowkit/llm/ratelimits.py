@@ -1,0 +1,129 @@
+"""The rate-limit headers OpenAI, Azure OpenAI and OpenAI-compatible gateways send on replies.
+
+OpenAI documents ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``: limits and counts are
+integers, resets are Go ``time.Duration`` strings (``1s``, ``6m0s``, ``20ms``; gateways such as
+Groq send fractions like ``2m59.56s``). Azure sends only the ``remaining`` pair, and on some APIs
+``-1`` for "unknown", which must not read as "nothing left". Variants with a
+``_usage_based`` suffix exist; the plain names win when both are present.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Longest unit first, so "ms" is never read as minutes followed by junk.
+_UNITS = {
+    "h": 3600.0,
+    "m": 60.0,
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ns": 1e-9,
+}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|us|µs|μs|ns|m|s)")
+
+
+def parse_duration(text: str | None) -> float | None:
+    """Seconds from a Go duration (``6m0s``, ``1.5s``, ``20ms``) or a bare number of seconds.
+
+    Returns None for anything else (empty, negative, unknown units), so a malformed header is
+    ignored rather than trusted.
+    """
+    if text is None:
+        return None
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        bare = float(text)
+    except ValueError:
+        pass
+    else:
+        return bare if bare >= 0 else None
+    total, pos = 0.0, 0
+    for match in _PART.finditer(text):
+        if match.start() != pos:
+            return None
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    return total if pos == len(text) and pos > 0 else None
+
+
+def _count(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(float(value.strip()))
+    except ValueError:
+        return None
+    return number if number >= 0 else None  # Azure's -1 means "not reported"
+
+
+@dataclass(frozen=True)
+class Quota:
+    """One dimension (requests or tokens) of what a reply said about the endpoint's limit."""
+
+    limit: int | None = None
+    """The cap per minute, when the server says it."""
+    remaining: int | None = None
+    """What is left of the cap right now."""
+    reset: float | None = None
+    """Seconds until the cap is whole again."""
+
+    @property
+    def known(self) -> bool:
+        """Whether the reply said anything at all about this dimension."""
+        return self.limit is not None or self.remaining is not None or self.reset is not None
+
+
+@dataclass(frozen=True)
+class RateHeaders:
+    """The request and token quotas a reply reported."""
+
+    requests: Quota
+    tokens: Quota
+
+    @property
+    def known(self) -> bool:
+        """Whether the reply carried any rate-limit header."""
+        return self.requests.known or self.tokens.known
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the server says one of its budgets is spent (a 429 then means overload)."""
+        return self.requests.remaining == 0 or self.tokens.remaining == 0
+
+
+def _quota(headers: Mapping[str, str], what: str) -> Quota:
+    def get(kind: str) -> str | None:
+        name = f"x-ratelimit-{kind}-{what}"
+        value = headers.get(name)
+        return value if value is not None else headers.get(f"{name}_usage_based")
+
+    return Quota(_count(get("limit")), _count(get("remaining")), parse_duration(get("reset")))
+
+
+def parse_rate_headers(headers: Mapping[str, str] | None) -> RateHeaders | None:
+    """The rate-limit headers of a reply, or None when it carried none.
+
+    ``headers`` may be an ``httpx.Headers`` (case-insensitive) or a plain dict.
+    """
+    if not headers:
+        return None
+    if not hasattr(headers, "get_list"):  # a plain dict: make lookups case-insensitive
+        headers = {k.lower(): v for k, v in headers.items()}
+    found = RateHeaders(_quota(headers, "requests"), _quota(headers, "tokens"))
+    return found if found.known else None
+
+
+def format_duration(seconds: float) -> str:
+    """The Go duration OpenAI would send for ``seconds`` (``6m0s``, ``1.5s``, ``20ms``)."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    minutes, rest = divmod(seconds, 60.0)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".") + "s"
+    return f"{int(minutes)}m{text}" if minutes >= 1 else text

@@ -1,0 +1,208 @@
+"""Pacing by rate, pauses, scattered faults, stalls and early stop, with asyncio-level fakes
+(the real-HTTP versions are in test_limits_http)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+from flowkit.errors import EndpointError
+from flowkit.llm.config import Limits
+from flowkit.llm.scheduler import STOP_AFTER, Scheduler
+from tests.llm.fakes import Script, connection_error, run, status_error
+
+FAST = {"backoff_base": 0.0, "backoff_max": 0.0}
+
+
+def make(concurrency: int = 8, window: float = 60.0, **kw: object) -> Scheduler:
+    limits = Limits(concurrency=concurrency, **{**FAST, **kw})  # type: ignore[arg-type]
+    return Scheduler(limits, name="local", url="http://127.0.0.1:9/v1", window=window)
+
+
+def ok_with(headers: dict[str, str]) -> Script:
+    return Script([], value=("ok", headers))
+
+
+def test_limit_headers_set_the_request_and_token_pace() -> None:
+    sched = make()
+    headers = {
+        "x-ratelimit-limit-requests": "600",
+        "x-ratelimit-remaining-requests": "599",
+        "x-ratelimit-reset-requests": "100ms",
+        "x-ratelimit-limit-tokens": "60000",
+        "x-ratelimit-remaining-tokens": "59990",
+        "x-ratelimit-reset-tokens": "10ms",
+    }
+
+    async def body() -> None:
+        await sched.run(ok_with(headers), headers=lambda v: v[1])
+
+    assert sched.rate() is None
+    run(body)
+    assert sched.rate() == pytest.approx(600 * 0.97)
+    assert sched.token_rate() == pytest.approx(60000 * 0.97)
+
+
+def test_remaining_zero_holds_the_next_request_for_one_slot() -> None:
+    sched = make(window=6.0)  # 600 per 6 s: one slot is 10 ms
+    headers = {"x-ratelimit-limit-requests": "600", "x-ratelimit-remaining-requests": "0"}
+    times: list[float] = []
+
+    async def body() -> None:
+        for _ in range(4):
+            await sched.run(ok_with(headers), headers=lambda v: v[1])
+            times.append(asyncio.get_running_loop().time())
+
+    run(body)
+    gaps = [b - a for a, b in itertools.pairwise(times[1:])]
+    assert all(gap >= 0.009 for gap in gaps), gaps  # 1 / (100/s * 0.97) ≈ 10.3 ms
+
+
+def test_retry_after_pauses_the_endpoint_and_queued_requests_leave_at_the_pace() -> None:
+    sched = make(16, window=6.0, rpm=600)  # paced at ~97/s: one every ~10 ms
+    first = Script([status_error(429, {"retry-after-ms": "200"})])
+    others = [Script([]) for _ in range(8)]
+
+    async def body() -> float:
+        t0 = asyncio.get_running_loop().time()
+        await sched.run(Script([]))  # the endpoint has answered once
+        task = asyncio.create_task(sched.run(first))
+        await asyncio.sleep(0.02)  # the 429 has come back by now
+        await asyncio.gather(*(sched.run(s) for s in others))
+        await task
+        return t0
+
+    t0 = run(body)
+    sent = sorted(s.times[0] - t0 for s in others)
+    assert sent[0] >= 0.2  # nobody went during the pause
+    # After it, one at a time on the pace's schedule (~10.3 ms apart), no burst.
+    assert all(t >= 0.2 + k * 0.0095 for k, t in enumerate(sent)), sent
+
+
+def test_scattered_429s_and_5xx_do_not_cut_the_pace() -> None:
+    sched = make(8, max_retries=10)
+    fault = {0: [status_error(429, {"Retry-After": "0"})], 3: [status_error(500)]}
+
+    async def body() -> None:
+        await asyncio.gather(*(sched.run(Script(fault.get(i % 6, []))) for i in range(60)))
+
+    run(body)
+    assert sched.stats.rate_limited == 10
+    assert sched.stats.server_errors == 10
+    assert sched.stats.overloads == 0
+    assert sched.rate() is None  # still unpaced: nothing proved overload
+
+
+def test_429s_that_cluster_or_ask_for_a_pause_cut_the_rate() -> None:
+    sched = make(4, window=1.2, max_retries=20)
+
+    async def body() -> None:
+        # Enough successes to measure a rate, then 429s without Retry-After, most replies.
+        await asyncio.gather(*(sched.run(Script([])) for _ in range(20)))
+        await asyncio.gather(*(sched.run(Script([status_error(429)] * 3)) for _ in range(4)))
+
+    run(body)
+    assert sched.stats.overloads > 0
+    assert sched.rate() is not None  # the pace now comes from the 429s
+
+
+class StallOnce:
+    """A call whose first attempt stalls for 30 s; later ones answer in a millisecond."""
+
+    def __init__(self) -> None:
+        self.stalls = 0
+
+    async def __call__(self) -> str:
+        if self.stalls == 0:
+            self.stalls += 1
+            await asyncio.sleep(30)
+        await asyncio.sleep(0.001)
+        return "ok"
+
+
+async def quick() -> str:
+    await asyncio.sleep(0.001)
+    return "ok"
+
+
+def test_a_stalled_attempt_is_cut_at_the_learned_deadline_and_retried() -> None:
+    sched = make(4, timeout=30.0)
+    sched.stall_floor = 0.05
+
+    async def body() -> float:
+        for _ in range(40):
+            await sched.run(quick)
+        t0 = asyncio.get_running_loop().time()
+        done = await sched.run(StallOnce())
+        assert done.attempts == 2
+        return asyncio.get_running_loop().time() - t0
+
+    elapsed = run(body)
+    assert sched.stall_deadline is not None and sched.stall_deadline < 1.0
+    assert elapsed < 1.0  # not the 30 s timeout
+    assert sched.stats.stalled == 1
+
+
+def test_an_attempt_already_in_flight_when_the_deadline_is_learned_is_held_to_it() -> None:
+    sched = make(4, timeout=30.0)
+    sched.stall_floor = 0.05
+
+    async def body() -> float:
+        await sched.run(quick)  # the endpoint has answered: all four slots open
+        t0 = asyncio.get_running_loop().time()
+        stalled = asyncio.create_task(sched.run(StallOnce()))
+        await asyncio.sleep(0.01)  # it started under the 30 s timeout, nothing learned yet
+        assert sched.stall_deadline is None
+        for _ in range(40):
+            await sched.run(quick)
+        done = await stalled
+        assert done.attempts == 2
+        return asyncio.get_running_loop().time() - t0
+
+    assert run(body) < 1.0
+    assert sched.stats.stalled == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "cause"),
+    [(status_error(401), "authentication failed (401)"), (status_error(404), "not found")],
+)
+def test_unfixable_failures_in_a_row_stop_the_endpoint(error: Exception, cause: str) -> None:
+    sched = make(4)
+
+    async def body() -> list[BaseException | str]:
+        out = await asyncio.gather(
+            *(sched.run(Script([error])) for _ in range(STOP_AFTER + 3)), return_exceptions=True
+        )
+        return list(out)
+
+    results = run(body)
+    down = [r for r in results if isinstance(r, EndpointError)]
+    assert down, results
+    assert str(down[0]).startswith(
+        f"stopped: every call to http://127.0.0.1:9/v1 (connection 'local') failed: {cause}"
+    )
+
+
+def test_refused_connections_stop_the_endpoint_but_a_success_resets_the_count() -> None:
+    refused = connection_error()
+    refused.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    sched = make(1, max_retries=0)
+
+    async def body() -> None:
+        for _ in range(STOP_AFTER - 1):
+            with pytest.raises(type(refused)):
+                await sched.run(Script([refused]))
+        await sched.run(Script([]))  # the endpoint came back
+        for _ in range(STOP_AFTER - 1):
+            with pytest.raises(type(refused)):
+                await sched.run(Script([refused]))
+        assert sched.down is None
+        with pytest.raises(type(refused)):
+            await sched.run(Script([refused]))
+        with pytest.raises(EndpointError, match="connection refused"):
+            await sched.run(Script([]))
+
+    run(body)
