@@ -182,3 +182,26 @@ def test_run_concurrency_is_the_endpoints_limit_unless_the_connection_sets_one(
         "note: connection 'local' allows 8 requests in flight (its concurrency setting); the "
         "run's --concurrency is 40, so at most 8 of its rows wait on it at once"
     ]
+
+
+def test_dns_and_tls_failures_stop_the_run_naming_which_and_where(tmp_path: Path) -> None:
+    # `.invalid` never resolves (RFC 6761); https to a plain-HTTP server fails its handshake.
+    dns_url = "http://no-such-host.invalid/v1"
+    dns = _cli(
+        _project(tmp_path / "dns", dns_url, 20), "run", "groundedness", "--data", "rows.jsonl"
+    )
+    with serve() as srv:
+        tls_url = srv.base_url.replace("http://", "https://")
+        tls = _cli(
+            _project(tmp_path / "tls", tls_url, 20), "run", "groundedness", "--data", "rows.jsonl"
+        )
+    assert dns.returncode == tls.returncode == 1
+    assert [line for line in dns.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: stopped: every call to {dns_url} (connection 'local') failed: "
+        "DNS lookup failed (unknown host)"
+    ]
+    errors = [line for line in tls.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1
+    assert errors[0].startswith(
+        f"error: stopped: every call to {tls_url} (connection 'local') failed: TLS handshake failed"
+    )
