@@ -141,3 +141,18 @@ def test_the_old_flat_paths_of_public_functions_still_resolve() -> None:
     assert load_function("flowkit.textmetrics:f1_score", None, PACKAGE).__module__ == (
         "flowkit.metrics.text"
     )
+
+
+MAX_MODULE_LINES = 400
+SPLIT_PENDING = {"flowkit/llm/client.py", "flowkit/llm/config.py", "flowkit/llm/scheduler.py"}
+"""Over the limit, and being split on their own branch: drop this set once that is merged."""
+
+
+def test_modules_stay_small() -> None:
+    """A module past about 400 lines holds more than one concept: move one into its own."""
+    over = {
+        str(path.relative_to(PACKAGE.parent)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text("utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert {k: n for k, n in over.items() if k not in SPLIT_PENDING} == {}

@@ -7,7 +7,6 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import sys
 from pathlib import Path
@@ -18,41 +17,10 @@ import click
 from flowkit import __version__
 from flowkit.cli.author_commands import COMMANDS as AUTHOR_COMMANDS
 from flowkit.cli.inspect_commands import COMMANDS
+from flowkit.cli.options import _Number, _parse_maps
 from flowkit.cli.terminal import console, err_console, styled
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.pfcompat.cli import COMMANDS as PF_COMMANDS
-
-
-class _Number(click.ParamType):
-    """A finite number (never NaN or infinite) at least ``low``, or more than it (``open_low``),
-    and at most ``high``; anything else is a one-line usage error (exit 2)."""
-
-    name = "number"
-
-    def __init__(
-        self, kind: type, low: float, *, open_low: bool = False, high: float | None = None
-    ) -> None:
-        self.kind, self.low, self.open_low, self.high = kind, low, open_low, high
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        what = "a whole number" if self.kind is int else "a number"
-        bound = f"more than {self.low:g}" if self.open_low else f"at least {self.low:g}"
-        if self.high is not None:
-            bound += f" and at most {self.high:g}"
-        try:
-            number = value if isinstance(value, self.kind) else self.kind(str(value).strip())
-        except ValueError:
-            number = None
-        if (
-            number is None
-            or not math.isfinite(number)
-            or number < self.low
-            or (self.open_low and number == self.low)
-            or (self.high is not None and number > self.high)
-        ):
-            opt = param.opts[0] if param is not None and param.opts else "the value"
-            raise UsageError(f"{opt} must be {what} {bound}, not {value!r}")
-        return number
 
 
 class FlowkitGroup(click.Group):
@@ -82,18 +50,6 @@ def _quiet_ctrl_c() -> None:
 @click.version_option(__version__, prog_name="flowkit")
 def main() -> None:
     """Evaluate LLM applications with flows defined in YAML."""
-
-
-def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values:
-        name, sep, ref = item.partition("=")
-        if not sep or not name.strip():
-            raise UsageError(
-                f"--map {item!r} must be NAME=VALUE, e.g. --map answer=${{data.response}}"
-            )
-        out[name.strip()] = ref.strip()
-    return out
 
 
 @main.command()

@@ -4,6 +4,7 @@
 - ``source``: YAML read with the line of every key, and the size caps on it.
 - ``refs``: ``${inputs.x}``, ``${node.output.field}`` and ``${data.col}`` references.
 - ``loader``: loading and validating a flow completely, collecting every problem.
+- ``node_key``: the row-independent part of a node's cache key (``static_key``).
 - ``use``: merging ``use:`` nodes; ``wiring``: reference and output checks.
 - ``spec_messages``: pydantic's complaints turned into ``file:LINE: node 'x': …``.
 - ``graph``: the loaded flow and its DAG (networkx); ``templates``: sandboxed Jinja2 prompts.

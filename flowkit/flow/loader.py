@@ -21,6 +21,7 @@ from flowkit.errors import Diagnostic, ValidationError, display
 from flowkit.flow.builtin import resolve_flow_path
 from flowkit.flow.formats import foreign_file, translator
 from flowkit.flow.graph import Flow, Node, build_graph, find_cycle, ordered, when_clause
+from flowkit.flow.node_key import static_key
 from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import (
     YamlSyntaxError,
@@ -31,16 +32,15 @@ from flowkit.flow.source import (
     locate,
     read_yaml,
 )
-from flowkit.flow.spec import CacheSpec, FlowSpec, InputSpec, NodeSpec
+from flowkit.flow.spec import FlowSpec, InputSpec, NodeSpec
 from flowkit.flow.spec_messages import message as schema_message
 from flowkit.flow.spec_messages import node_keys
-from flowkit.flow.use import PATH_FIELDS, merge_use
+from flowkit.flow.use import merge_use
 from flowkit.flow.wiring import check_outputs, check_refs
 
 __all__ = ["LoadContext", "compose", "load_flow", "load_flows", "static_key"]
 
 _NODE = TypeAdapter(NodeSpec)
-_KEY_EXCLUDE = {"name", "inputs", "when", "cache", "description", *PATH_FIELDS}
 
 
 class LoadContext:
@@ -297,16 +297,6 @@ def _must_ref(text: str) -> Ref:
     if ref is None:
         raise ValueError(f"{text!r} is not a reference; write ${{node.output}} or ${{inputs.x}}")
     return ref
-
-
-def static_key(node: Node) -> str:
-    """The part of a node's cache key that does not depend on the row."""
-    spec = node.spec.model_dump(mode="json", exclude=_KEY_EXCLUDE)
-    parts = {"spec": spec, **node.key_parts}
-    if isinstance(node.spec.cache, CacheSpec) and node.spec.cache.env:
-        # Read once, at load: the run uses the environment it was started in.
-        parts["env"] = {var: os.environ.get(var) for var in node.spec.cache.env}
-    return hashlib.sha256(canonical_bytes(parts)).hexdigest()
 
 
 def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:

@@ -5,7 +5,8 @@
 - ``compare``: paired bootstrap deltas between two runs; ``compare_rows`` reads and pairs
   the rows into columns.
 - ``gates``: ``--gate`` conditions on metrics, and the condition parser ``--where`` shares.
-- ``report`` and ``report_data``: the self-contained HTML page (``report_page.*``).
+- ``report`` and ``report_data``: the self-contained HTML page (``report_page.*``);
+  ``report_format``: how the page writes metrics, deltas, durations and times.
 - ``otel``, ``otel_spans`` and ``otel_plan``: exporting a run's traces as OpenTelemetry spans.
 
 Imports point down to ``flowkit.runs`` and ``flowkit.engine.records``; nothing here runs a flow.

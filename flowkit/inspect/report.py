@@ -42,6 +42,15 @@ from flowkit.inspect.report_data import (
     trace_entry,
     trace_lines,
 )
+from flowkit.inspect.report_format import (
+    _RATE,
+    _plain,
+    _rate_points,
+    _seconds,
+    _signed,
+    _when,
+    format_metric,
+)
 from flowkit.inspect.trace_view import fold, score_prefixes, summarize
 from flowkit.runs.folder import effective_status, read_metrics, read_run_info
 
@@ -49,7 +58,6 @@ REPORT_FORMAT = "flowkit.report"
 REPORT_VERSION = 1
 # A metric's headline value: the first of these keys its group has.
 _MAIN_KEYS = ("mean", "defect_rate", "pass_rate", "yes_rate", "rate", "sum")
-_RATE = re.compile(r"(^|_)rate($|[_@])|percentage$")
 _PLACEHOLDER = re.compile(r"@@FLOWKIT_(CSS|JS|DATA)@@")
 
 
@@ -62,59 +70,6 @@ class ReportFile:
     rows: int
     rows_in_table: int
     rows_traced: int
-
-
-# -- formatting -------------------------------------------------------------------------------
-def format_metric(name: str, value: Any) -> str:
-    """A metric as the cards show it: rates as percentages, counts with separators, other
-    numbers to four significant digits."""
-    key = name.rpartition(".")[2]
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, (int, float)) and _RATE.search(key):
-        return f"{value:.1%}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return fold(value, 80)
-
-
-def _signed(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.4g}"
-
-
-def _rate_points(value: float | None) -> str:
-    """A change of a rate, in percentage points (the rates show as percentages)."""
-    return "—" if value is None else f"{value * 100:+.1f} pp"
-
-
-def _plain(value: float | None) -> str:
-    return "—" if value is None else f"{value:.4g}"
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if value < 60:
-        return f"{value:.2f} s"
-    minutes, secs = divmod(round(value), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if hours else f"{minutes} min {secs} s"
-
-
-def _when(iso: str | None) -> str:
-    if not iso:
-        return "—"
-    try:
-        moment = datetime.fromisoformat(iso).astimezone(timezone.utc)
-    except ValueError:
-        return iso
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _clean(value: Any) -> Any:

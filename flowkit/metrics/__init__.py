@@ -1,6 +1,7 @@
 """What the built-in metric flows call: pure functions over values, no run machinery.
 
 - ``aggregate``: means, pass rates and defect rates over all rows.
+- ``severity``: severity labels and levels (lowest first), as ``defect_rate`` reads them.
 - ``keys``: ``@returns_keys``, the metric keys an aggregate function declares (for ``--gate``).
 - ``text``: F1, exact match, token counts, embedding similarity.
 - ``retrieval``: document recall and precision.

@@ -19,8 +19,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flowkit.metrics.aggregate import Metrics, _check_levels, _safe_key, defect_rate
+from flowkit.metrics.aggregate import Metrics, _safe_key, defect_rate
 from flowkit.metrics.scores import DEFAULT_LEVELS
+from flowkit.metrics.severity import _check_levels
 
 _LEVEL = r"very[ \t_-]*low|low|medium|high"
 # "Turn 2: medium - reason", "- **Turn 2** (assistant): Severity: medium — reason"

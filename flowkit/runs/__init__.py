@@ -5,6 +5,8 @@
 - ``result``: ``RunResult``, what a run returns (rows, ``to_pandas()``, notebook display).
 - ``folder``: the run folder (run.json, outputs.jsonl, traces.jsonl, metrics.json) and reading
   it back.
+- ``status``: a run's status words, whether a ``running`` run's process is still alive, and
+  the claim that lets one resume at a time into a folder.
 - ``summary``: what `show` says about the traces, tallied as the run writes them.
 - ``space``: a full disk under the run folder: the space kept in hand to record it.
 - ``resume``: keeping the finished rows of an earlier run and rerunning the rest.
