@@ -12,11 +12,12 @@ comes from three sources, the lowest winning:
   generation), so it settles just under the cap.
 
 An endpoint whose limits are unknown starts slow, as TCP does: after its first reply at most
-``INITIAL_WINDOW`` requests are in flight, one more per success (the window doubles every round
-trip), up to the connection's ``concurrency``. The first overload 429 ends the slow start, with a
-request pace measured from what got through; from then on the pace, not the window, holds the
-endpoint back. A fast endpoint without limits reaches full concurrency within a few round trips;
-an rpm-capped one sees a handful of rejections at the start instead of a burst of ``concurrency``.
+``INITIAL_WINDOW`` requests are in flight, one more per reply but a 429 (the window doubles every
+round trip), up to the connection's ``concurrency``. The first overload 429 ends the slow start,
+then a request pace is measured from what got through; from then on the pace, not the window,
+holds the endpoint back. A fast endpoint without limits reaches full concurrency within a few
+round trips; an rpm-capped one sees a handful of rejections at the start instead of a burst of
+``concurrency``.
 """
 
 from __future__ import annotations
@@ -131,19 +132,21 @@ class Pacer:
 
     # -- feedback ------------------------------------------------------------------------
 
-    def answered(self, ok: bool, generation: int) -> None:
-        """The endpoint replied to a request sent in ``generation``; a success widens the
-        slow-start window, or ends the measurement that follows an overshoot."""
+    def answered(self, ok: bool, generation: int, *, rate_limited: bool = False) -> None:
+        """The endpoint replied to a request sent in ``generation``. Any reply but a 429 widens
+        the slow-start window (a 500 or a refusal says nothing about a rate limit); a success
+        may end the measurement that follows an overshoot."""
         self._answered = True
-        if not ok:
+        if rate_limited:
             return
-        self._ok_times.append(self._clock())
-        if self._measuring and generation == self.generation:
-            # Sent after the overshoot's pause, so every request of the slow start has landed
-            # and the successes count what the endpoint let through.
-            self._measuring = False
-            self._cut_to(self._success_rate(), measured=True)
-            return
+        if ok:
+            self._ok_times.append(self._clock())
+            if self._measuring and generation == self.generation:
+                # Sent after the overshoot's pause, so every request of the slow start has
+                # landed and the successes count what the endpoint let through.
+                self._measuring = False
+                self._cut_to(self._success_rate(), measured=True)
+                return
         if self._window_size < self.limits.concurrency:
             # Slow start: one more per success doubles the window every round trip; after an
             # overload, one more per window's worth of successes.

@@ -335,7 +335,7 @@ class Scheduler:
 
     def _on_failure(self, verdict: Verdict, generation: int, stalled: bool) -> None:
         kind = verdict.kind
-        self._pacer.answered(False, generation)
+        self._pacer.answered(False, generation, rate_limited=kind is Failure.RATE_LIMIT)
         self._recent.append(kind is Failure.RATE_LIMIT)
         self._pacer.learn_headers(verdict.rates)
         if verdict.unfixable:
