@@ -4,6 +4,9 @@
 validates a node's configuration before any row runs and returns its ``Endpoint``;
 ``chat`` / ``embed`` call it through one shared client and one ``Scheduler`` per endpoint
 (adaptive concurrency, RPM/TPM budgets, retries); ``UsageTracker`` sums tokens and costs.
+The scheduler (admission, retries, early stop) composes ``pacing`` (request and token paces,
+slow start, learning limits from headers and 429s), ``stalls`` (the learned stall deadline),
+``budget`` (token buckets), ``ratelimits`` (header parsing) and ``retry`` (what a failure means).
 
 Names are imported on first use (PEP 562): ``flowkit.llm.usage`` prices tokens for every run,
 and must not load the openai SDK (most of a python-only run's start-up) on the way.
@@ -25,19 +28,19 @@ _WHERE = {
     "PRICES_AS_OF": "usage",
     "PROJECT_FILE": "config",
     "Price": "config",
-    "ProjectFile": "config",
+    "ProjectFile": "projectfile",
     "Scheduler": "scheduler",
     "SchedulerStats": "scheduler",
     "Settings": "config",
     "Tally": "usage",
     "UsageTracker": "usage",
-    "aclose_clients": "client",
+    "aclose_clients": "clients",
     "all_schedulers": "scheduler",
     "chat": "client",
-    "clients_created": "client",
+    "clients_created": "clients",
     "cost_usd": "usage",
     "embed": "client",
-    "get_client": "client",
+    "get_client": "clients",
     "load_settings": "config",
     "parse_retry_after": "retry",
     "price_for": "usage",

@@ -3,13 +3,8 @@
 It drives an endpoint at its real limit without storming it. Requests in flight are bounded by
 the connection's ``concurrency``; on top of that the *rate* of requests and of tokens is paced
 by token buckets, because at 20 ms a reply even one request in flight can be many times a
-per-minute cap. The pace comes from three sources, the lowest winning:
-
-- the connection's configured ``rpm`` / ``tpm``;
-- the ``x-ratelimit-*`` headers of replies (limit → pace, remaining → level; see ``ratelimits``);
-- 429s that prove overload, when there are no headers: the request rate is cut to a fraction of
-  the success rate just measured and probed back up linearly (AIMD on the rate, one cut per
-  generation), so it settles just under the cap.
+per-minute cap. The paces (configured, from ``x-ratelimit-*`` headers, or learned from 429s) and
+the slow start of an endpoint whose limits are unknown live in ``pacing``.
 
 A 429 asking for a positive Retry-After pauses the **whole endpoint**; when the pause ends the
 buckets restart empty, so the requests that queued during it leave at the pace, not in a burst.
@@ -40,9 +35,10 @@ from dataclasses import asdict, dataclass
 from typing import Generic, TypeVar
 
 from flowkit.errors import EndpointError
-from flowkit.llm.budget import Clock, Sleep, TokenBucket
+from flowkit.llm.budget import Clock, Sleep
 from flowkit.llm.config import Endpoint, Limits
-from flowkit.llm.ratelimits import RateHeaders, parse_rate_headers
+from flowkit.llm.pacing import Pacer
+from flowkit.llm.ratelimits import parse_rate_headers
 from flowkit.llm.retry import Failure, Verdict, backoff, classify
 from flowkit.llm.stalls import Stalled, StallWatch
 
@@ -91,17 +87,6 @@ class SchedulerStats:
 
 STOP_AFTER = 5
 """Unfixable failures in a row, with no success between, that mark an endpoint down."""
-HEADER_MARGIN = 0.97
-"""Fraction of a known limit (configured or from headers) to pace at: the client's and the
-server's clocks and windows never align exactly, and replies arrive bunched."""
-CUT = 0.9
-"""On overload the learned rate becomes this fraction of the success rate just measured."""
-PROBE = 0.002
-"""After a cut the learned rate grows by this fraction of itself per 1/60 of the window (a
-second for per-minute limits): a slow probe, so the pace settles just under the cap."""
-CLIMB = 0.01
-"""After the first cut (from a success rate measured while unpaced, which pauses make too
-low) the learned rate compounds by this much per 1/60 of the window until a paced cut."""
 TOKEN_LEARNING = 0.2
 """Weight of each reply's used/estimated tokens in the running correction of the estimates."""
 CLUSTER = (12, 20)
@@ -138,27 +123,14 @@ class Scheduler:
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
-        self._generation = 0
+        self._pacer = Pacer(limits, window=window, clock=clock, sleep=sleep)
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._not_before = 0.0
-        # Requests per window from each source; the pace is the lowest known.
-        self._header_rpm: float | None = None
-        self._header_tpm: float | None = None
-        self._learned: float | None = None  # requests per window, from overload 429s
-        self._learned_at = -float("inf")
-        self._measured_cut = False
-        self._overloads: list[float] = []  # times of recent overload 429s while paced
-        self._rpm: TokenBucket | None = None
-        self._tpm: TokenBucket | None = None
         self._token_scale = 1.0  # used tokens / estimated, learned from replies' usage
         self._token_samples = 0
-        self._repace()
         self._recent: deque[bool] = deque(maxlen=CLUSTER[1])  # was each reply a 429?
-        self._ok_times: deque[float] = deque()
         self._unfixable = 0
-        self._answered = False
         self.down: Exception | None = None
 
     # -- introspection -------------------------------------------------------------------
@@ -167,8 +139,9 @@ class Scheduler:
     def limit(self) -> int:
         """Most requests in flight at once: the connection's ``concurrency``, but one until the
         endpoint first answers, so a run does not open with a burst the limit headers of
-        that first reply would have forbidden."""
-        return self.limits.concurrency if self._answered else 1
+        that first reply would have forbidden, and a slow-start window while its limits are
+        unknown (see ``pacing``)."""
+        return self._pacer.in_flight_limit
 
     @property
     def in_flight(self) -> int:
@@ -177,15 +150,11 @@ class Scheduler:
 
     def rate(self) -> float | None:
         """The request pace in requests per window, or None while unpaced."""
-        told = self.limits.rpm * HEADER_MARGIN if self.limits.rpm else None
-        known = [r for r in (told, self._header_rpm, self._probed()) if r]
-        return min(known) if known else None
+        return self._pacer.rate()
 
     def token_rate(self) -> float | None:
         """The token pace in tokens per window, or None while unpaced."""
-        told = self.limits.tpm * HEADER_MARGIN if self.limits.tpm else None
-        known = [r for r in (told, self._header_tpm) if r]
-        return min(known) if known else None
+        return self._pacer.token_rate()
 
     @property
     def stall_deadline(self) -> float | None:
@@ -246,20 +215,19 @@ class Scheduler:
         while True:
             self._check_down()
             await self._acquire()
-            generation = self._generation
+            generation = self._pacer.generation
             delay = 0.0
             # The estimate, scaled by how far off past estimates were: a waiter's wait is fixed
             # when it queues, so a refund after the reply cannot give back an overcharge.
             charge = max(1, round(tokens * self._token_scale)) if tokens > 0 else 0
             try:
-                await self._admit(charge)
+                await self._pacer.admit(charge)
                 self._check_down()
                 self.stats.requests += 1
                 try:
                     value = await self._stalls.run(ceiling, call)
                 except Exception as exc:
-                    if self._tpm is not None:
-                        self._tpm.adjust(-charge)  # providers do not bill failed calls
+                    self._pacer.charge(-charge)  # providers do not bill failed calls
                     stalled = isinstance(exc, Stalled)
                     verdict = classify(exc)
                     self._on_failure(verdict, generation, stalled)
@@ -278,7 +246,7 @@ class Scheduler:
                             rng=self._rng,
                         )
                 else:
-                    self._on_success(value, tokens, charge, used_tokens, headers)
+                    self._on_success(value, generation, tokens, charge, used_tokens, headers)
                     return Attempted(value, retry + 1)
             finally:
                 self._release()
@@ -338,127 +306,23 @@ class Scheduler:
             self._take_slot()
             waiter.set_result(None)
 
-    async def _admit(self, tokens: int) -> None:
-        """Wait out a server-requested pause, then the request and token paces."""
-        while (pause := self._not_before - self._clock()) > 0:
-            await self._sleep(pause)
-        if self._learned is not None:
-            self._repace()  # the probe moves the learned rate with time
-        if self._rpm is not None:
-            await self._rpm.acquire(1)
-        if self._tpm is not None and tokens > 0:
-            try:
-                await self._tpm.acquire(tokens)
-            except asyncio.CancelledError:
-                if self._rpm is not None:
-                    self._rpm.adjust(-1)
-                raise
-
-    # -- pacing --------------------------------------------------------------------------
-
-    def _probed(self) -> float | None:
-        if self._learned is None:
-            return None
-        steps = max(0.0, self._clock() - self._learned_at) / (self.window / 60.0)
-        if self._measured_cut:
-            # Cut from a success rate measured while unpaced, which pauses make too low:
-            # climb back fast (5% a step, compounding) until a paced overload says where.
-            return self._learned * (1.0 + CLIMB) ** min(steps, 200.0)
-        return self._learned * (1.0 + PROBE * steps)
-
-    def _repace(self) -> None:
-        """Make the buckets follow the current paces (creating them when a pace appears)."""
-        for attr, rate in (("_rpm", self.rate()), ("_tpm", self.token_rate())):
-            bucket: TokenBucket | None = getattr(self, attr)
-            if rate is None:
-                continue
-            if bucket is None:
-                new = TokenBucket(rate, window=self.window, clock=self._clock, sleep=self._sleep)
-                setattr(self, attr, new)
-            elif abs(bucket.rate * self.window - rate) > 1e-9 * rate:
-                bucket.set_rate(rate, self.window)
-
-    def _learn_headers(self, found: RateHeaders | None) -> None:
-        if found is None:
-            return
-        changed = False
-        for quota, attr in ((found.requests, "_header_rpm"), (found.tokens, "_header_tpm")):
-            if quota.limit:
-                paced = quota.limit * HEADER_MARGIN
-                if getattr(self, attr) != paced:
-                    setattr(self, attr, paced)
-                    changed = True
-        if changed:
-            self._repace()
-        if self._rpm is not None and found.requests.remaining is not None:
-            self._rpm.sync(found.requests.remaining)
-        if self._tpm is not None and found.tokens.remaining is not None:
-            self._tpm.sync(found.tokens.remaining)
-
-    def _success_rate(self) -> float:
-        """Successes per window over the last few seconds (a sixth of the window)."""
-        now = self._clock()
-        horizon = self.window / 6.0
-        times = self._ok_times
-        while times and times[0] < now - horizon:
-            times.popleft()
-        if len(times) < 5:
-            return 0.0  # too few to measure: a cut from this would be a guess
-        span = max(now - times[0], horizon / 10.0)
-        return len(times) / span * self.window
-
-    def _cut(self, generation: int) -> None:
-        """Overload: pace requests at a fraction of what just got through (once per generation,
-        so the 429s of requests already in flight count as one signal)."""
-        now = self._clock()
-        if generation != self._generation or now - self._learned_at < self.window / 12.0:
-            return  # let the last cut show its effect before judging it
-        # Multiplicative decrease of the pace in force; with none yet, of what got through.
-        current = self.rate()
-        if current is not None:
-            # Paced already: one 429 may be replies arriving bunched; a few close together
-            # mean the pace itself is too high.
-            horizon = self.window / 12.0
-            self._overloads = [t for t in self._overloads if t > now - horizon] + [now]
-            if len(self._overloads) < 3:
-                return
-        base = current or self._success_rate()
-        if not base:
-            return  # nothing got through yet: no pace to cut from; the pause must do
-        self._generation += 1
-        self._overloads.clear()
-        self._measured_cut = current is None
-        self._learned = max(1.0, CUT * base)  # never below one request per window
-        self._learned_at = now
-        self._repace()
-
-    def _pause(self, seconds: float) -> None:
-        """Hold every request on the endpoint for ``seconds``, then restart at the pace."""
-        until = self._clock() + seconds
-        if until <= self._not_before:
-            return
-        self._not_before = until
-        for bucket in (self._rpm, self._tpm):
-            if bucket is not None:
-                bucket.hold_until(until)
-
     # -- feedback ------------------------------------------------------------------------
 
     def _on_success(
         self,
         value: T,
+        generation: int,
         tokens: int,
         charge: int,
         used_tokens: Callable[[T], int | None] | None,
         headers: Callable[[T], Mapping[str, str] | None] | None,
     ) -> None:
         self._unfixable = 0
-        self._answered = True
+        self._pacer.answered(True, generation)
         self._recent.append(False)
-        self._ok_times.append(self._clock())
         used = used_tokens(value) if used_tokens is not None else None
-        if used is not None and self._tpm is not None:
-            self._tpm.adjust(used - charge)
+        if used is not None:
+            self._pacer.charge(used - charge)
         if used is not None and tokens > 0:
             # A plain mean over the first replies (the first one alone sets it: the requests
             # that queued behind it are charged right), then a running average.
@@ -467,13 +331,13 @@ class Scheduler:
             self._token_scale += weight * (used / tokens - self._token_scale)
         self.stats.tokens += used if used is not None else tokens
         if headers is not None:  # last: what the server says is left beats any refund
-            self._learn_headers(parse_rate_headers(headers(value)))
+            self._pacer.learn_headers(parse_rate_headers(headers(value)))
 
     def _on_failure(self, verdict: Verdict, generation: int, stalled: bool) -> None:
         kind = verdict.kind
-        self._answered = True
+        self._pacer.answered(False, generation, rate_limited=kind is Failure.RATE_LIMIT)
         self._recent.append(kind is Failure.RATE_LIMIT)
-        self._learn_headers(verdict.rates)
+        self._pacer.learn_headers(verdict.rates)
         if verdict.unfixable:
             self._unfixable += 1
             if self._unfixable >= STOP_AFTER and self.down is None:
@@ -490,11 +354,10 @@ class Scheduler:
                 self.stats.overloads += 1
                 # A known limit already sets the pace; only a cluster of 429s says it is wrong
                 # (e.g. another client shares the quota).
-                known = (self._header_rpm, self._header_tpm, self.limits.rpm, self.limits.tpm)
-                if clustered or not any(known):
-                    self._cut(generation)
+                if clustered or not self._pacer.limits_known():
+                    self._pacer.cut(generation)
             if verdict.retry_after:
-                self._pause(verdict.retry_after)  # the quota is shared: everyone waits
+                self._pacer.pause(verdict.retry_after)  # the quota is shared: everyone waits
         elif kind is Failure.SERVER:
             self.stats.server_errors += 1
         elif kind is Failure.TIMEOUT:

@@ -228,13 +228,15 @@ def test_an_endpoint_with_many_requests_in_flight_sends_them_all_through_one_cli
     server: LocalServer,
 ) -> None:
     wide = endpoint(server, FAST.model_copy(update={"concurrency": 64}))
-    server.configure(latency=0.2)  # long enough for every request to be in flight at once
+    server.configure(latency=0.1)  # long enough for every request to be in flight at once
 
     async def body() -> int:
         before = clients_created()
         await chat(wide, "flowkit-test", user("first"), {})  # one alone until the first reply
+        # The slow start doubles the window every round trip: 4 + 8 + 16 + 32 requests go
+        # before it reaches 64, so give it enough to fill the pool afterwards.
         done = await asyncio.gather(
-            *(chat(wide, "flowkit-test", user(f"w{i}"), {}) for i in range(64))
+            *(chat(wide, "flowkit-test", user(f"w{i}"), {}) for i in range(200))
         )
         assert all(r.text for r in done)
         return clients_created() - before

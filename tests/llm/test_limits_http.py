@@ -205,3 +205,49 @@ def test_dns_and_tls_failures_stop_the_run_naming_which_and_where(tmp_path: Path
     assert errors[0].startswith(
         f"error: stopped: every call to {tls_url} (connection 'local') failed: TLS handshake failed"
     )
+
+
+def test_an_unknown_rpm_cap_is_found_without_an_opening_burst() -> None:
+    # Opening with all 32 in flight would find the server's 5-request budget with 27 of them.
+    config = ServerConfig(rpm=RPM, limit_window=WINDOW, latency=0.02)
+    with serve_subprocess(config) as srv:
+        _, sched = _drive(srv.base_url, 120)
+        stats = srv.stats()
+    assert stats["by_status"]["200"] == 120
+    assert stats["by_status"].get("429", 0) <= 12, stats["by_status"]
+    assert sched.rate() is not None and RPM * 0.5 <= sched.rate() <= RPM * 1.2
+
+
+def test_a_fast_endpoint_without_limits_reaches_full_concurrency_in_a_fraction_of_a_second() -> (
+    None
+):
+    with serve_subprocess(ServerConfig(latency=0.05)) as srv:
+        ep = Endpoint(
+            connection="local",
+            kind="openai",
+            model="m",
+            base_url=srv.base_url,
+            limits=Limits(concurrency=32),
+        )
+        sched = Scheduler(ep.limits, name="local", url=ep.url)
+        opened: list[int] = []  # in flight as each request leaves, in order
+
+        async def body() -> float:
+            t0 = time.perf_counter()
+
+            async def one(i: int) -> None:
+                await chat(ep, "m", [{"role": "user", "content": f"q{i}"}], {}, scheduler=sched)
+
+            tasks = [asyncio.create_task(one(i)) for i in range(400)]
+            while sched.stats.peak_in_flight < 32:
+                opened.append(sched.in_flight)
+                await asyncio.sleep(0.005)
+            reached = time.perf_counter() - t0
+            await asyncio.gather(*tasks)
+            return reached
+
+        reached = asyncio.run(body())
+        peak = srv.stats()["max_in_flight"]
+    assert reached < 1.0  # five round trips of 50 ms, plus the client's start
+    assert max(opened) < 32 and opened[0] <= 1  # it ramped up rather than opening at 32
+    assert peak == 32

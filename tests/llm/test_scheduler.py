@@ -12,7 +12,8 @@ import pytest
 
 from flowkit.llm.budget import TokenBucket
 from flowkit.llm.config import Limits
-from flowkit.llm.scheduler import HEADER_MARGIN, Scheduler
+from flowkit.llm.pacing import HEADER_MARGIN
+from flowkit.llm.scheduler import Scheduler
 from tests.llm.fakes import FakeClock, Script, connection_error, run, status_error
 
 FAST = {"backoff_base": 0.001, "backoff_max": 0.002}

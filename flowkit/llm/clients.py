@@ -1,0 +1,151 @@
+"""The shared SDK clients: one per endpoint and event loop, on the SDK's aiohttp transport
+with a pool sized to the endpoint's in-flight limit.
+
+Creating an ``openai.AsyncOpenAI`` is measurably expensive (each one loads the system
+certificate store), so a process keeps one per endpoint.  But a client's connection pool
+is bound to the event loop it first ran in — reusing it from a later ``asyncio.run`` fails
+with "Event loop is closed" — so the cache is keyed by endpoint *and* running loop.  Each
+loop gets a tiny async-generator guard: ``asyncio.run`` finalises live async generators
+before closing the loop, and the guard's ``finally`` closes that loop's clients there, so
+no socket outlives its loop.  :func:`aclose_clients` does the same explicitly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import openai
+
+from flowkit.llm.config import OPENAI_PUBLIC_URL, Endpoint
+
+Client = openai.AsyncOpenAI
+
+# Worker threads (the threading backend) each run their own loop, hence the lock; it is
+# only ever held for dictionary bookkeeping, never across an await.
+_lock = threading.Lock()
+_clients: dict[tuple[tuple[str, ...], int], Client] = {}
+# Loop id -> (weak ref to the loop, its guard). The guard only knows the id, so holding it
+# here does not keep the loop alive.
+_loops: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncIterator[None]]] = {}
+_created = 0
+
+
+def clients_created() -> int:
+    """How many SDK clients this process has built (for tests and benchmarks)."""
+    return _created
+
+
+async def _loop_guard(loop_id: int) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        with _lock:
+            _loops.pop(loop_id, None)
+        await _close_loop_clients(loop_id)
+
+
+async def _close_loop_clients(loop_id: int) -> None:
+    with _lock:
+        doomed = [_clients.pop(k) for k in list(_clients) if k[1] == loop_id]
+    for client in doomed:
+        await client.close()
+
+
+def _forget_dead_loops(current: asyncio.AbstractEventLoop) -> None:
+    """Drop clients of loops that ended without finalising (e.g. closed by hand).
+
+    Their sockets cannot be closed from another loop; dropping the reference is all that
+    is safe.  A dead loop's id may also be reused by ``current``, hence the identity check.
+    Called with ``_lock`` held.
+    """
+    for loop_id, (ref, _guard) in list(_loops.items()):
+        loop = ref()
+        if loop is None or loop.is_closed() or (loop_id == id(current) and loop is not current):
+            del _loops[loop_id]
+            for key in [k for k in _clients if k[1] == loop_id]:
+                del _clients[key]
+
+
+def _transport(concurrency: int) -> Any:
+    """The SDK's aiohttp transport (the ``openai[aiohttp]`` extra, a dependency), its pool sized
+    to the endpoint's in-flight limit. Measured at about 60% of the CPU per request of the
+    default httpx transport (benchmarks/llm_bound.py). None (the SDK's default) only when the
+    extra is missing."""
+    default = openai.DEFAULT_CONNECTION_LIMITS
+    try:
+        return openai.DefaultAioHttpClient(
+            limits=type(default)(
+                max_connections=concurrency,
+                max_keepalive_connections=concurrency,
+                keepalive_expiry=default.keepalive_expiry,
+            )
+        )
+    except (AttributeError, RuntimeError):  # an SDK too old for it, or without the extra
+        return None
+
+
+def _build(endpoint: Endpoint) -> Client:
+    key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+    timeout = endpoint.limits.timeout
+    # aiohttp refuses a URL that carries credentials beside the SDK's Authorization header;
+    # httpx sends them (as Basic auth), as users of such gateways expect.
+    with_userinfo = "@" in urlsplit(endpoint.url).netloc
+    transport = None if with_userinfo else _transport(endpoint.limits.concurrency)
+    if endpoint.kind == "azure":
+        return openai.AsyncAzureOpenAI(
+            azure_endpoint=endpoint.azure_endpoint or "",
+            api_version=endpoint.api_version,
+            api_key=key,
+            max_retries=0,
+            timeout=timeout,
+            http_client=transport,
+        )
+    # Local OpenAI-compatible servers need no key, but the SDK insists on one.
+    return openai.AsyncOpenAI(
+        api_key=key or "not-needed",
+        base_url=endpoint.base_url or OPENAI_PUBLIC_URL,
+        max_retries=0,
+        timeout=timeout,
+        http_client=transport,
+    )
+
+
+async def get_client(endpoint: Endpoint) -> Client:
+    """The client for ``endpoint`` in the running event loop, created on first use."""
+    global _created
+    loop = asyncio.get_running_loop()
+    key = (endpoint.identity(), id(loop))
+    guard: AsyncIterator[None] | None = None
+    with _lock:
+        client = _clients.get(key)
+        if client is not None:
+            return client
+        known = _loops.get(id(loop))
+        if known is None or known[0]() is not loop:
+            _forget_dead_loops(loop)
+            guard = _loop_guard(id(loop))
+            _loops[id(loop)] = (weakref.ref(loop), guard)
+    if guard is not None:
+        # Starting it registers it with the loop, which finalises it before closing.
+        await guard.__anext__()
+    client = _build(endpoint)  # slow (certificate store): outside the lock
+    with _lock:
+        kept = _clients.setdefault(key, client)
+        if kept is client:
+            _created += 1
+    if kept is not client:
+        await client.close()
+    return kept
+
+
+async def aclose_clients() -> None:
+    """Close every client of the running loop (``asyncio.run`` also does this on exit).
+
+    Later calls in the same loop simply build new clients.
+    """
+    await _close_loop_clients(id(asyncio.get_running_loop()))

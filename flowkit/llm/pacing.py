@@ -1,0 +1,255 @@
+"""How fast one endpoint may be called: its request and token paces, and, while no pace is
+known, how many requests may be in flight.
+
+The :class:`Pacer` belongs to a ``Scheduler`` (one per endpoint), which asks it for the in-flight
+limit, waits in :meth:`Pacer.admit` before each attempt, and tells it what replies said. The pace
+comes from three sources, the lowest winning:
+
+- the connection's configured ``rpm`` / ``tpm``;
+- the ``x-ratelimit-*`` headers of replies (limit → pace, remaining → level; see ``ratelimits``);
+- 429s that prove overload, when there are no headers: the request rate is cut to a fraction of
+  the success rate just measured and probed back up additively (AIMD on the rate, one cut per
+  generation), so it settles just under the cap.
+
+An endpoint whose limits are unknown starts slow, as TCP does: after its first reply at most
+``INITIAL_WINDOW`` requests are in flight, one more per reply but a 429 (the window doubles every
+round trip), up to the connection's ``concurrency``. The first overload 429 ends the slow start,
+then a request pace is measured from what got through; from then on the pace, not the window,
+holds the endpoint back. A fast endpoint without limits reaches full concurrency within a few
+round trips; an rpm-capped one sees a handful of rejections at the start instead of a burst of
+``concurrency``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from flowkit.llm.budget import Clock, Sleep, TokenBucket
+from flowkit.llm.config import Limits
+from flowkit.llm.ratelimits import RateHeaders
+
+HEADER_MARGIN = 0.97
+"""Fraction of a known limit (configured or from headers) to pace at: the client's and the
+server's clocks and windows never align exactly, and replies arrive bunched."""
+CUT = 0.9
+"""On overload while paced, the learned rate becomes this fraction of the pace in force."""
+FIRST_CUT = 0.95
+"""On the first overload, the learned rate becomes this fraction of the success rate measured
+(which the slice correction makes close to the cap, and the climb takes it the rest)."""
+PROBE = 0.002
+"""After a paced cut the learned rate grows by this fraction of itself per 1/60 of the window (a
+second for per-minute limits): a slow probe, so the pace settles just under the cap."""
+CLIMB = 0.005
+"""After the first cut (from a success rate measured before any pace, which may be off either
+way) the learned rate grows by this fraction of itself per 1/60 of the window, additively,
+until a paced cut says where the cap is."""
+INITIAL_WINDOW = 4
+"""Requests in flight right after an endpoint without known limits first answers."""
+
+
+class Pacer:
+    """The paces of one endpoint (token buckets) and its slow-start window.
+
+    ``window`` is the span rpm/tpm and header limits count over.
+    """
+
+    def __init__(self, limits: Limits, *, window: float, clock: Clock, sleep: Sleep) -> None:
+        self.limits = limits
+        self.window = window
+        self._clock = clock
+        self._sleep = sleep
+        self.generation = 0
+        """Bumped by every cut: the 429s of requests sent before it count as one signal."""
+        self.not_before = 0.0
+        # Requests per window from each source; the pace is the lowest known.
+        self._header_rpm: float | None = None
+        self._header_tpm: float | None = None
+        self._learned: float | None = None  # requests per window, from overload 429s
+        self._learned_at = -float("inf")
+        self._measured_cut = False
+        self._overloads: list[float] = []  # times of recent overload 429s while paced
+        self._rpm: TokenBucket | None = None
+        self._tpm: TokenBucket | None = None
+        self._ok_times: deque[float] = deque()
+        self._answered = False
+        self._window_size = float(INITIAL_WINDOW)  # in flight while no pace is known
+        self._slow_start = True
+        self._measuring = False  # slow start overshot; measure once its requests have landed
+        self.repace()
+
+    # -- what is in force ----------------------------------------------------------------
+
+    @property
+    def in_flight_limit(self) -> int:
+        """One until the endpoint first answers (its first reply's headers may forbid a burst);
+        then the slow-start window while no pace is known; then the configured concurrency."""
+        if not self._answered:
+            return 1
+        if self.rate() is not None or self.token_rate() is not None:
+            return self.limits.concurrency
+        return max(1, min(self.limits.concurrency, int(self._window_size)))
+
+    def rate(self) -> float | None:
+        """The request pace in requests per window, or None while unpaced."""
+        told = self.limits.rpm * HEADER_MARGIN if self.limits.rpm else None
+        known = [r for r in (told, self._header_rpm, self._probed()) if r]
+        return min(known) if known else None
+
+    def token_rate(self) -> float | None:
+        """The token pace in tokens per window, or None while unpaced."""
+        told = self.limits.tpm * HEADER_MARGIN if self.limits.tpm else None
+        known = [r for r in (told, self._header_tpm) if r]
+        return min(known) if known else None
+
+    def limits_known(self) -> bool:
+        """Whether a configured or advertised limit sets the pace (429s then do not cut it)."""
+        known = (self._header_rpm, self._header_tpm, self.limits.rpm, self.limits.tpm)
+        return any(known)
+
+    # -- waiting -------------------------------------------------------------------------
+
+    async def admit(self, tokens: int) -> None:
+        """Wait out a server-requested pause, then the request and token paces."""
+        while (pause := self.not_before - self._clock()) > 0:
+            await self._sleep(pause)
+        if self._learned is not None:
+            self.repace()  # the probe moves the learned rate with time
+        if self._rpm is not None:
+            await self._rpm.acquire(1)
+        if self._tpm is not None and tokens > 0:
+            try:
+                await self._tpm.acquire(tokens)
+            except asyncio.CancelledError:
+                if self._rpm is not None:
+                    self._rpm.adjust(-1)
+                raise
+
+    def charge(self, tokens: int) -> None:
+        """Charge ``tokens`` more to the token pace (a negative count gives them back)."""
+        if self._tpm is not None and tokens:
+            self._tpm.adjust(tokens)
+
+    # -- feedback ------------------------------------------------------------------------
+
+    def answered(self, ok: bool, generation: int, *, rate_limited: bool = False) -> None:
+        """The endpoint replied to a request sent in ``generation``. Any reply but a 429 widens
+        the slow-start window (a 500 or a refusal says nothing about a rate limit); a success
+        may end the measurement that follows an overshoot."""
+        self._answered = True
+        if rate_limited:
+            return
+        if ok:
+            self._ok_times.append(self._clock())
+            if self._measuring and generation == self.generation:
+                # Sent after the overshoot's pause, so every request of the slow start has
+                # landed and the successes count what the endpoint let through.
+                self._measuring = False
+                self._cut_to(self._success_rate(), measured=True)
+                return
+        if self._window_size < self.limits.concurrency:
+            # Slow start: one more per success doubles the window every round trip; after an
+            # overload, one more per window's worth of successes.
+            self._window_size += 1.0 if self._slow_start else 1.0 / self._window_size
+
+    def learn_headers(self, found: RateHeaders | None) -> None:
+        """Pace by the limits a reply advertises and level the buckets to what is left."""
+        if found is None:
+            return
+        changed = False
+        for quota, attr in ((found.requests, "_header_rpm"), (found.tokens, "_header_tpm")):
+            if quota.limit:
+                paced = quota.limit * HEADER_MARGIN
+                if getattr(self, attr) != paced:
+                    setattr(self, attr, paced)
+                    changed = True
+        if changed:
+            self.repace()
+        if self._rpm is not None and found.requests.remaining is not None:
+            self._rpm.sync(found.requests.remaining)
+        if self._tpm is not None and found.tokens.remaining is not None:
+            self._tpm.sync(found.tokens.remaining)
+
+    def cut(self, generation: int) -> None:
+        """Overload: pace requests at a fraction of what just got through (once per generation,
+        so the 429s of requests already in flight count as one signal)."""
+        now = self._clock()
+        if generation != self.generation or now - self._learned_at < self.window / 12.0:
+            return  # let the last cut show its effect before judging it
+        current = self.rate()
+        if current is None and self._slow_start:
+            # The window overshot. The successes known now undercount what got through (many
+            # requests are still in flight): send one request at a time (after the pause) and
+            # measure when the first of them succeeds.
+            self._slow_start, self._measuring = False, True
+            self._window_size = 1.0
+            self.generation += 1
+            return
+        if current is not None:
+            # Paced already: one 429 may be replies arriving bunched; a few close together
+            # mean the pace itself is too high.
+            horizon = self.window / 12.0
+            self._overloads = [t for t in self._overloads if t > now - horizon] + [now]
+            if len(self._overloads) < 3:
+                return
+        # Multiplicative decrease of the pace in force; with none yet, of what got through.
+        self._cut_to(current or self._success_rate(), measured=current is None)
+
+    def _cut_to(self, base: float, *, measured: bool) -> None:
+        if not base:
+            return  # nothing got through yet: no pace to cut from; the pause must do
+        self.generation += 1
+        self._overloads.clear()
+        self._measuring = False
+        self._measured_cut = measured
+        # Never below one request per window.
+        self._learned = max(1.0, (FIRST_CUT if measured else CUT) * base)
+        self._learned_at = self._clock()
+        self.repace()
+
+    def pause(self, seconds: float) -> None:
+        """Hold every request on the endpoint for ``seconds``, then restart at the pace."""
+        until = self._clock() + seconds
+        if until <= self.not_before:
+            return
+        self.not_before = until
+        for bucket in (self._rpm, self._tpm):
+            if bucket is not None:
+                bucket.hold_until(until)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _probed(self) -> float | None:
+        if self._learned is None:
+            return None
+        steps = max(0.0, self._clock() - self._learned_at) / (self.window / 60.0)
+        growth = CLIMB if self._measured_cut else PROBE
+        return self._learned * (1.0 + growth * steps)
+
+    def repace(self) -> None:
+        """Make the buckets follow the current paces (creating them when a pace appears)."""
+        for attr, rate in (("_rpm", self.rate()), ("_tpm", self.token_rate())):
+            bucket: TokenBucket | None = getattr(self, attr)
+            if rate is None:
+                continue
+            if bucket is None:
+                new = TokenBucket(rate, window=self.window, clock=self._clock, sleep=self._sleep)
+                setattr(self, attr, new)
+            elif abs(bucket.rate * self.window - rate) > 1e-9 * rate:
+                bucket.set_rate(rate, self.window)
+
+    def _success_rate(self) -> float:
+        """Successes per window over the last few seconds (a sixth of the window).
+
+        Providers let a slice of the window's budget (1/60: a second of a per-minute limit)
+        through at once before pacing, so successes over a span measure the rate over the span
+        plus one slice, not the span alone (which made the first cut up to twice the cap)."""
+        now = self._clock()
+        horizon = self.window / 6.0
+        times = self._ok_times
+        while times and times[0] < now - horizon:
+            times.popleft()
+        if len(times) < 5:
+            return 0.0  # too few to measure: a cut from this would be a guess
+        span = now - times[0] + self.window / 60.0
+        return len(times) / span * self.window
