@@ -1,9 +1,13 @@
 """The ``flowkit`` command: click commands, a thin skin over the Python API.
 
-- ``main``: the group and the commands that load or run flows (run, validate, list);
+- ``group``: the command group: a user error ends as `error: …` and its exit code, and the
+  commands of the other modules load only when named (a run never imports them);
+- ``main``: the commands that load or run flows (run, validate, list);
   ``options``: how `run` parses its option values (bounded numbers, ``--map`` pairs).
 - ``inspect_commands``: the commands that read run folders (show, runs, trace, compare, report,
   export-otel).
+- ``author_commands``: describe and init; ``scaffold``: the project ``init`` writes;
+  ``run_end``: what a run prints when it ends.
 - ``terminal``: consoles and how values are printed.
 
 Imports point down to ``flowkit.api`` and ``flowkit.inspect``; nothing imports this package.

@@ -6,44 +6,16 @@ else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
 from flowkit import __version__
-from flowkit.cli.author_commands import COMMANDS as AUTHOR_COMMANDS
-from flowkit.cli.inspect_commands import COMMANDS
+from flowkit.cli.group import FlowkitGroup
 from flowkit.cli.options import _Number, _parse_maps
 from flowkit.cli.terminal import console, err_console, styled
 from flowkit.errors import FlowkitError, UsageError
-from flowkit.pfcompat.cli import COMMANDS as PF_COMMANDS
-
-
-class FlowkitGroup(click.Group):
-    """Turns FlowkitError into `error: …` and its exit code."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except FlowkitError as err:
-            _quiet_ctrl_c()
-            err_console.print(styled("[bold red]error:[/]"), str(err), highlight=False)
-            sys.exit(err.exit_code)
-        except KeyboardInterrupt:  # a Ctrl-C outside a run's own handling: still 130
-            _quiet_ctrl_c()
-            err_console.print(styled("[bold red]error:[/]"), "interrupted", highlight=False)
-            sys.exit(130)
-
-
-def _quiet_ctrl_c() -> None:
-    """The command is ending with its own exit code: a further Ctrl-C (a held key) must not
-    turn that into click's `Aborted!` and exit 1."""
-    with contextlib.suppress(ValueError):  # not the main thread (an embedding caller)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @click.group(cls=FlowkitGroup)
@@ -392,7 +364,3 @@ def list_flows() -> None:
             desc = "(cannot read)"
         table.add_row(name, desc)
     console.print(table)
-
-
-for _command in (*COMMANDS, *AUTHOR_COMMANDS, *PF_COMMANDS):
-    main.add_command(_command)

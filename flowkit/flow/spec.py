@@ -34,7 +34,7 @@ PathText = Annotated[str, AfterValidator(usable_path)]
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class InputSpec(_Spec):

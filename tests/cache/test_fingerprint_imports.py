@@ -3,6 +3,7 @@ version); the flow's folder is importable; nodes declare environment variables f
 
 from __future__ import annotations
 
+import ast
 import os
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import flowkit
+from flowkit.cache import imports
 from flowkit.cache.fingerprint import code_fingerprint, load_from_folder
 from flowkit.metrics import scores
 from tests.support import read_jsonl, start_flowkit, write, write_jsonl
@@ -96,3 +98,48 @@ def test_load_from_folder_makes_the_folder_importable_and_fingerprints_it(projec
     assert again.fingerprint == loaded.fingerprint
     _edit(project / "helper.py", "def mult():\n    return 5\n")
     assert load_from_folder(project, "fn", "mymetrics.py").fingerprint != loaded.fingerprint
+
+
+def _ast_imports(path: Path) -> set[tuple[str, int]]:
+    """What a full parse finds: the reference the fast scan must never fall short of."""
+    found: set[tuple[str, int]] = set()
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            found.update((alias.name, 0) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            found.add((base, node.level))
+            found.update(
+                (f"{base}.{a.name}" if base else a.name, node.level)
+                for a in node.names
+                if a.name != "*"
+            )
+    return found
+
+
+def test_the_import_scan_reads_every_form(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    write(
+        source,
+        "import a.b as c, d  # comment\n"
+        "from . import sib\n"
+        "from ..up.mod import (  # why (a parenthesis in a comment)\n"
+        "    x,  # one\n"
+        "    y as z,\n"
+        ")\n"
+        "from e import \\\n    f\n"
+        "import g; h = 1\n"
+        "from star import *\n"
+        "def fn():\n"
+        "    if True:\n"
+        "        import lazy.inner\n",
+    )
+    found = set(imports._imports(str(source), 0))
+    assert found == _ast_imports(source)
+    assert ("up.mod.y", 2) in found and ("lazy.inner", 0) in found
+
+
+def test_the_import_scan_finds_all_that_a_parse_finds_in_flowkit() -> None:
+    package = Path(flowkit.__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        assert _ast_imports(path) <= set(imports._imports(str(path), 0)), path
