@@ -43,8 +43,12 @@ class YList(list):
         return lines[index] if 0 <= index < len(lines) else self.line
 
 
-def _make_loader(file: str) -> type[yaml.SafeLoader]:
-    class _Loader(yaml.SafeLoader):
+def _make_loader(file: str, fast: bool = False) -> type[yaml.SafeLoader]:
+    """``fast``: on libyaml's parser, when PyYAML has it (several times quicker); its error
+    messages differ, so a file it refuses is read again by the pure one for the report."""
+    base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader) if fast else yaml.SafeLoader
+
+    class _Loader(base):  # type: ignore[misc,valid-type]
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> YDict:  # type: ignore[override]
             self.flatten_mapping(node)
             out = YDict()
@@ -156,6 +160,10 @@ _BARE_REF = re.compile(
 
 def parse_yaml(text: str, file: str) -> Any:
     """Parse YAML text; raise ``Diagnostic``-carrying ``YamlSyntaxError`` on bad syntax."""
+    try:
+        return _load(text, _make_loader(file, fast=True), file)
+    except (yaml.YAMLError, YamlSyntaxError):
+        pass  # read again below, for the messages this module's tests and users know
     loader = _make_loader(file)
     try:
         value = _load(text, loader, file)

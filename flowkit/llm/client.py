@@ -22,6 +22,7 @@ from flowkit.llm.clients import aclose_clients as aclose_clients
 from flowkit.llm.clients import clients_created as clients_created
 from flowkit.llm.clients import get_client
 from flowkit.llm.config import OPENAI_PUBLIC_URL, Endpoint
+from flowkit.llm.prepared import post_chat
 from flowkit.llm.retry import connection_cause
 from flowkit.llm.scheduler import Scheduler, scheduler_for
 
@@ -245,25 +246,29 @@ async def chat(
     body = {"model": target, "messages": messages, **kwargs}
     body.update(body.pop("extra_body", None) or {})
     # What ``create`` would send as headers and query, not in the body.
-    options: Any = {
-        "headers": {**(body.pop("extra_headers", None) or {}), **_RAW},
-        "timeout": attempt_timeout,
-    }
-    if query := body.pop("extra_query", None):
+    extra_headers: dict[str, Any] = body.pop("extra_headers", None) or {}
+    query: dict[str, Any] | None = body.pop("extra_query", None)
+    options: Any = {"headers": {**extra_headers, **_RAW}, "timeout": attempt_timeout}
+    if query:
         options["params"] = query
 
     async def call() -> Any:
-        # The client's own post: the same URL building (Azure deployments included), auth,
-        # headers and error types as ``chat.completions.create``, without its per-call
-        # transform of the (already plain JSON) params, and read as plain JSON rather than
-        # pydantic models; the raw response also gives the rate-limit headers.
-        raw = await client.post("/chat/completions", body=body, cast_to=object, options=options)
+        # A request the SDK prepared once for this shape (see ``prepared``); else the client's
+        # own post. Either way the same URL (Azure deployments included), auth, headers and
+        # error types as ``chat.completions.create``, without its per-call transform of the
+        # (already plain JSON) params, and read as plain JSON rather than pydantic models; the
+        # response also gives the rate-limit headers.
+        response = await post_chat(
+            client, body, headers=extra_headers, query=query, timeout=attempt_timeout
+        )
+        if response is None:
+            raw = await client.post("/chat/completions", body=body, cast_to=object, options=options)
+            response = raw.http_response
         try:
-            reply = raw.http_response.json()
+            reply = response.json()
         except ValueError:  # an HTML page from a gateway, a body cut off in transit
-            text = raw.http_response.text
-            raise MalformedReply(f"a body of text starting {text[:60]!r}") from None
-        return checked_completion(reply), raw.headers
+            raise MalformedReply(f"a body of text starting {response.text[:60]!r}") from None
+        return checked_completion(reply), response.headers
 
     try:
         done = await sched.run(

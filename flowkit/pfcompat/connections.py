@@ -10,6 +10,8 @@ go through flowkit.llm's scheduler: rate-limited, retried and counted like an ll
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import threading
 from collections.abc import Coroutine
 from typing import Any
@@ -18,6 +20,23 @@ from flowkit.kinds.calls import current_settings, record_call
 from flowkit.llm.config import Endpoint, load_settings
 
 _loop: threading.local = threading.local()
+_tool_loops: list[asyncio.AbstractEventLoop] = []
+
+
+@atexit.register
+def _close_tool_loops() -> None:
+    """Close the tool threads' loops and the SDK clients they hold: those threads outlive every
+    run, and a client left open makes aiohttp complain on the user's terminal at exit."""
+    from flowkit.llm.client import aclose_clients
+
+    while _tool_loops:
+        loop = _tool_loops.pop()
+        if loop.is_closed() or loop.is_running():
+            continue
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(aclose_clients())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 def run_settings() -> Any:
@@ -57,6 +76,7 @@ def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
     loop = getattr(_loop, "loop", None)
     if loop is None or loop.is_closed():
         loop = _loop.loop = asyncio.new_event_loop()
+        _tool_loops.append(loop)
     return loop.run_until_complete(coro)
 
 
