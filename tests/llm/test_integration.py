@@ -232,7 +232,7 @@ def test_an_endpoint_with_many_requests_in_flight_sends_them_all_through_one_cli
 
     async def body() -> int:
         before = clients_created()
-        await chat(wide, "flowkit-test", user("first"), {})  # one alone until the first reply
+        await chat(wide, "flowkit-test", user("first"), {})
         # The slow start doubles the window every round trip: 4 + 8 + 16 + 32 requests go
         # before it reaches 64, so give it enough to fill the pool afterwards.
         done = await asyncio.gather(

@@ -174,7 +174,7 @@ def test_unfixable_failures_in_a_row_stop_the_endpoint(error: Exception, cause: 
 
     async def body() -> list[BaseException | str]:
         out = await asyncio.gather(
-            *(sched.run(Script([error])) for _ in range(STOP_AFTER + 3)), return_exceptions=True
+            *(sched.run(Script([error])) for _ in range(STOP_AFTER * 3)), return_exceptions=True
         )
         return list(out)
 
