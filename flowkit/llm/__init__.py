@@ -1,9 +1,12 @@
 """The model-calling layer every ``llm`` node goes through.
 
 ``load_settings`` merges environment, ``flowkit.yaml`` and CLI options; ``Settings.check``
-validates a node's configuration before any row runs and returns its ``Endpoint``;
-``chat`` / ``embed`` call it through one shared client and one ``Scheduler`` per endpoint
-(adaptive concurrency, RPM/TPM budgets, retries); ``UsageTracker`` sums tokens and costs.
+validates a node's configuration before any row runs and returns its ``Endpoint`` (``endpoint``:
+a connection, its limits and prices; ``projectfile``: reading ``flowkit.yaml``);
+``chat`` / ``embed`` call it through one shared client (``clients``; a chat request is built
+once per shape and reused, ``prepared``) and one ``Scheduler`` per endpoint (adaptive
+concurrency, RPM/TPM budgets, retries; ``stats``: what it counts); ``UsageTracker`` sums
+tokens and costs.
 The scheduler (admission, retries, early stop) composes ``pacing`` (request and token paces,
 slow start, learning limits from headers and 429s), ``stalls`` (the learned stall deadline),
 ``budget`` (token buckets), ``ratelimits`` (header parsing) and ``retry`` (what a failure means).
@@ -18,19 +21,19 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "Attempted": "scheduler",
+    "Attempted": "stats",
     "BUILTIN_PRICES": "usage",
     "ChatResult": "client",
-    "Connection": "config",
+    "Connection": "endpoint",
     "EmbedResult": "client",
-    "Endpoint": "config",
-    "Limits": "config",
+    "Endpoint": "endpoint",
+    "Limits": "endpoint",
     "PRICES_AS_OF": "usage",
     "PROJECT_FILE": "config",
-    "Price": "config",
+    "Price": "endpoint",
     "ProjectFile": "projectfile",
     "Scheduler": "scheduler",
-    "SchedulerStats": "scheduler",
+    "SchedulerStats": "stats",
     "Settings": "config",
     "Tally": "usage",
     "UsageTracker": "usage",

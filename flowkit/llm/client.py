@@ -21,7 +21,7 @@ from openai._constants import RAW_RESPONSE_HEADER
 from flowkit.llm.clients import aclose_clients as aclose_clients
 from flowkit.llm.clients import clients_created as clients_created
 from flowkit.llm.clients import get_client
-from flowkit.llm.config import OPENAI_PUBLIC_URL, Endpoint
+from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 from flowkit.llm.prepared import post_chat
 from flowkit.llm.retry import connection_cause
 from flowkit.llm.scheduler import Scheduler, scheduler_for

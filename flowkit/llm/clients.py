@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import openai
 
-from flowkit.llm.config import OPENAI_PUBLIC_URL, Endpoint
+from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 
 Client = openai.AsyncOpenAI
 

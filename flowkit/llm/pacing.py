@@ -26,7 +26,7 @@ import asyncio
 from collections import deque
 
 from flowkit.llm.budget import Clock, Sleep, TokenBucket
-from flowkit.llm.config import Limits
+from flowkit.llm.endpoint import Limits
 from flowkit.llm.ratelimits import RateHeaders
 
 HEADER_MARGIN = 0.97

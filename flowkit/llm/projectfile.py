@@ -10,7 +10,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from flowkit.errors import UsageError, did_you_mean, one_of
-from flowkit.llm.config import PROJECT_FILE, Connection, Price
+from flowkit.llm.config import PROJECT_FILE
+from flowkit.llm.endpoint import Connection, Price
 
 
 class ProjectFile(BaseModel):

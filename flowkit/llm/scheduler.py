@@ -31,59 +31,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Generic, TypeVar
+from dataclasses import asdict
 
 from flowkit.errors import EndpointError
 from flowkit.llm.budget import Clock, Sleep
-from flowkit.llm.config import Endpoint, Limits
+from flowkit.llm.endpoint import Endpoint, Limits
 from flowkit.llm.pacing import Pacer
 from flowkit.llm.ratelimits import parse_rate_headers
 from flowkit.llm.retry import Failure, Verdict, backoff, classify
 from flowkit.llm.stalls import Stalled, StallWatch
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Attempted(Generic[T]):
-    """A successful call's value and how many attempts it took (1 = no retry)."""
-
-    value: T
-    attempts: int
-
-
-@dataclass
-class SchedulerStats:
-    """Counters for a run, readable at any time via :meth:`Scheduler.snapshot`."""
-
-    calls: int = 0
-    """Logical calls submitted."""
-    requests: int = 0
-    """Attempts actually sent."""
-    retries: int = 0
-    """Attempts after the first."""
-    rate_limited: int = 0
-    """429 responses."""
-    overloads: int = 0
-    """429s taken as proof of overload (they may cut the pace); the rest were scattered."""
-    stalled: int = 0
-    """Attempts cancelled at the learned stall deadline and retried."""
-    server_errors: int = 0
-    """5xx / 408 responses."""
-    timeouts: int = 0
-    """Attempts abandoned after the per-request timeout."""
-    connection_errors: int = 0
-    """Attempts that never got a response."""
-    malformed: int = 0
-    """Successful-looking responses whose body could not be parsed."""
-    errors: int = 0
-    """Calls that failed for good (non-retryable, or retries exhausted)."""
-    tokens: int = 0
-    """Tokens used by successful calls (from usage when reported, else the estimate)."""
-    peak_in_flight: int = 0
-    """Most attempts in flight at once."""
-
+from flowkit.llm.stats import Attempted, SchedulerStats, T
 
 STOP_AFTER = 5
 """Unfixable failures in a row, with no success between, that mark an endpoint down."""

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from flowkit.llm.config import Price
+from flowkit.llm.endpoint import Price
 
 PRICES_AS_OF = "2025-06"
 """When the built-in list prices were copied; they are an estimate, not a bill."""

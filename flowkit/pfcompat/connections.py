@@ -17,7 +17,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 from flowkit.kinds.calls import current_settings, record_call
-from flowkit.llm.config import Endpoint, load_settings
+from flowkit.llm.config import load_settings
+from flowkit.llm.endpoint import Endpoint
 
 _loop: threading.local = threading.local()
 _tool_loops: list[asyncio.AbstractEventLoop] = []

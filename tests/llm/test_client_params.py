@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flowkit.llm.client import api_params, estimate_tokens
-from flowkit.llm.config import OPENAI_PUBLIC_URL, Endpoint
+from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 
 LOCAL = Endpoint(connection="l", kind="openai", model="m", base_url="http://127.0.0.1:1/v1")
 PUBLIC = Endpoint(connection="o", kind="openai", model="m", base_url=OPENAI_PUBLIC_URL)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from flowkit.errors import UsageError
-from flowkit.llm.config import OPENAI_PUBLIC_URL, Connection, load_settings
+from flowkit.llm.config import load_settings
+from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Connection
 
 SECRET = "sk-test-DO-NOT-LEAK-1234567890"
 

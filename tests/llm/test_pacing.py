@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from flowkit.errors import EndpointError
-from flowkit.llm.config import Limits
+from flowkit.llm.endpoint import Limits
 from flowkit.llm.scheduler import STOP_AFTER, Scheduler
 from tests.llm.fakes import Script, connection_error, run, status_error
 

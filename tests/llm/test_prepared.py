@@ -12,7 +12,7 @@ import pytest
 
 from flowkit.llm import clients, prepared
 from flowkit.llm.client import chat
-from flowkit.llm.config import Endpoint, Limits
+from flowkit.llm.endpoint import Endpoint, Limits
 from flowkit.testing.server import LocalServer
 
 MESSAGES = [{"role": "user", "content": "Fact: the sky is blue. Answer: ✓ blue"}]

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from flowkit.llm.budget import TokenBucket
-from flowkit.llm.config import Limits
+from flowkit.llm.endpoint import Limits
 from flowkit.llm.pacing import HEADER_MARGIN
 from flowkit.llm.scheduler import Scheduler
 from tests.llm.fakes import FakeClock, Script, connection_error, run, status_error

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowkit.llm.config import Price
+from flowkit.llm.endpoint import Price
 from flowkit.llm.usage import BUILTIN_PRICES, PRICES_AS_OF, UsageTracker, cost_usd, price_for
 
 
