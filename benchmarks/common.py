@@ -83,6 +83,12 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(ordered):.2f} ({ordered[0]:.2f}-{ordered[-1]:.2f})"
 
 
+def judge_body(i: int, prompt: str = "") -> dict[str, Any]:
+    """The chat request the raw clients send for row ``i`` (``prompt`` before the row's fact)."""
+    content = f"{prompt} Fact {i}." if prompt else f"Fact {i}. Answer {i}."
+    return {"model": "flowkit-test", "messages": [{"role": "user", "content": content}]}
+
+
 def raw_ceiling(base_url: str, rows: int, concurrency: int) -> float:
     """Rows per second a minimal async client (aiohttp, no SDK, no scheduler) gets firing the
     same judge requests at the same server with ``concurrency`` in flight: the ceiling the
@@ -95,10 +101,7 @@ def raw_ceiling(base_url: str, rows: int, concurrency: int) -> float:
 
             async def worker() -> None:
                 for i in todo:
-                    body = {
-                        "model": "flowkit-test",
-                        "messages": [{"role": "user", "content": f"Fact {i}. Answer {i}."}],
-                    }
+                    body = judge_body(i)
                     async with session.post(f"{base_url}/chat/completions", json=body) as resp:
                         assert resp.status == 200, resp.status
                         await resp.json()

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import aiohttp
-from common import load_average, run_groundedness, spread, write_rows
+from common import judge_body, load_average, run_groundedness, spread, write_rows
 
 from flowkit.testing.server import ServerConfig, serve_subprocess
 
@@ -59,10 +59,7 @@ def naive_client(base_url: str, rows: int, concurrency: int) -> float:
 
             async def worker() -> None:
                 for i in todo:
-                    body = {
-                        "model": "flowkit-test",
-                        "messages": [{"role": "user", "content": f"{prompt} Fact {i}."}],
-                    }
+                    body = judge_body(i, prompt)
                     while True:
                         async with session.post(f"{base_url}/chat/completions", json=body) as r:
                             await r.read()

@@ -15,7 +15,7 @@ import argparse
 import asyncio
 import time
 
-from common import load_average
+from common import judge_body, load_average
 
 from flowkit.llm.clients import _transport
 from flowkit.llm.prepared import post_chat
@@ -38,10 +38,7 @@ async def measure(base_url: str, way: str, calls: int, concurrency: int) -> tupl
 
     async def worker() -> None:
         for i in todo:
-            body = {
-                "model": "flowkit-test",
-                "messages": [{"role": "user", "content": f"Fact {i}. Answer {i}."}],
-            }
+            body = judge_body(i)
             if way == "post":
                 options = {"headers": HEADERS, "timeout": 30.0}
                 raw = await client.post(
