@@ -114,10 +114,14 @@ class Pacer:
 
     # -- waiting -------------------------------------------------------------------------
 
-    async def admit(self, tokens: int) -> None:
-        """Wait out a server-requested pause, then the request and token paces."""
+    async def pause_over(self) -> None:
+        """Wait out a server-requested pause."""
         while (pause := self.not_before - self._clock()) > 0:
             await self._sleep(pause)
+
+    async def admit(self, tokens: int) -> None:
+        """Wait out a server-requested pause, then the request and token paces."""
+        await self.pause_over()
         if self._learned is not None:
             self.repace()  # the probe moves the learned rate with time
         if self._rpm is not None:

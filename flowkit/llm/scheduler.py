@@ -178,6 +178,12 @@ class Scheduler:
             # when it queues, so a refund after the reply cannot give back an overcharge.
             charge = max(1, round(tokens * self._token_scale)) if tokens > 0 else 0
             try:
+                # A slot taken before a pause (or a cut) may not fit the window it left: a 429
+                # in the slow start shrinks it to one. Give it back and queue again, so the end
+                # of a pause is never a burst of the requests that waited through it.
+                await self._pacer.pause_over()
+                if self._in_flight > self.limit:
+                    continue  # the finally gives the slot back
                 await self._pacer.admit(charge)
                 self._check_down()
                 self.stats.requests += 1
