@@ -25,6 +25,25 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+def python_flow(
+    folder: Path, module: str, aggregate: str | None = None, *, node: str = "a"
+) -> Path:
+    """Write flow ``t`` to folder/t.yaml and ``module`` to folder/m.py: a python node ``n`` (m.py's
+    ``f(x)`` on input ``x``, output ``y``) and, given ``aggregate``, an aggregate node ``node``
+    calling m.py's ``aggregate(ys)`` over n's outputs."""
+    nodes = "  - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}\n"
+    if aggregate is not None:
+        nodes += (
+            f"  - {{name: {node}, type: aggregate, source: m.py, function: {aggregate}, "
+            "inputs: {ys: ${n.output}}}\n"
+        )
+    write(folder / "m.py", module)
+    return write(
+        folder / "t.yaml",
+        "name: t\ninputs: {x: {type: integer}}\noutputs: {y: ${n.output}}\nnodes:\n" + nodes,
+    )
+
+
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

@@ -248,9 +248,6 @@ async def chat(
     # What ``create`` would send as headers and query, not in the body.
     extra_headers: dict[str, Any] = body.pop("extra_headers", None) or {}
     query: dict[str, Any] | None = body.pop("extra_query", None)
-    options: Any = {"headers": {**extra_headers, **_RAW}, "timeout": attempt_timeout}
-    if query:
-        options["params"] = query
 
     async def call() -> Any:
         # A request the SDK prepared once for this shape (see ``prepared``); else the client's
@@ -262,6 +259,9 @@ async def chat(
             client, body, headers=extra_headers, query=query, timeout=attempt_timeout
         )
         if response is None:
+            options: Any = {"headers": {**extra_headers, **_RAW}, "timeout": attempt_timeout}
+            if query:
+                options["params"] = query
             raw = await client.post("/chat/completions", body=body, cast_to=object, options=options)
             response = raw.http_response
         try:

@@ -120,8 +120,8 @@ class Pacer:
             await self._sleep(pause)
 
     async def admit(self, tokens: int) -> None:
-        """Wait out a server-requested pause, then the request and token paces."""
-        await self.pause_over()
+        """Wait for the request and token paces (after :meth:`pause_over`: a pause that starts
+        meanwhile holds the buckets too)."""
         if self._learned is not None:
             self.repace()  # the probe moves the learned rate with time
         if self._rpm is not None:

@@ -9,21 +9,12 @@ from pathlib import Path
 import pytest
 
 from flowkit.cache.store import MISS, Cache
-from tests.support import read_json, start_flowkit, write, write_jsonl
-
-FLOW = """
-    name: t
-    inputs: {x: {type: integer}}
-    outputs: {y: ${n.output}}
-    nodes:
-      - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}
-    """
+from tests.support import python_flow, read_json, start_flowkit, write_jsonl
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    write(tmp_path / "t.yaml", FLOW)
-    write(tmp_path / "m.py", "def f(x):\n    return x * 2\n")
+    python_flow(tmp_path, "def f(x):\n    return x * 2\n")
     write_jsonl(tmp_path / "d.jsonl", [{"x": i} for i in range(4)])
     return tmp_path
 

@@ -150,33 +150,29 @@ def test_a_wrong_key_stops_the_run_early(tmp_path: Path) -> None:
     assert calls < 100  # it did not fail all 300 rows one by one
 
 
+def _run_at_40(project: Path) -> None:
+    """``groundedness`` over the project's rows at --concurrency 40, cache off, fresh schedulers."""
+    reset_schedulers()
+    flowkit.run(
+        "groundedness",
+        project / "rows.jsonl",
+        settings=load_settings(project, env={}),
+        use_cache=False,
+        concurrency=40,
+        output=project / "run",
+    )
+
+
 def test_run_concurrency_is_the_endpoints_limit_unless_the_connection_sets_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with serve(latency=0.05) as srv:
-        unset = _project(tmp_path / "unset", srv.base_url, 120)
-        reset_schedulers()
-        flowkit.run(
-            "groundedness",
-            unset / "rows.jsonl",
-            settings=load_settings(unset, env={}),
-            use_cache=False,
-            concurrency=40,
-            output=unset / "run",
-        )
+        _run_at_40(_project(tmp_path / "unset", srv.base_url, 120))
         assert srv.stats()["max_in_flight"] > 16  # the old default no longer caps the run
         srv.reset()
         pinned = _project(tmp_path / "pinned", srv.base_url, 60, concurrency=8)
-        reset_schedulers()
         with caplog.at_level(logging.WARNING, logger="flowkit.llm"):
-            flowkit.run(
-                "groundedness",
-                pinned / "rows.jsonl",
-                settings=load_settings(pinned, env={}),
-                use_cache=False,
-                concurrency=40,
-                output=pinned / "run",
-            )
+            _run_at_40(pinned)
         assert srv.stats()["max_in_flight"] <= 8
     assert [r.getMessage() for r in caplog.records] == [
         "note: connection 'local' allows 8 requests in flight (its concurrency setting); the "

@@ -8,21 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import read_json, start_flowkit, write, write_jsonl
-
-FLOW = """
-    name: t
-    inputs: {x: {type: integer}}
-    outputs: {y: ${n.output}}
-    nodes:
-      - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}
-    """
+from tests.support import python_flow, read_json, start_flowkit, write, write_jsonl
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    write(tmp_path / "t.yaml", FLOW)
-    write(tmp_path / "m.py", "import time\n\ndef f(x):\n    time.sleep(x)\n    return x\n")
+    python_flow(tmp_path, "import time\n\ndef f(x):\n    time.sleep(x)\n    return x\n")
     write_jsonl(tmp_path / "d.jsonl", [{"x": 0} for _ in range(3)])
     write_jsonl(tmp_path / "slow.jsonl", [{"x": 3}])
     return tmp_path
@@ -124,26 +115,16 @@ def test_two_runs_started_together_with_one_name(project: Path) -> None:
 
 
 def test_rows_are_on_disk_before_the_aggregates_run(tmp_path: Path) -> None:
-    write(
-        tmp_path / "t.yaml",
-        """
-        name: t
-        inputs: {x: {type: integer}}
-        outputs: {y: ${n.output}}
-        nodes:
-          - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}
-          - {name: a, type: aggregate, source: m.py, function: seen, inputs: {ys: ${n.output}}}
-        """,
-    )
     # The aggregate counts what a kill at this moment would leave on disk.
-    write(
-        tmp_path / "m.py",
+    python_flow(
+        tmp_path,
         "from pathlib import Path\n\ndef f(x):\n    return x\n\n"
         "def seen(ys):\n"
         "    run = Path('runs/r')\n"
         "    rows = (run / 'outputs.jsonl').read_text().count('\\n')\n"
         "    traces = (run / 'traces.jsonl').read_text().count('\\n')\n"
         "    return {'rows_on_disk': rows, 'traces_on_disk': traces}\n",
+        "seen",
     )
     write_jsonl(tmp_path / "d.jsonl", [{"x": i} for i in range(50)])
     code, out, err = _run(tmp_path, "--name", "r")
@@ -157,23 +138,13 @@ def test_rows_are_on_disk_before_the_aggregates_run(tmp_path: Path) -> None:
 def test_two_ctrl_c_during_aggregation_exit_130_and_mark_the_run(tmp_path: Path) -> None:
     import signal
 
-    write(
-        tmp_path / "t.yaml",
-        """
-        name: t
-        inputs: {x: {type: integer}}
-        outputs: {y: ${n.output}}
-        nodes:
-          - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}
-          - {name: a, type: aggregate, source: m.py, function: slow, inputs: {ys: ${n.output}}}
-        """,
-    )
-    write(
-        tmp_path / "m.py",
+    python_flow(
+        tmp_path,
         "import time\nfrom pathlib import Path\n\ndef f(x):\n    return x\n\n"
         "def slow(ys):\n    Path('aggregating').touch()\n"
         "    time.sleep(30)\n"
         "    return {'n': len(ys)}\n",
+        "slow",
     )
     write_jsonl(tmp_path / "d.jsonl", [{"x": i} for i in range(20_000)])
     proc = start_flowkit(tmp_path, "run", "t.yaml", "--data", "d.jsonl", "--name", "r", "-q")

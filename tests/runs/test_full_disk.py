@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, read_json, write, write_jsonl
+from tests.support import REPO, python_flow, read_json, write_jsonl
 
 SCRIPT = """
 set -u
@@ -35,18 +35,9 @@ wc -l < disk/r/outputs.jsonl > lines2
 def test_a_full_disk_interrupts_the_run_and_says_so(tmp_path: Path) -> None:
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare (util-linux) to mount a small disk")
-    write(
-        tmp_path / "t.yaml",
-        """
-        name: t
-        inputs: {x: {type: integer}}
-        outputs: {y: ${n.output}}
-        nodes:
-          - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}
-          - {name: a, type: aggregate, source: m.py, function: total, inputs: {ys: ${n.output}}}
-        """,
+    python_flow(
+        tmp_path, "def f(x):\n    return x\n\ndef total(ys):\n    return sum(ys)\n", "total"
     )
-    write(tmp_path / "m.py", "def f(x):\n    return x\n\ndef total(ys):\n    return sum(ys)\n")
     rows = 3000
     write_jsonl(tmp_path / "d.jsonl", [{"x": i} for i in range(rows)])
     (tmp_path / "disk").mkdir()

@@ -12,16 +12,8 @@ from click.testing import CliRunner
 
 from flowkit.cli.main import main
 from flowkit.runs.summary import SUMMARY_FILE, summarize
-from tests.support import read_json, read_jsonl, write, write_jsonl
+from tests.support import python_flow, read_json, read_jsonl, write_jsonl
 
-FLOW = """
-    name: t
-    inputs: {x: {type: integer}}
-    outputs: {y: ${n.output}}
-    nodes:
-      - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}
-      - {name: total, type: aggregate, source: m.py, function: total, inputs: {ys: ${n.output}}}
-    """
 MODULE = (
     "from pathlib import Path\n\n"
     "def f(x):\n"
@@ -34,8 +26,7 @@ MODULE = (
 
 
 def _project(tmp_path: Path) -> Path:
-    write(tmp_path / "t.yaml", FLOW)
-    write(tmp_path / "m.py", MODULE)
+    python_flow(tmp_path, MODULE, "total", node="total")
     write_jsonl(tmp_path / "d.jsonl", [{"x": i} for i in range(8)])
     return tmp_path
 
