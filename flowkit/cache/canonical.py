@@ -12,7 +12,8 @@ would give NaN, Infinity, -Infinity and null one cache key. So:
 - stored (node outputs, the cache, run files) they become the strings ``"NaN"``, ``"Infinity"``
   and ``"-Infinity"``: strict JSON any tool reads, and what a rerun from the cache replays.
 
-Both rewrites walk a value only when its JSON holds a ``null``, so ordinary values cost nothing.
+Both rewrites look for a non-finite float only when the JSON holds a ``null``, and copy the value
+only when one is there, so ordinary values (None included) cost little.
 
 A value JSON cannot carry (a lone surrogate, an integer past Python's 4,300-digit limit, a list
 that holds itself, nesting past the recursion limit) raises ``UnstorableValue`` with a sentence a
@@ -55,6 +56,18 @@ def _name(x: float) -> str:
     return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
 
 
+def _has_nonfinite(value: Any) -> bool:
+    """Whether a non-finite float stands anywhere in ``value``; allocates nothing, so the common
+    case (a ``null`` from a None, not from a NaN) stays cheap."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_nonfinite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nonfinite(v) for v in value)
+    return False
+
+
 def _replace_nonfinite(value: Any, tagged: bool) -> tuple[Any, bool]:
     """(the value with non-finite floats replaced, whether any was)."""
     if isinstance(value, float):
@@ -79,10 +92,8 @@ def _replace_nonfinite(value: Any, tagged: bool) -> tuple[Any, bool]:
 def _encode(encoder: msgspec.json.Encoder, value: Any, tagged: bool) -> bytes:
     try:
         data = encoder.encode(value)
-        if b"null" in data:
-            fixed, changed = _replace_nonfinite(value, tagged)
-            if changed:
-                data = encoder.encode(fixed)
+        if b"null" in data and _has_nonfinite(value):
+            data = encoder.encode(_replace_nonfinite(value, tagged)[0])
         return data
     except UnicodeEncodeError as err:
         bad = err.object[err.start : err.end] if isinstance(err.object, str) else ""

@@ -72,6 +72,7 @@ def file_digest(path: str, mtime_ns: int) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+@lru_cache(maxsize=1)
 def _environment_dirs() -> tuple[Path, ...]:
     dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     for key in ("purelib", "platlib", "stdlib", "platstdlib"):
@@ -80,11 +81,21 @@ def _environment_dirs() -> tuple[Path, ...]:
     return tuple(Path(d).resolve() for d in dirs)
 
 
+# Where an imported name was found, by (name, search folders): a flow's nodes share files and
+# so ask for the same names again. Only finds are kept, so a module created later is still seen.
+_found: dict[tuple[str, tuple[Path, ...]], Path] = {}
+
+
 def _module_file(name: str, search: tuple[Path, ...]) -> Path | None:
     module = sys.modules.get(name)
     file = getattr(module, "__file__", None) if module is not None else None
     if file:
         return Path(file)
+    if (known := _found.get((name, search))) is not None:
+        return known
+    parent = sys.modules.get(name.rpartition(".")[0])
+    if parent is not None and not hasattr(parent, "__path__"):
+        return None  # `from module import name`: a module that is no package has no submodules
     parts = name.split(".")
     for base in search:
         for candidate in (
@@ -92,6 +103,7 @@ def _module_file(name: str, search: tuple[Path, ...]) -> Path | None:
             base.joinpath(*parts, "__init__.py"),
         ):
             if candidate.is_file():
+                _found[(name, search)] = candidate
                 return candidate
     return None
 

@@ -11,6 +11,7 @@ before they can crash or stall what reads the values.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -158,19 +159,27 @@ _BARE_REF = re.compile(
 )
 
 
+def _quoted(text: str) -> str:
+    return _BARE_REF.sub(r'\g<pre>"\g<ref>"', text)
+
+
 def parse_yaml(text: str, file: str) -> Any:
     """Parse YAML text; raise ``Diagnostic``-carrying ``YamlSyntaxError`` on bad syntax."""
+    fast = _make_loader(file, fast=True)
     try:
-        return _load(text, _make_loader(file, fast=True), file)
+        return _load(text, fast, file)
     except (yaml.YAMLError, YamlSyntaxError):
-        pass  # read again below, for the messages this module's tests and users know
+        if (patched := _quoted(text)) != text:
+            with contextlib.suppress(yaml.YAMLError, YamlSyntaxError):
+                return _load(patched, fast, file)
+    # Refused either way: read again by the pure parser, for the messages users know.
     loader = _make_loader(file)
     try:
         value = _load(text, loader, file)
     except yaml.YAMLError as first:
         # Only when plain YAML fails do we quote bare `${...}` tokens and try once more, so
         # valid YAML is never rewritten. Quoting adds columns, never lines, so lines stay true.
-        patched = _BARE_REF.sub(r'\g<pre>"\g<ref>"', text)
+        patched = _quoted(text)
         if patched != text:
             try:
                 return _load(patched, loader, file)

@@ -70,11 +70,6 @@ def aggregate_nodes(flow: Any, path: tuple[str, ...] = ()) -> list[tuple[str, An
     return found
 
 
-def metric_prefixes(flow: Any) -> list[str]:
-    """What every metric the flow can produce starts with."""
-    return list(dict.fromkeys(prefix for prefix, _ in aggregate_nodes(flow)))
-
-
 def metric_keys(node: Any) -> frozenset[str] | None:
     """The keys an aggregate node returns, when its function declares them (see
     flowkit.metrics.keys); None when they are known only once it has run."""

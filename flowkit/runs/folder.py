@@ -238,7 +238,11 @@ class RunWriter:
     def trace_bytes(self, line: bytes) -> None:
         """A trace line already encoded (by a worker process), in full."""
         if self._encode is encode_compact:
-            line = encode_compact(decode(line))
+            record = decode(line)  # once: for the compact line and the tally alike
+            self._traces.write(encode_compact(record) + b"\n")
+            if self._tally is not None:
+                self._tally.add(record)
+            return
         self._traces.write(line + b"\n")
         if self._tally is not None:
             self._tally.add(decode_brief(line))
