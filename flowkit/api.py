@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from flowkit import __version__
 from flowkit.data.frames import DATA_FILE, is_in_memory, write_rows
@@ -35,6 +35,7 @@ from flowkit.runs.folder import (
     claimed,
     effective_status,
     iso,
+    lock_run_dir,
     new_run_dir,
     read_run_info,
     resolve_run_dir,
@@ -297,7 +298,13 @@ def resume(
             raise UsageError(
                 f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
             )
-        return _resume(run_dir, info, where, concurrency, settings, on_progress)
+        # The folder's own lock too, as a new run takes it: a run started meanwhile with
+        # --overwrite on this folder would otherwise clear it under the resume.
+        lock = lock_run_dir(run_dir)
+        try:
+            return _resume(run_dir, info, where, concurrency, settings, on_progress, lock)
+        finally:
+            lock.close()  # the run's writer closes it when the run ends; this, after a refusal
 
 
 def _resume(
@@ -307,6 +314,7 @@ def _resume(
     concurrency: int | None,
     settings: Any,
     on_progress: Callable[[Stats], None] | None,
+    lock: BinaryIO,
 ) -> RunResult:
     inv = info.get("invocation")
     if not inv:
@@ -356,7 +364,7 @@ def _resume(
     info["resumes"] = [*info.get("resumes", []), {"previous": previous, "at": iso(time.time())}]
     for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
         info.pop(stale, None)
-    return execute(job, RunWriter(run_dir, info, resuming=True), kept=run_dir)
+    return execute(job, RunWriter(run_dir, info, resuming=True, lock=lock), kept=run_dir)
 
 
 def with_target(

@@ -8,11 +8,9 @@ The SDK's own retries are disabled (``max_retries=0``): the endpoint's
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 import openai
@@ -53,20 +51,15 @@ class EmbedResult:
     usage: dict[str, int] = field(default_factory=dict)
 
 
-@cache
-def _known_chat_params() -> frozenset[str]:
-    create = openai.resources.chat.AsyncCompletions.create
-    own = {"self", "messages", "model", "timeout"}
-    return frozenset(inspect.signature(create).parameters) - own
-
-
-def api_params(endpoint: Endpoint, model: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Translate node params into ``create`` keyword arguments.
+def request_params(endpoint: Endpoint, model: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Node params as the request body's fields (``extra_headers``/``extra_query`` aside).
 
     ``max_tokens`` is kept for OpenAI-compatible servers (most reject the newer name), but
     becomes ``max_completion_tokens`` for the public OpenAI API, where reasoning models
-    reject ``max_tokens``, and for reasoning models on Azure.  Params the SDK does not know
-    (e.g. a local server's ``top_k``) go through ``extra_body`` instead of failing.
+    reject ``max_tokens``, and for reasoning models on Azure. Params the SDK does not know
+    (e.g. a local server's ``top_k``) are sent as they are, and an ``extra_body`` mapping is
+    merged in, as ``create`` would: the body is built here, not by ``create``, so nothing needs
+    to tell the two apart (which cost the import of the SDK's chat resources on the first call).
     """
     out = {k: v for k, v in params.items() if v is not None}
     for name in _UNSUPPORTED & set(out):
@@ -76,10 +69,7 @@ def api_params(endpoint: Endpoint, model: str, params: dict[str, Any]) -> dict[s
         reasoning = model.startswith(_REASONING_PREFIXES)
         if public or (endpoint.kind == "azure" and reasoning):
             out["max_completion_tokens"] = out.pop("max_tokens")
-    known = _known_chat_params()
-    extra = {k: out.pop(k) for k in list(out) if k not in known}
-    if extra:
-        out["extra_body"] = {**out.get("extra_body", {}), **extra}
+    out.update(out.pop("extra_body", None) or {})
     return out
 
 
@@ -235,7 +225,7 @@ async def chat(
     params = dict(params)
     secrets = request_secrets(endpoint, params)
     node_timeout = params.pop("timeout", None)
-    kwargs = api_params(endpoint, model, params)
+    kwargs = request_params(endpoint, model, params)
     sched = scheduler or scheduler_for(endpoint)
     client = await get_client(endpoint)
     attempt_timeout = next(
@@ -244,7 +234,6 @@ async def chat(
     target = endpoint.deployment or model
 
     body = {"model": target, "messages": messages, **kwargs}
-    body.update(body.pop("extra_body", None) or {})
     # What ``create`` would send as headers and query, not in the body.
     extra_headers: dict[str, Any] = body.pop("extra_headers", None) or {}
     query: dict[str, Any] | None = body.pop("extra_query", None)

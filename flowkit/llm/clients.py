@@ -1,18 +1,20 @@
 """The shared SDK clients: one per endpoint and event loop, on the SDK's aiohttp transport
 with a pool sized to the endpoint's in-flight limit.
 
-Creating an ``openai.AsyncOpenAI`` is measurably expensive (each one loads the system
-certificate store), so a process keeps one per endpoint.  But a client's connection pool
-is bound to the event loop it first ran in — reusing it from a later ``asyncio.run`` fails
-with "Event loop is closed" — so the cache is keyed by endpoint *and* running loop.  Each
-loop gets a tiny async-generator guard: ``asyncio.run`` finalises live async generators
-before closing the loop, and the guard's ``finally`` closes that loop's clients there, so
-no socket outlives its loop.  :func:`aclose_clients` does the same explicitly.
+Creating an ``openai.AsyncOpenAI`` is measurably expensive (its transport reads the system
+certificate store), so a process keeps one per endpoint, and every client shares one TLS
+context, which :func:`warm_up` starts building on a thread while a run is being prepared.
+But a client's connection pool is bound to the event loop it first ran in — reusing it from a
+later ``asyncio.run`` fails with "Event loop is closed" — so the cache is keyed by endpoint
+*and* running loop. Each loop gets a tiny async-generator guard: ``asyncio.run`` finalises
+live async generators before closing the loop, and the guard's ``finally`` closes that loop's
+clients there, so no socket outlives its loop.  :func:`aclose_clients` does the same explicitly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 import weakref
 from collections.abc import AsyncIterator
@@ -33,6 +35,9 @@ _clients: dict[tuple[tuple[str, ...], int], Client] = {}
 # here does not keep the loop alive.
 _loops: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncIterator[None]]] = {}
 _created = 0
+_tls_lock = threading.Lock()  # held while the TLS context is built: a second caller waits
+_tls: list[Any] = []  # the shared TLS context, once built (None: the SDK's own default)
+_warming = False
 
 
 def clients_created() -> int:
@@ -71,19 +76,50 @@ def _forget_dead_loops(current: asyncio.AbstractEventLoop) -> None:
                 del _clients[key]
 
 
+def _tls_context() -> Any:
+    """The verifying TLS context all clients share, built as the SDK's transport builds its own
+    (same certificate store, ``SSL_CERT_FILE``, trust settings). Reading the store took
+    0.05-0.13 s per client, on the event loop, before the run's first request could leave."""
+    with _tls_lock:
+        if not _tls:
+            try:
+                # The httpx the transport is built on: ``httpx``, or ``httpx2`` in newer SDKs.
+                base = next(
+                    c for c in openai.DefaultAioHttpClient.__mro__ if c.__name__ == "AsyncClient"
+                )
+                httpx = importlib.import_module(base.__module__.partition(".")[0])
+                _tls.append(httpx.create_ssl_context())
+            except Exception:  # an SDK without it: each client builds its own, as before
+                _tls.append(None)
+        return _tls[0]
+
+
+def warm_up() -> None:
+    """Start building the shared TLS context on a thread, once per process. Loading the
+    certificate store releases the GIL, so it overlaps the rest of the run's preparation."""
+    global _warming
+    with _tls_lock:
+        if _warming or _tls:
+            return
+        _warming = True
+    threading.Thread(target=_tls_context, name="flowkit-tls", daemon=True).start()
+
+
 def _transport(concurrency: int) -> Any:
     """The SDK's aiohttp transport (the ``openai[aiohttp]`` extra, a dependency), its pool sized
     to the endpoint's in-flight limit. Measured at about 60% of the CPU per request of the
     default httpx transport (benchmarks/llm_bound.py). None (the SDK's default) only when the
     extra is missing."""
     default = openai.DEFAULT_CONNECTION_LIMITS
+    tls = _tls_context()
     try:
         return openai.DefaultAioHttpClient(
             limits=type(default)(
                 max_connections=concurrency,
                 max_keepalive_connections=concurrency,
                 keepalive_expiry=default.keepalive_expiry,
-            )
+            ),
+            **({"verify": tls} if tls is not None else {}),
         )
     except (AttributeError, RuntimeError):  # an SDK too old for it, or without the extra
         return None
@@ -133,7 +169,7 @@ async def get_client(endpoint: Endpoint) -> Client:
     if guard is not None:
         # Starting it registers it with the loop, which finalises it before closing.
         await guard.__anext__()
-    client = _build(endpoint)  # slow (certificate store): outside the lock
+    client = _build(endpoint)  # may wait for the TLS context: outside the lock
     with _lock:
         kept = _clients.setdefault(key, client)
         if kept is client:

@@ -165,9 +165,14 @@ class Endpoint(BaseModel):
         scheduler; a digest of the key is included so two settings objects with different
         keys for the same URL (tests, multi-tenant tools) never share a client.
         """
+        # Asked on every request: remembered per object (frozen, so the answer never changes;
+        # not in the object itself, where ``model_copy`` would carry it to a changed copy).
+        known = _identities.get(id(self))
+        if known is not None and known[0] is self:
+            return known[1]
         secret = self.api_key.get_secret_value() if self.api_key else ""
         digest = hashlib.sha256(secret.encode()).hexdigest()[:16]
-        return (
+        key = (
             self.connection,
             self.kind,
             self.url,
@@ -176,6 +181,13 @@ class Endpoint(BaseModel):
             digest,
             self.limits.model_dump_json(),
         )
+        if len(_identities) >= 256:  # endpoints are few; a long-lived process may make many
+            _identities.clear()
+        _identities[id(self)] = (self, key)
+        return key
+
+
+_identities: dict[int, tuple[Endpoint, tuple[str, ...]]] = {}
 
 
 DEFAULT_EMBEDDING_MODEL = "text-embedding-3-small"

@@ -99,6 +99,28 @@ def claim_run_dir(path: Path, *, overwrite: bool = False) -> BinaryIO:
                     hint="choose another --output or --name",
                 )
             break
+    lock = lock_run_dir(path)
+    held = [p.name for p in path.iterdir() if p.name != LOCK_FILE]
+    if held and not overwrite:
+        lock.close()
+        what = "holds a run" if "run.json" in held else "is not empty"
+        raise UsageError(
+            f"run folder {shown!r} already exists and {what}",
+            hint="choose another --output or --name, or pass --overwrite to replace its run",
+        )
+    for name in RUN_FILES:
+        (path / name).unlink(missing_ok=True)
+        (path / (name + ".tmp")).unlink(missing_ok=True)
+    return lock
+
+
+def lock_run_dir(path: Path) -> BinaryIO:
+    """Lock the folder of a run this process writes, new or resumed (created if missing).
+
+    Returns the open lock file, as :func:`claim_run_dir` does; a folder another run is writing
+    (a new run, or a resume of this one) is refused.
+    """
+    shown = str(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
         fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
@@ -116,17 +138,6 @@ def claim_run_dir(path: Path, *, overwrite: bool = False) -> BinaryIO:
             f"run folder {shown!r} is being written by another run",
             hint="wait for it to finish, or choose another --output or --name",
         ) from None
-    held = [p.name for p in path.iterdir() if p.name != LOCK_FILE]
-    if held and not overwrite:
-        lock.close()
-        what = "holds a run" if "run.json" in held else "is not empty"
-        raise UsageError(
-            f"run folder {shown!r} already exists and {what}",
-            hint="choose another --output or --name, or pass --overwrite to replace its run",
-        )
-    for name in RUN_FILES:
-        (path / name).unlink(missing_ok=True)
-        (path / (name + ".tmp")).unlink(missing_ok=True)
     return lock
 
 
@@ -179,7 +190,7 @@ class RunWriter:
         lock: BinaryIO | None = None,
     ):
         self.dir = directory
-        self._lock = lock  # from claim_run_dir: released when the run is closed
+        self._lock = lock  # from claim_run_dir or lock_run_dir: released when the run is closed
         hold(lock)
         self.out_of_space = False
         """A write found the disk full: the run was closed as interrupted."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowkit.llm.client import api_params, estimate_tokens
+from flowkit.llm.client import estimate_tokens, request_params
 from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 
 LOCAL = Endpoint(connection="l", kind="openai", model="m", base_url="http://127.0.0.1:1/v1")
@@ -15,15 +15,15 @@ AZURE = Endpoint(
 
 
 def test_max_tokens_mapping() -> None:
-    assert api_params(LOCAL, "m", {"max_tokens": 5}) == {"max_tokens": 5}
-    assert api_params(PUBLIC, "gpt-4o", {"max_tokens": 5}) == {"max_completion_tokens": 5}
-    assert api_params(AZURE, "gpt-4o", {"max_tokens": 5}) == {"max_tokens": 5}
-    assert api_params(AZURE, "o3-mini", {"max_tokens": 5}) == {"max_completion_tokens": 5}
+    assert request_params(LOCAL, "m", {"max_tokens": 5}) == {"max_tokens": 5}
+    assert request_params(PUBLIC, "gpt-4o", {"max_tokens": 5}) == {"max_completion_tokens": 5}
+    assert request_params(AZURE, "gpt-4o", {"max_tokens": 5}) == {"max_tokens": 5}
+    assert request_params(AZURE, "o3-mini", {"max_tokens": 5}) == {"max_completion_tokens": 5}
     both = {"max_tokens": 5, "max_completion_tokens": 7}
-    assert api_params(PUBLIC, "gpt-4o", both) == both
+    assert request_params(PUBLIC, "gpt-4o", both) == both
 
 
-def test_params_pass_through_and_unknown_go_to_extra_body() -> None:
+def test_params_pass_through_and_extra_body_is_merged() -> None:
     params = {
         "temperature": 0,
         "seed": 1,
@@ -35,12 +35,14 @@ def test_params_pass_through_and_unknown_go_to_extra_body() -> None:
         "response_format": {"type": "json_object"},
         "top_k": 40,
         "unset": None,
+        "extra_body": {"min_p": 0.1, "seed": 2},
     }
-    out = api_params(LOCAL, "m", params)
-    assert out["extra_body"] == {"top_k": 40}
-    assert "unset" not in out
-    assert {k: v for k, v in out.items() if k != "extra_body"} == {
-        k: v for k, v in params.items() if k not in ("top_k", "unset")
+    out = request_params(LOCAL, "m", params)
+    # A server's own params (top_k) go as they are; extra_body's fields join the body and win.
+    assert out == {
+        **{k: v for k, v in params.items() if k not in ("unset", "extra_body")},
+        "min_p": 0.1,
+        "seed": 2,
     }
 
 
@@ -54,4 +56,4 @@ def test_estimate_tokens() -> None:
 
 def test_streaming_is_rejected() -> None:
     with pytest.raises(ValueError, match="'stream' is not supported"):
-        api_params(LOCAL, "m", {"stream": True})
+        request_params(LOCAL, "m", {"stream": True})

@@ -19,7 +19,7 @@ import flowkit
 from flowkit.cli.main import main
 from flowkit.errors import UsageError
 from flowkit.flow.loader import load_flows
-from flowkit.runs.folder import effective_status, process_start, read_run_info
+from flowkit.runs.folder import claim_run_dir, effective_status, process_start, read_run_info
 from tests.support import read_json, read_jsonl, start_flowkit, write, write_jsonl
 
 ROWS = 60
@@ -265,6 +265,29 @@ def test_resume_refuses_a_changed_flow_or_data_or_a_live_run(project: Path) -> N
     (project / "data.jsonl").write_bytes(data)
     assert flowkit.resume("r1").counts["rows"] == ROWS
     assert not (run_dir / "resume.lock").exists()
+
+
+def test_a_resume_holds_the_folder_as_a_new_run_does(project: Path) -> None:
+    (project / "down").touch()
+    flowkit.run(load_flows(["flaky.yaml", "f1_score"]), "data.jsonl", name="r1")
+    (project / "down").unlink()
+    run_dir = project / "runs" / "r1"
+    refused: list[str] = []
+
+    def meanwhile(_: Any) -> None:
+        # A run started now with --overwrite on this folder must not clear it under the resume.
+        if not refused:
+            with pytest.raises(UsageError) as caught:
+                claim_run_dir(run_dir, overwrite=True)
+            refused.append(caught.value.message)
+
+    resumed = flowkit.resume("r1", on_progress=meanwhile)
+    assert refused == [f"run folder {str(run_dir)!r} is being written by another run"]
+    assert resumed.counts["succeeded"] == ROWS
+    assert comparable(resumed.run_dir) == clean_run(project)
+    # The lock is let go with the run: the folder can be taken over now.
+    claim_run_dir(run_dir, overwrite=True).close()
+    assert not (run_dir / "run.json").exists()
 
 
 def test_cli_resume_takes_no_flow_data_or_run_defining_options(project: Path) -> None:
