@@ -56,18 +56,25 @@ def run_groundedness(
 
 def timed_groundedness(
     data: Path, rows: int, folder: Path, base_url: str, concurrency: int, **limits: Any
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """(seconds :func:`run_groundedness` takes, seconds from the first row's start to the last
-    row's end); every one of the ``rows`` rows must succeed. The difference is start-up (flow
-    loading, imports, the run folder) and the end of the run (aggregates, summary)."""
+    row's end, rows per second after the first quarter of rows ended); every one of the
+    ``rows`` rows must succeed. The first two differ by start-up (flow loading, imports, the
+    run folder) and the end of the run (aggregates, summary); the third is the pace once the
+    slow start and the first requests' one-time costs are over."""
     elapsed, result = run_groundedness(data, folder, base_url, concurrency, **limits)
     assert result.counts["succeeded"] == rows, result.counts
-    starts, ends = [], []
+    starts: dict[int, float] = {}
+    ends: dict[int, float] = {}
     for record in result.traces():
-        if isinstance(record.get("line"), int) and record.get("start"):
-            starts.append(record["start"])
-            ends.append(record["end"])
-    return elapsed, max(ends) - min(starts)
+        line = record.get("line")
+        if isinstance(line, int) and record.get("start"):
+            starts[line] = min(starts.get(line, record["start"]), record["start"])
+            ends[line] = max(ends.get(line, record["end"]), record["end"])
+    done = sorted(ends.values())
+    quarter = len(done) // 4
+    steady = (len(done) - 1 - quarter) / (done[-1] - done[quarter])
+    return elapsed, done[-1] - min(starts.values()), steady
 
 
 def load_average() -> str:

@@ -1,6 +1,7 @@
 """Benchmark 2 (llm-bound): an llm flow against a server that answers after a fixed latency.
 
     python benchmarks/llm_bound.py [--rows 2000] [--latency 0.1] [--concurrency 32 128] [--runs 3]
+                                   [--no-slow-start]
 
 The built-in `groundedness` flow (judge → parse → summary) over N rows, with the cache off, at
 each concurrency, against the test server in a child process (so it shares neither the event loop
@@ -10,9 +11,11 @@ requests at the same server with the same concurrency. Prints, per concurrency, 
 as a fraction of concurrency/latency and of the raw client's own rate, as the median (range)
 over the runs, with the CPU flowkit's process spent per row and the machine's load. The figure
 is the whole run as a user times it; the rate of the rows phase alone (first row's start to last
-row's end, from the traces) and the seconds outside it (start-up, aggregates) say where the
-rest went. Targets: c=32 >= 0.90 of the limit; c=128 >= 0.75 of the limit and >= 0.90 of the
-raw client.
+row's end, from the traces), its pace after the first quarter of rows ended (once the slow
+start is over) and the seconds outside the rows phase (start-up, aggregates) say where the
+rest went. With ``--no-slow-start`` the connection declares the server free of rate limits
+(``slow_start: false``), so the run opens at full concurrency. Targets: c=32 >= 0.90 of the
+limit; c=128 >= 0.75 of the limit and >= 0.90 of the raw client.
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1, help="seconds per request")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--no-slow-start",
+        action="store_true",
+        help="the connection sets slow_start: false, as for a self-hosted judge without limits",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -42,17 +50,19 @@ def main() -> None:
             for concurrency in args.concurrency:
                 limit = concurrency / args.latency
                 of_limit, of_raw, raws, cpu, in_rows, overhead = [], [], [], [], [], []
+                steady: list[float] = []
                 for run in range(args.runs):
                     raw = raw_ceiling(srv.base_url, args.rows, concurrency)
                     srv.reset()
                     cpu_start = time.process_time()  # this process only: not the server's
-                    elapsed, rows_phase = timed_groundedness(
+                    elapsed, rows_phase, pace = timed_groundedness(
                         data,
                         args.rows,
                         root / f"c{concurrency}-{run}",
                         srv.base_url,
                         concurrency,
                         max_retries=2,
+                        slow_start=not args.no_slow_start,
                     )
                     cpu.append((time.process_time() - cpu_start) / args.rows * 1000)
                     assert srv.stats()["chat_completions"] == args.rows
@@ -61,12 +71,16 @@ def main() -> None:
                     of_raw.append(rate / raw)
                     raws.append(raw / limit)
                     in_rows.append(args.rows / rows_phase / limit)
+                    steady.append(pace / limit)
                     overhead.append(elapsed - rows_phase)
+                declared = ", slow_start: false" if args.no_slow_start else ""
                 print(
-                    f"llm-bound c={concurrency} latency={args.latency}s rows={args.rows}: "
+                    f"llm-bound c={concurrency}{declared} latency={args.latency}s "
+                    f"rows={args.rows}: "
                     f"flowkit/limit {spread(of_limit)}, flowkit/raw {spread(of_raw)}, "
                     f"raw/limit {spread(raws)} over {args.runs} runs; rows phase alone "
-                    f"{spread(in_rows)} of the limit, start and end "
+                    f"{spread(in_rows)} of the limit, after the first quarter of rows "
+                    f"{spread(steady)}, start and end "
                     f"{statistics.median(overhead):.2f} s; cpu/row "
                     f"{statistics.median(cpu):.2f} ms; {load_average()}",
                     flush=True,

@@ -40,6 +40,9 @@ class Limits(BaseModel):
     """First backoff ceiling in seconds; it doubles per retry (full jitter below it)."""
     backoff_max: float = Field(30.0, ge=0)
     """Largest backoff ceiling in seconds."""
+    slow_start: bool = True
+    """Ramp up the requests in flight while no limit is known; false (a self-hosted server
+    without rate limits) starts at ``concurrency``, and overload 429s still set a pace."""
 
 
 class Price(BaseModel):

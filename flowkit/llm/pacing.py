@@ -17,7 +17,8 @@ round trip), up to the connection's ``concurrency``. The first overload 429 ends
 then a request pace is measured from what got through; from then on the pace, not the window,
 holds the endpoint back. A fast endpoint without limits reaches full concurrency within a few
 round trips; an rpm-capped one sees a handful of rejections at the start instead of a burst of
-``concurrency``.
+``concurrency``. A connection with ``slow_start: false`` (a self-hosted server without rate
+limits) starts at its concurrency.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ INITIAL_WINDOW = 4
 instead of one alone, made a 100 ms endpoint without limits about 3% faster over 2,000 rows,
 but had 3.9% of requests rejected on a 60,000 TPM endpoint that sends rate-limit headers
 (0% when the first reply's headers set the pace before any burst); opening at 8 had 7% rejected
-at 600 rpm without headers."""
+at 600 rpm without headers, and growing by two a reply instead of one 5.06% (and nothing
+measurable gained at 100 ms)."""
 
 
 class Pacer:
@@ -77,8 +79,11 @@ class Pacer:
         self._rpm: TokenBucket | None = None
         self._tpm: TokenBucket | None = None
         self._ok_times: deque[float] = deque()
-        self._answered = False
-        self._window_size = float(INITIAL_WINDOW)  # in flight while no pace is known
+        # Declared without limits: no first request alone, no ramp; a first overload 429 is
+        # still handled as a slow start's overshoot (one at a time, then a measured pace).
+        self._answered = not limits.slow_start
+        # In flight while no pace is known.
+        self._window_size = float(INITIAL_WINDOW if limits.slow_start else limits.concurrency)
         self._slow_start = True
         self._measuring = False  # slow start overshot; measure once its requests have landed
         self.repace()

@@ -250,6 +250,30 @@ def test_an_endpoint_with_many_requests_in_flight_sends_them_all_through_one_cli
     assert server.stats()["max_in_flight"] == 64
 
 
+def test_a_connection_declared_without_limits_skips_the_slow_start(server: LocalServer) -> None:
+    server.configure(latency=0.2)  # long enough for every request to be in flight at once
+
+    def peak(slow_start: bool) -> int:
+        limits = FAST.model_copy(update={"concurrency": 64, "slow_start": slow_start})
+        ep = endpoint(server, limits, connection=f"slow-start-{slow_start}")
+        server.reset()
+
+        async def body() -> None:
+            calls = (chat(ep, "flowkit-test", user(f"s{i}"), {}) for i in range(64))
+            assert all(r.text for r in await asyncio.gather(*calls))
+
+        asyncio.run(body())
+        return server.stats()["max_in_flight"]
+
+    try:
+        # The slow start sends 1, then about 4, 8 and 16 and the rest of the 64 (replies come
+        # back staggered, so the exact peak varies); declared, all 64 go at once.
+        ramped, declared = peak(True), peak(False)
+        assert ramped <= 40 and declared == 64
+    finally:
+        server.configure(latency=0.0)
+
+
 def test_worker_threads_with_their_own_loops(server: LocalServer) -> None:
     ep = endpoint(server)
     results: dict[int, list[str]] = {}

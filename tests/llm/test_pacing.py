@@ -108,6 +108,20 @@ def test_429s_that_cluster_or_ask_for_a_pause_cut_the_rate() -> None:
     assert sched.rate() is not None  # the pace now comes from the 429s
 
 
+def test_an_endpoint_declared_without_limits_starts_at_its_concurrency() -> None:
+    ramped, declared = make(8), make(8, slow_start=False)
+    assert (ramped.limit, declared.limit) == (1, 8)  # one request first, unless declared
+    overload = {"retry-after-ms": "10"}
+
+    async def body() -> None:
+        # A cap there after all: the first overload 429 still ends in a measured pace.
+        await asyncio.gather(*(declared.run(Script([])) for _ in range(8)))
+        await declared.run(Script([status_error(429, overload)]))
+
+    run(body)
+    assert declared.stats.overloads == 1 and declared.rate() is not None
+
+
 class StallOnce:
     """A call whose first attempt stalls for 30 s; later ones answer in a millisecond."""
 
