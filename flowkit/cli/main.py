@@ -95,7 +95,7 @@ def main() -> None:
     default=16,
     show_default=True,
     type=_Number(int, 1),
-    help="Rows in flight at once.",
+    help="Rows in flight at once, and each endpoint's requests in flight.",
 )
 @click.option("--limit", type=_Number(int, 0), help="Run only the first N rows.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the node cache.")

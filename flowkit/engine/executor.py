@@ -76,10 +76,17 @@ class Executor:
 
     # -- rows ---------------------------------------------------------------------------
     async def run(self, rows: Iterable[Row]) -> None:
+        top = self._plans[self.flow]
         # A slot per row in flight. A semaphore, not asyncio.wait over the running rows: that
         # re-registers a callback on every one of them each time a row ends, which at a
         # concurrency of 128 costs more than the row's own bookkeeping.
-        slots = asyncio.Semaphore(self.options.concurrency)
+        # Rows that wait on model calls only get as many slots again as --concurrency: the
+        # extra rows' requests are built and queued at the endpoint's scheduler, which still
+        # holds the endpoint to its limit, so a slot a reply frees is refilled at once instead
+        # of after that row's own end and the next row's start. Measured (llm_bound, c=32):
+        # 0.86 -> 0.92 of the limit, and less CPU a row (the loop does more per wake-up).
+        ready = self.options.concurrency if top.endpoint_bound() else 0
+        slots = asyncio.Semaphore(self.options.concurrency + ready)
         running: set[asyncio.Task[None]] = set()
         broken: list[BaseException] = []
 
@@ -90,7 +97,6 @@ class Executor:
                 broken.append(task.exception())  # type: ignore[arg-type]
 
         last_report = 0.0
-        top = self._plans[self.flow]
         for batch in _batches(rows, max(BATCH_ROWS, self.options.concurrency)):
             self._lookahead.fetch(batch)
             for line, inputs, error in batch:

@@ -15,6 +15,8 @@ from flowkit.engine.scope import Scope
 from flowkit.flow.graph import Flow, Node
 from flowkit.flow.refs import MissingValue, Ref
 
+ENDPOINT_KINDS = frozenset({"llm", "embedding"})
+
 
 @dataclass
 class Plan:
@@ -33,6 +35,14 @@ class Plan:
         """Whether any node of the tree awaits I/O now. Not fixed: a python function that turns
         out slow becomes a waiting node mid-run (see kinds.python)."""
         return any(n.is_async for n in self.tree)
+
+    def endpoint_bound(self) -> bool:
+        """Whether what the tree awaits is model calls only (llm and embedding nodes, which
+        their endpoints' schedulers hold to the endpoints' limits), and no user coroutine (an
+        app under test, which only the rows in flight bound)."""
+        return any(n.kind in ENDPOINT_KINDS for n in self.tree) and not any(
+            getattr(n.impl, "is_coroutine", False) for n in self.tree
+        )
 
 
 @dataclass

@@ -14,7 +14,9 @@ import pytest
 
 import flowkit
 from flowkit.api import RunResult
+from flowkit.engine.plan import Plans
 from flowkit.flow.loader import compose, load_flow
+from flowkit.testing.server import LocalServer
 from tests.support import FIXTURES, max_overlap, span, traces_by, write, write_jsonl
 
 NODES = """
@@ -164,6 +166,47 @@ def test_rows_run_concurrently_up_to_the_limit(
     assert max_overlap(traces) == in_flight
     assert at_least <= span(traces) < at_most
     assert result.counts["succeeded"] == rows
+
+
+def test_rows_waiting_on_model_calls_only_queue_beyond_the_concurrency(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    rows = [{"context": f"Fact {i}.", "answer": f"Answer {i}."} for i in range(24)]
+    llm_server.configure(latency=0.1)
+    try:
+        result = run(
+            "groundedness", write_jsonl(tmp_path / "d.jsonl", rows), tmp_path, concurrency=4
+        )
+    finally:
+        llm_server.configure(latency=0.0)
+    assert result.counts["succeeded"] == 24
+    # The endpoint never has more than --concurrency requests at once...
+    assert llm_server.stats()["max_in_flight"] == 4
+    # ...while as many rows again wait with their requests built, so a slot a reply frees is
+    # taken at once.
+    assert max_overlap(t for t in result.traces() if t["node"] == "judge") == 8
+
+
+def test_only_model_calls_earn_rows_beyond_the_concurrency(tmp_path: Path, nodes: Path) -> None:
+    def bound(*node_lines: str) -> bool:
+        flow = write(
+            tmp_path / "b.yaml",
+            "name: b\ninputs: {x: {type: integer}}\noutputs: {y: ${n.output}}\nnodes:\n"
+            + "".join(f"  - {line}\n" for line in node_lines),
+        )
+        loaded = load_flow(flow)
+        return Plans(loaded)[loaded].endpoint_bound()
+
+    judge = (
+        '{name: j, type: llm, messages: [{role: user, content: "{{ x }}"}], '
+        "inputs: {x: ${inputs.x}}}"
+    )
+    sync = "{name: n, type: python, source: nodes.py, function: ident, inputs: {x: ${j.output}}}"
+    app = "{name: n, type: python, source: nodes.py, function: nap, inputs: {x: ${inputs.x}}}"
+    alone = "{name: n, type: python, source: nodes.py, function: ident, inputs: {x: ${inputs.x}}}"
+    assert bound(judge, sync)  # a judge and plain functions: the scheduler bounds the waiting
+    assert not bound(app, judge)  # an app under test (a coroutine): --concurrency bounds it
+    assert not bound(alone)  # nothing waits at all
 
 
 def test_a_slow_sync_function_is_moved_to_threads(tmp_path: Path, nodes: Path) -> None:
