@@ -1,6 +1,7 @@
 """Fault injection: a judged flow against an endpoint that fails often, killed with SIGKILL half
-way, then resumed. Prints rows, faults injected, rows completed and rows lost (must be 0), and
-whether the scores equal a fault-free, uninterrupted run's.
+way (once half the rows' judges have answered, read from the traces), then resumed. Prints
+rows, faults injected, rows completed and rows lost (must be 0), and whether the scores equal a
+fault-free, uninterrupted run's.
 
     python benchmarks/fault_injection.py [--rows 1000] [--kill-after 0.5]
 
@@ -55,15 +56,24 @@ def finish(proc: subprocess.Popen[str]) -> None:
         raise SystemExit(f"flowkit exited {proc.returncode}:\n{out}\n{err}")
 
 
-def outputs(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "outputs.jsonl"
+def records(path: Path) -> list[dict[str, Any]]:
     rows = []
-    for raw in path.read_bytes().splitlines():
+    for raw in path.read_bytes().splitlines() if path.exists() else []:
         try:
             rows.append(json.loads(raw))
         except ValueError:
             continue  # a line the kill cut short
     return rows
+
+
+def outputs(run_dir: Path) -> list[dict[str, Any]]:
+    return records(run_dir / "outputs.jsonl")
+
+
+def judged(run_dir: Path) -> int:
+    """Rows whose judge has answered, from the traces: they are written as nodes finish, while
+    outputs.jsonl keeps input order and so waits for a slow row's retries."""
+    return len({r.get("line") for r in records(run_dir / "traces.jsonl") if r.get("node")})
 
 
 def scores(run_dir: Path) -> dict[int, Any]:
@@ -101,12 +111,13 @@ def main() -> None:
             proc = flowkit(faulty_dir, "run", FLOW, "--data", "rows.jsonl", "--name", "r", *common)
             target = int(args.rows * args.kill_after)
             while proc.poll() is None:
-                if (run_dir / "outputs.jsonl").exists() and len(outputs(run_dir)) >= target:
+                if judged(run_dir) >= target:
                     break
                 time.sleep(0.05)
             os.kill(proc.pid, signal.SIGKILL)
             proc.communicate()
             before_kill = len(outputs(run_dir))
+            judged_at_kill = judged(run_dir)
             status_after_kill = json.loads((run_dir / "run.json").read_text())["status"]
             finish(flowkit(faulty_dir, "run", "--resume", "r", "-q"))
             elapsed = time.monotonic() - t0
@@ -122,7 +133,10 @@ def main() -> None:
         print(f"rows:              {args.rows}")
         print(f"requests:          {stats['requests']} ({elapsed:.1f} s, both processes)")
         print(f"faults injected:   {sum(injected.values())} {json.dumps(injected)}")
-        print(f"killed (-9) after: {before_kill} rows; run.json then said {status_after_kill!r}")
+        print(
+            f"killed (-9) after: {judged_at_kill} rows judged, {before_kill} of them in "
+            f"outputs.jsonl (input order); run.json then said {status_after_kill!r}"
+        )
         duplicates = len(lines) - len(set(lines))
         print(f"after resume:      status {info['status']!r}, duplicate rows {duplicates}")
         print(f"scores equal a fault-free uninterrupted run: {same}")

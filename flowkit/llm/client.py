@@ -228,9 +228,9 @@ async def chat(
     kwargs = request_params(endpoint, model, params)
     sched = scheduler or scheduler_for(endpoint)
     client = await get_client(endpoint)
-    attempt_timeout = next(
-        float(t) for t in (timeout, node_timeout, endpoint.limits.timeout) if t is not None
-    )
+    if timeout is None:
+        timeout = node_timeout if node_timeout is not None else endpoint.limits.timeout
+    attempt_timeout = float(timeout)
     target = endpoint.deployment or model
 
     body = {"model": target, "messages": messages, **kwargs}

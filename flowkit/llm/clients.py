@@ -14,6 +14,7 @@ clients there, so no socket outlives its loop.  :func:`aclose_clients` does the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import threading
 import weakref
@@ -102,7 +103,9 @@ def warm_up() -> None:
         if _warming or _tls:
             return
         _warming = True
-    threading.Thread(target=_tls_context, name="flowkit-tls", daemon=True).start()
+    # No thread to be had: the first client builds it, as it would have anyway.
+    with contextlib.suppress(RuntimeError):
+        threading.Thread(target=_tls_context, name="flowkit-tls", daemon=True).start()
 
 
 def _transport(concurrency: int) -> Any:
