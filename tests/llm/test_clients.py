@@ -6,6 +6,8 @@ import asyncio
 import ssl
 from typing import Any
 
+import pytest
+
 from flowkit.llm import clients
 from flowkit.llm.client import chat
 from flowkit.llm.endpoint import Endpoint, Limits
@@ -39,3 +41,27 @@ def test_clients_share_one_verifying_tls_context(llm_server: LocalServer) -> Non
     assert first is second is clients._tls_context()
     # Shared, not weakened: certificates and host names are still checked.
     assert first.verify_mode == ssl.CERT_REQUIRED and first.check_hostname
+
+
+def test_an_sdk_without_the_hook_lets_each_client_build_its_own(
+    llm_server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Elsewhere:  # a transport class whose httpx cannot be found
+        pass
+
+    monkeypatch.setattr(clients, "_tls", [])  # nothing built yet in this process
+    monkeypatch.setattr(clients.openai, "DefaultAioHttpClient", Elsewhere, raising=False)
+    assert clients._tls_context() is None
+    monkeypatch.undo()  # the real transport, which now builds its own context, as before
+    monkeypatch.setattr(clients, "_tls", [None])
+    endpoint = Endpoint(connection="own", kind="openai", model="m", base_url=llm_server.base_url)
+
+    async def main() -> Any:
+        client = await clients.get_client(endpoint)
+        assert (await chat(endpoint, "m", [{"role": "user", "content": "hi"}], {})).text
+        context = client._client._transport.ssl_context
+        await clients.aclose_clients()
+        return context
+
+    context = asyncio.run(main())
+    assert context is not None and context.verify_mode == ssl.CERT_REQUIRED
