@@ -43,8 +43,10 @@ class _Template:
 
     request_type: type
     url: Any
-    headers: list[tuple[str, str]]
-    """The SDK's headers, less the body's length (each body sets its own)."""
+    headers: Any
+    """The SDK's headers, less the body's length (each body sets its own), as the SDK's httpx
+    headers object: a request built from one copies its checked, encoded list instead of
+    checking and encoding each header again."""
     extensions: dict[str, Any]
     """The attempt timeout, as the SDK hands it to the transport."""
 
@@ -86,7 +88,8 @@ async def _build(
         await client._prepare_request(request)
     except Exception:  # an SDK whose hooks take other arguments
         return None
-    kept = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+    kept = request.headers.copy()
+    kept.pop("content-length", None)
     return _Template(type(request), request.url, kept, dict(request.extensions))
 
 
