@@ -9,6 +9,7 @@ from typing import Any
 
 from flowkit import kinds
 from flowkit.engine.context import RunContext
+from flowkit.engine.plan import ENDPOINT_KINDS
 from flowkit.errors import UsageError
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import static_key
@@ -36,7 +37,11 @@ def prepare_nodes(flow: Flow, ctx: RunContext) -> None:
         raise UsageError("\n".join(unique))
     for _, node, _ in walk_nodes(flow):
         node.static_key = static_key(node)
+    if needs_settings(flow):
+        from flowkit.llm.clients import warm_up  # the SDK, only once a run calls a model
+
+        warm_up()  # the first request need not wait for the certificate store
 
 
 def needs_settings(flow: Flow) -> bool:
-    return any(node.kind in ("llm", "embedding") for _, node, _ in walk_nodes(flow))
+    return any(node.kind in ENDPOINT_KINDS for _, node, _ in walk_nodes(flow))

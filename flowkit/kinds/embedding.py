@@ -86,9 +86,6 @@ class EmbeddingKind(Kind):
             ctx.options.concurrency,  # the endpoint's in-flight limit unless it sets one
         )
         node.impl = endpoint
-        from flowkit.llm.clients import warm_up  # the SDK, only once a run needs it
-
-        warm_up()  # the first request need not wait for the certificate store
         node.key_parts = {"model": endpoint.model}
         ctx.batchers.pop(id(node), None)
 

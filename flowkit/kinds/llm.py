@@ -112,9 +112,6 @@ class LlmKind(Kind):
             ctx.options.concurrency,  # the endpoint's in-flight limit unless it sets one
         )
         node.impl.endpoint = endpoint
-        from flowkit.llm.clients import warm_up  # the SDK, only once a run needs it
-
-        warm_up()  # the first request need not wait for the certificate store
         # The model enters the key, the server address does not: a cache is meant to survive
         # moving between equivalent endpoints (see README, "Cache").
         node.key_parts = {**node.key_parts, "model": endpoint.model}

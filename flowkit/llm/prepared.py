@@ -115,7 +115,9 @@ async def post_chat(
     """Send ``body`` to the client's chat completions and return the response (its status
     2xx, its body read), raising the SDK's errors as ``client.post`` does; None when this SDK
     cannot be driven this way."""
-    shapes = _templates.setdefault(client, {})
+    shapes = _templates.get(client)
+    if shapes is None:
+        shapes = _templates[client] = {}
     key = _shape(body, headers, query, timeout)
     if key not in shapes:
         shapes[key] = await _build(client, body, headers, query, timeout)
