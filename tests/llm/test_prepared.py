@@ -1,14 +1,18 @@
 """A prepared chat request puts the same bytes on the wire as the SDK's own ``post`` (URL with
-Azure's deployment path and api-version, headers, body), raises the same error types, and gives
-way to ``post`` when the SDK lacks the hooks it uses. Real HTTP to the local test server."""
+Azure's deployment path and api-version, headers, body) through the SDK transport's own
+session, follows a redirect and raises the same error types as ``post``, and gives way to
+``post`` when the SDK lacks the hooks it uses. Real HTTP to the local test server, or to a
+server in the test that records what reached it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import openai
 import pytest
+from aiohttp import web
 
 from flowkit.llm import clients, prepared
 from flowkit.llm.client import chat
@@ -45,51 +49,154 @@ def _endpoints(server: LocalServer) -> dict[str, Endpoint]:
     }
 
 
-def _sent(endpoint: Endpoint, *, fast: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Chat once through ``endpoint`` and return what went on the wire, as the SDK sent it."""
-    seen: list[Any] = []
+COMPLETION = {
+    "id": "c",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "5"}}],
+}
 
-    async def main() -> None:
-        client = await clients.get_client(endpoint)
-        real = client._send_request
 
-        async def record(request: Any, **kwargs: Any) -> Any:
-            seen.append(request)
-            return await real(request, **kwargs)
+class Recorder:
+    """A real HTTP server that keeps what each request put on the wire and answers a chat
+    completion; ``redirect`` first sends every chat request elsewhere with a 307, ``delay``
+    holds each reply."""
 
-        monkeypatch.setattr(client, "_send_request", record)
-        result = await chat(
-            endpoint, "m", MESSAGES, {"temperature": 0, "extra_headers": {"x-a": "1"}}
-        )
-        assert result.text
-        await clients.aclose_clients()
+    def __init__(self, *, redirect: bool = False, delay: float = 0.0) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.redirect = redirect
+        self.delay = delay
+        self.url = ""
+        self._runner: web.AppRunner | None = None
 
-    with monkeypatch.context() as patch:
-        if not fast:
-            patch.setattr(prepared, "FinalRequestOptions", None)
-        asyncio.run(main())
-    (request,) = seen
-    headers = {k.lower(): v for k, v in request.headers.items() if k.lower() not in VOLATILE}
-    return {"url": str(request.url), "headers": headers, "body": request.content}
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if self.redirect and not request.path.startswith("/moved"):
+            raise web.HTTPTemporaryRedirect(f"/moved{request.path_qs}")
+        headers = {k.lower(): v for k, v in request.headers.items() if k.lower() not in VOLATILE}
+        self.seen.append({"url": request.path_qs, "headers": headers, "body": body})
+        await asyncio.sleep(self.delay)
+        return web.json_response(COMPLETION)
+
+    async def __aenter__(self) -> Recorder:
+        app = web.Application()
+        app.router.add_route("POST", "/{tail:.*}", self._answer)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+
+def _at(endpoint: Endpoint, url: str) -> Endpoint:
+    if endpoint.kind == "azure":
+        return endpoint.model_copy(update={"azure_endpoint": url})
+    return endpoint.model_copy(update={"base_url": f"{url}/v1"})
+
+
+def _sent(endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Chat once through ``endpoint`` the prepared way, then once the SDK's own way (``post``),
+    and return what reached the server each time."""
+
+    async def main() -> list[dict[str, Any]]:
+        async with Recorder() as server:
+            for fast in (True, False):
+                with monkeypatch.context() as patch:
+                    if not fast:
+                        patch.setattr(prepared, "FinalRequestOptions", None)
+                    result = await chat(
+                        _at(endpoint, server.url),
+                        "m",
+                        MESSAGES,
+                        {"temperature": 0, "extra_headers": {"x-a": "1"}},
+                    )
+                    assert result.text == "5"
+                    await clients.aclose_clients()
+        return server.seen
+
+    return asyncio.run(main())
 
 
 @pytest.mark.parametrize("kind", ["openai", "azure"])
 def test_a_prepared_request_sends_what_the_sdk_post_sends(
     llm_server: LocalServer, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    endpoint = _endpoints(llm_server)[kind]
-    fast = _sent(endpoint, fast=True, monkeypatch=monkeypatch)
-    slow = _sent(endpoint, fast=False, monkeypatch=monkeypatch)
+    fast, slow = _sent(_endpoints(llm_server)[kind], monkeypatch)
     assert fast == slow
     if kind == "azure":
-        assert (
-            "/openai/deployments/judge-dep/chat/completions?api-version=2024-06-01" in fast["url"]
-        )
+        path = "/openai/deployments/judge-dep/chat/completions?api-version=2024-06-01"
+        assert fast["url"] == path
         assert fast["headers"]["api-key"]
     else:
+        assert fast["url"] == "/v1/chat/completions"
         assert fast["headers"]["authorization"] == "Bearer sk-local-test"
     assert fast["headers"]["x-a"] == "1"
-    assert llm_server.stats()["chat_completions"] == 2
+    assert fast["headers"]["content-type"] == "application/json"
+    assert json.loads(fast["body"])["messages"] == MESSAGES
+
+
+def test_requests_go_straight_to_the_sdk_transports_session(llm_server: LocalServer) -> None:
+    endpoint = _endpoints(llm_server)["openai"]
+
+    async def main() -> None:
+        await chat(endpoint, "m", MESSAGES, {})
+        client = await clients.get_client(endpoint)
+        (template,) = prepared._templates[client].values()
+        assert template is not None and template.direct is not None
+        # One pool: the SDK's own path (client.post) sends through the same session.
+        assert client._client._transport.client is template.direct.session
+        await clients.aclose_clients()
+        assert template.direct.session.closed
+
+    asyncio.run(main())
+
+
+def test_a_redirect_is_followed_the_sdk_way() -> None:
+    endpoint = Endpoint(
+        connection="o", kind="openai", model="m", base_url="", limits=Limits(max_retries=0)
+    )
+
+    async def main() -> list[dict[str, Any]]:
+        async with Recorder(redirect=True) as server:
+            result = await chat(_at(endpoint, server.url), "m", MESSAGES, {})
+            assert result.text == "5"
+            await clients.aclose_clients()
+        return server.seen
+
+    (request,) = asyncio.run(main())
+    assert request["url"] == "/moved/v1/chat/completions"
+    assert json.loads(request["body"])["messages"] == MESSAGES
+
+
+def test_a_reply_later_than_the_attempt_timeout_is_the_sdks_timeout_error() -> None:
+    async def main() -> Exception:
+        async with Recorder(delay=0.5) as server:
+            endpoint = Endpoint(
+                connection="o",
+                kind="openai",
+                model="m",
+                base_url=f"{server.url}/v1",
+                limits=Limits(max_retries=0),
+            )
+            client = await clients.get_client(endpoint)
+            body = {"model": "m", "messages": MESSAGES}
+            try:
+                await prepared.post_chat(client, body, headers={}, query=None, timeout=0.1)
+            except Exception as err:  # the type is the assertion
+                return err
+            finally:
+                await clients.aclose_clients()
+        raise AssertionError("no error")
+
+    err = asyncio.run(main())
+    assert type(err) is openai.APITimeoutError
 
 
 def test_one_template_serves_every_request_of_a_shape(llm_server: LocalServer) -> None:
