@@ -30,11 +30,19 @@ def write_rows(path: Path, rows: int) -> Path:
 
 
 def run_groundedness(
-    data: Path, folder: Path, base_url: str, concurrency: int, **limits: Any
+    data: Path,
+    folder: Path,
+    base_url: str,
+    concurrency: int,
+    *,
+    cache_dir: Path | None = None,
+    **limits: Any,
 ) -> tuple[float, Any]:
     """(seconds, RunResult) of `groundedness` over ``data`` with the cache off, at
     ``concurrency``, into folder/run. folder/flowkit.yaml names the one connection: ``base_url``
-    with ``limits`` (max_retries, rpm, …); its in-flight limit is the run's concurrency."""
+    with ``limits`` (max_retries, rpm, …); its in-flight limit is the run's concurrency. What
+    flowkit remembers of endpoints between runs lives in ``cache_dir``, by default a new folder
+    (folder/cache), so each run finds its endpoint out afresh, as a first run does."""
     folder.mkdir()
     connection = {"base_url": base_url, **limits}
     # A JSON object is a YAML flow mapping.
@@ -48,6 +56,7 @@ def run_groundedness(
         data,
         settings=load_settings(folder, env={}),
         use_cache=False,
+        cache_dir=cache_dir or folder / "cache",
         concurrency=concurrency,
         output=folder / "run",
     )
@@ -55,14 +64,23 @@ def run_groundedness(
 
 
 def timed_groundedness(
-    data: Path, rows: int, folder: Path, base_url: str, concurrency: int, **limits: Any
+    data: Path,
+    rows: int,
+    folder: Path,
+    base_url: str,
+    concurrency: int,
+    *,
+    cache_dir: Path | None = None,
+    **limits: Any,
 ) -> tuple[float, float, float]:
     """(seconds :func:`run_groundedness` takes, seconds from the first row's start to the last
     row's end, rows per second after the first quarter of rows ended); every one of the
     ``rows`` rows must succeed. The first two differ by start-up (flow loading, imports, the
     run folder) and the end of the run (aggregates, summary); the third is the pace once the
     slow start and the first requests' one-time costs are over."""
-    elapsed, result = run_groundedness(data, folder, base_url, concurrency, **limits)
+    elapsed, result = run_groundedness(
+        data, folder, base_url, concurrency, cache_dir=cache_dir, **limits
+    )
     assert result.counts["succeeded"] == rows, result.counts
     starts: dict[int, float] = {}
     ends: dict[int, float] = {}

@@ -117,6 +117,36 @@ class Pacer:
         known = (self._header_rpm, self._header_tpm, self.limits.rpm, self.limits.tpm)
         return any(known)
 
+    # -- across runs (see ``memory``) -----------------------------------------------------
+
+    def remembered(self) -> tuple[int | None, float | None] | None:
+        """(window reached without an overload, requests per minute learned from overload) for
+        the next run to open with; None when there is nothing worth keeping (declared without
+        a slow start, paced by headers, or never answered)."""
+        if not self.limits.slow_start or self._header_rpm or self._header_tpm:
+            return None
+        if self._learned is not None:
+            learned = self._probed()
+            return None, None if learned is None else learned * 60.0 / self.window
+        if not self._answered or not self._slow_start or self._window_size <= INITIAL_WINDOW:
+            return None
+        return int(min(self._window_size, self.limits.concurrency)), None
+
+    def recall(self, window: int | None, rpm: float | None) -> None:
+        """Open where the endpoint's last run left off: at its learned pace (climbing until a
+        cut says where the cap is), else at the window it reached (growing on)."""
+        if not self.limits.slow_start:
+            return
+        self._answered = True
+        if rpm:
+            self._slow_start = False
+            self._measured_cut = True
+            self._learned = rpm * self.window / 60.0
+            self._learned_at = self._clock()
+            self.repace()
+        elif window:
+            self._window_size = float(max(INITIAL_WINDOW, min(window, self.limits.concurrency)))
+
     # -- waiting -------------------------------------------------------------------------
 
     async def pause_over(self) -> None:

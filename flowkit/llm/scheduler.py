@@ -34,8 +34,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 
 from flowkit.errors import EndpointError
+from flowkit.llm import memory
 from flowkit.llm.budget import Clock, Sleep
 from flowkit.llm.endpoint import Endpoint, Limits
+from flowkit.llm.memory import Recalled
 from flowkit.llm.pacing import Pacer
 from flowkit.llm.ratelimits import parse_rate_headers
 from flowkit.llm.retry import Failure, Verdict, backoff, classify
@@ -126,6 +128,15 @@ class Scheduler:
     @stall_floor.setter
     def stall_floor(self, seconds: float) -> None:
         self._stalls.floor = seconds
+
+    def remembered(self) -> Recalled | None:
+        """What the next run on this endpoint should open with (see ``memory``)."""
+        found = self._pacer.remembered()
+        return None if found is None else Recalled(*found)
+
+    def recall(self, found: Recalled) -> None:
+        """Open where the endpoint's last run left off (see ``memory``)."""
+        self._pacer.recall(found.window, found.rate)
 
     def snapshot(self) -> dict[str, int | str | float | None]:
         """Counters plus the limits in force, for run records and progress."""
@@ -344,13 +355,17 @@ def scheduler_for(endpoint: Endpoint) -> Scheduler:
     an event loop per worker thread, and each worker is given its share of the budgets
     (``flowkit.runs.backends``), so each thread gets its own scheduler, as each process would.
     """
-    key = (endpoint.identity(), threading.get_ident())
+    identity = endpoint.identity()
+    key = (identity, threading.get_ident())
     with _lock:
         found = _schedulers.get(key)
+        new = found is None
         if found is None:
             found = _schedulers[key] = Scheduler(
                 endpoint.limits, name=endpoint.connection, url=endpoint.url
             )
+        if memory.active is not None:
+            memory.active.attach(identity, found, new=new)
     return found
 
 

@@ -1,0 +1,188 @@
+"""An endpoint opens where its last run left off: the window it reached without an overload, or
+the pace it learned from 429s, kept in the cache folder's endpoints.json for a day and never with
+a key. Real HTTP to the local test server for the runs; the pacer and the file alone for the
+rest."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import flowkit
+from flowkit.llm import clients, memory, reset_schedulers
+from flowkit.llm.client import chat
+from flowkit.llm.endpoint import Endpoint, Limits
+from flowkit.llm.memory import TTL, EndpointMemory, Recalled, remembering
+from flowkit.llm.pacing import Pacer
+from flowkit.llm.ratelimits import Quota, RateHeaders
+from flowkit.testing.server import LocalServer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+def _pacer(**limits: Any) -> tuple[Pacer, Clock]:
+    clock = Clock()
+    return Pacer(Limits(**limits), window=60.0, clock=clock, sleep=_no_sleep), clock
+
+
+def test_a_pacer_keeps_the_window_it_reached_and_a_new_one_opens_there() -> None:
+    first, _ = _pacer(concurrency=32)
+    assert first.remembered() is None  # never answered: nothing learned
+    for _ in range(20):
+        first.answered(True, first.generation)
+    assert first.remembered() == (24, None)  # 4 after the first reply, one more per success
+    second, _ = _pacer(concurrency=32)
+    second.recall(24, None)
+    assert second.in_flight_limit == 24  # not one alone, then 4
+    second.answered(True, second.generation)
+    assert second.in_flight_limit == 25  # and the slow start goes on from there
+    smaller, _ = _pacer(concurrency=8)
+    smaller.recall(24, None)
+    assert smaller.in_flight_limit == 8
+
+
+def test_a_learned_pace_is_kept_and_a_new_pacer_climbs_from_it() -> None:
+    pacer, clock = _pacer(concurrency=32)
+    pacer.recall(None, 600.0)
+    assert pacer.rate() == 600.0
+    assert pacer.in_flight_limit == 32  # paced: the window no longer holds it back
+    clock.now += 60.0
+    climbed = pacer.rate()
+    assert climbed is not None and climbed > 600.0
+    assert pacer.remembered() == (None, climbed)
+
+
+def test_nothing_is_kept_for_endpoints_whose_headers_or_declaration_say_it_all() -> None:
+    headed, _ = _pacer(concurrency=32)
+    for _ in range(20):
+        headed.answered(True, headed.generation)
+    headed.learn_headers(RateHeaders(Quota(600, 500, 1.0), Quota(None, None, None)))
+    assert headed.remembered() is None
+    declared, _ = _pacer(concurrency=32, slow_start=False)
+    declared.answered(True, declared.generation)
+    assert declared.remembered() is None
+    declared.recall(4, None)
+    assert declared.in_flight_limit == 32
+
+
+class FakeScheduler:
+    def __init__(
+        self, learned: Recalled | None, url: str = "https://user:pw@gw.example/v1"
+    ) -> None:
+        self.url = url
+        self.learned = learned
+        self.recalled: list[Recalled] = []
+
+    def remembered(self) -> Recalled | None:
+        return self.learned
+
+    def recall(self, found: Recalled) -> None:
+        self.recalled.append(found)
+
+
+def test_the_file_round_trips_expires_and_holds_no_credentials(tmp_path: Path) -> None:
+    path = tmp_path / "endpoints.json"
+    clock = Clock()
+    identity = ("judge", "https://gw.example/v1", "digest-of-key")
+    first = EndpointMemory(path, clock=clock)
+    first.attach(identity, FakeScheduler(Recalled(24, None)), new=True)
+    first.save()
+    text = path.read_text()
+    assert "pw" not in text and "user" not in text and "digest-of-key" not in text
+    (entry,) = json.loads(text)["endpoints"].values()
+    assert entry["url"] == "https://gw.example/v1" and entry["window"] == 24
+
+    later = FakeScheduler(None)
+    EndpointMemory(path, clock=clock).attach(identity, later, new=True)
+    assert later.recalled == [Recalled(24, None)]
+    running = FakeScheduler(None)  # a scheduler this process already drove keeps its own state
+    EndpointMemory(path, clock=clock).attach(identity, running, new=False)
+    assert running.recalled == []
+    clock.now += TTL + 1
+    stale = FakeScheduler(None)
+    EndpointMemory(path, clock=clock).attach(identity, stale, new=True)
+    assert stale.recalled == []
+
+
+def test_an_endpoint_paced_by_headers_now_is_forgotten_and_a_bad_file_ignored(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "endpoints.json"
+    identity = ("judge", "https://gw.example/v1", "k")
+    first = EndpointMemory(path)
+    first.attach(identity, FakeScheduler(Recalled(None, 600.0)), new=True)
+    first.save()
+    second = EndpointMemory(path)
+    second.attach(identity, FakeScheduler(None), new=True)
+    second.save()
+    assert json.loads(path.read_text())["endpoints"] == {}
+    path.write_text("{not json")
+    fresh = FakeScheduler(None)
+    EndpointMemory(path).attach(identity, fresh, new=True)
+    assert fresh.recalled == []
+
+
+def _peak(server: LocalServer, folder: Path | None, calls: int) -> int:
+    """The most requests the server had in flight while ``calls`` chats ran at once, with the
+    endpoint memory in ``folder`` (None: none)."""
+    endpoint = Endpoint(
+        connection="local",
+        kind="openai",
+        model="flowkit-test",
+        base_url=server.base_url,
+        limits=Limits(concurrency=32, max_retries=0),
+    )
+    reset_schedulers()  # as a new process would start
+    server.reset()
+
+    async def body() -> None:
+        asks = (
+            chat(endpoint, "flowkit-test", [{"role": "user", "content": f"q{i}"}], {})
+            for i in range(calls)
+        )
+        assert all(r.text for r in await asyncio.gather(*asks))
+        await clients.aclose_clients()
+
+    with remembering(folder):
+        asyncio.run(body())
+    return server.stats()["max_in_flight"]
+
+
+def test_a_second_run_opens_at_the_window_the_first_reached(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    llm_server.configure(latency=0.2)  # long enough for every request to be in flight at once
+    try:
+        first = _peak(llm_server, tmp_path, 64)
+        assert first < 32
+        (entry,) = json.loads((tmp_path / memory.FILE).read_text())["endpoints"].values()
+        assert entry["window"] == 32
+        assert _peak(llm_server, tmp_path, 32) == 32  # all at once, no first request alone
+        assert _peak(llm_server, tmp_path / "elsewhere", 32) < 32  # a first run ramps
+    finally:
+        llm_server.configure(latency=0.0)
+
+
+def test_a_run_keeps_its_endpoints_beside_the_cache(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        "".join(json.dumps({"context": f"c{i}", "answer": f"a{i}"}) + "\n" for i in range(40))
+    )
+    flowkit.run("groundedness", rows, cache_dir=tmp_path / "cache", use_cache=False, concurrency=16)
+    (entry,) = json.loads((tmp_path / "cache" / memory.FILE).read_text())["endpoints"].values()
+    assert entry["url"] == llm_server.base_url and entry["window"] == 16
+    assert "sk-local-test" not in (tmp_path / "cache" / memory.FILE).read_text()
