@@ -8,7 +8,8 @@ once per shape and reused, ``prepared``) and one ``Scheduler`` per endpoint (ada
 concurrency, RPM/TPM budgets, retries; ``stats``: what it counts); ``UsageTracker`` sums
 tokens and costs.
 The scheduler (admission, retries, early stop) composes ``pacing`` (request and token paces,
-slow start, learning limits from headers and 429s), ``stalls`` (the learned stall deadline),
+slow start, learning limits from headers and 429s; ``memory`` keeps what it learned between
+runs), ``stalls`` (the learned stall deadline),
 ``budget`` (token buckets), ``ratelimits`` (header parsing) and ``retry`` (what a failure means).
 
 Names are imported on first use (PEP 562): ``flowkit.llm.usage`` prices tokens for every run,
