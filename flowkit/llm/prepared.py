@@ -25,6 +25,7 @@ template fails, :func:`post_chat` returns None and the caller takes ``client.pos
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import ssl
@@ -264,7 +265,9 @@ async def _send_direct(
     except Exception as err:
         import aiohttp
 
-        if isinstance(err, TimeoutError):  # aiohttp's socket timeouts are TimeoutErrors
+        # aiohttp's socket timeouts derive from asyncio's TimeoutError, apart from the builtin
+        # one before Python 3.11.
+        if isinstance(err, TimeoutError | asyncio.TimeoutError):
             raise openai.APITimeoutError(request=_request(template, content)) from err
         if isinstance(err, aiohttp.ClientError | OSError):
             raise openai.APIConnectionError(request=_request(template, content)) from err
