@@ -112,7 +112,8 @@ class EndpointMemory:
 
     def save(self) -> None:
         """Write what the attached schedulers learned (an endpoint whose headers now set its
-        pace is forgotten); entries past ``TTL`` are dropped."""
+        pace is forgotten; one that learned nothing keeps its entry); entries past ``TTL`` are
+        dropped."""
         if not self._attached:
             return
         now = self._clock()
@@ -121,7 +122,9 @@ class EndpointMemory:
             key = _digest(identity)
             learned = scheduler.remembered()
             if learned is None:
-                entries.pop(key, None)
+                continue  # a short run, or a failed one, keeps what an earlier run found
+            if not learned.window and not learned.rate:
+                entries.pop(key, None)  # headers now pace it, or it was declared unlimited
                 continue
             entries[key] = {
                 "url": _shown(scheduler.url),

@@ -121,10 +121,11 @@ class Pacer:
 
     def remembered(self) -> tuple[int | None, float | None] | None:
         """(window reached without an overload, requests per minute learned from overload) for
-        the next run to open with; None when there is nothing worth keeping (declared without
-        a slow start, paced by headers, or never answered)."""
+        the next run to open with; (None, None) when whatever was kept should be forgotten
+        (declared without a slow start, or paced by headers now); None when this run learned
+        nothing new (it never answered, or too few calls to widen the window)."""
         if not self.limits.slow_start or self._header_rpm or self._header_tpm:
-            return None
+            return None, None
         if self._learned is not None:
             learned = self._probed()
             return None, None if learned is None else learned * 60.0 / self.window

@@ -69,10 +69,12 @@ def test_nothing_is_kept_for_endpoints_whose_headers_or_declaration_say_it_all()
     for _ in range(20):
         headed.answered(True, headed.generation)
     headed.learn_headers(RateHeaders(Quota(600, 500, 1.0), Quota(None, None, None)))
-    assert headed.remembered() is None
+    assert headed.remembered() == (None, None)  # forget whatever was kept
     declared, _ = _pacer(concurrency=32, slow_start=False)
     declared.answered(True, declared.generation)
-    assert declared.remembered() is None
+    assert declared.remembered() == (None, None)
+    silent, _ = _pacer(concurrency=32)  # the endpoint never answered (it was down)
+    assert silent.remembered() is None  # nothing learned: keep what was kept
     declared.recall(4, None)
     assert declared.in_flight_limit == 32
 
@@ -124,8 +126,13 @@ def test_an_endpoint_paced_by_headers_now_is_forgotten_and_a_bad_file_ignored(
     first = EndpointMemory(path)
     first.attach(identity, FakeScheduler(Recalled(None, 600.0)), new=True)
     first.save()
+    short = EndpointMemory(path)  # a run that learned nothing keeps what was kept
+    short.attach(identity, FakeScheduler(None), new=True)
+    short.save()
+    (entry,) = json.loads(path.read_text())["endpoints"].values()
+    assert entry["rpm"] == 600.0
     second = EndpointMemory(path)
-    second.attach(identity, FakeScheduler(None), new=True)
+    second.attach(identity, FakeScheduler(Recalled(None, None)), new=True)
     second.save()
     assert json.loads(path.read_text())["endpoints"] == {}
     path.write_text("{not json")
