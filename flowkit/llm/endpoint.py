@@ -166,7 +166,8 @@ class Endpoint(BaseModel):
 
         The model is left out so every node on one connection shares one client and one
         scheduler; a digest of the key is included so two settings objects with different
-        keys for the same URL (tests, multi-tenant tools) never share a client.
+        keys for the same URL (tests, multi-tenant tools) never share a client. The limits
+        come last: ``memory`` keys what an endpoint took by the rest.
         """
         # Asked on every request: remembered per object (frozen, so the answer never changes;
         # not in the object itself, where ``model_copy`` would carry it to a changed copy).

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import ssl
 import sys
 import weakref
 from dataclasses import dataclass
@@ -170,7 +169,7 @@ def _direct(client: Any, request: Any, headers: Any) -> _Direct | None:
     return _Direct(
         session,
         yarl.URL(str(request.url), encoded=True),
-        {k: v for k, v in headers.multi_items()},
+        dict(headers.multi_items()),
         aiohttp.ClientTimeout(
             sock_connect=timeout.get("connect"),
             sock_read=timeout.get("read"),
@@ -181,13 +180,16 @@ def _direct(client: Any, request: Any, headers: Any) -> _Direct | None:
 
 
 def _failure(err: Exception, request: Any) -> Exception | None:
-    """The SDK's exception for a request that got no reply, as ``client.post`` raises it; None
-    for anything else (a bug, which keeps its own type)."""
+    """The SDK's exception for a request that got no reply, as ``client.post`` raises it, from
+    the SDK's httpx or straight from aiohttp; None for anything else (a bug, which keeps its own
+    type)."""
     names = {c.__name__ for c in type(err).__mro__}
-    if "TimeoutException" in names:
+    # aiohttp's socket timeouts derive from asyncio's TimeoutError, apart from the builtin one
+    # before Python 3.11.
+    if "TimeoutException" in names or isinstance(err, TimeoutError | asyncio.TimeoutError):
         return openai.APITimeoutError(request=request)
-    if isinstance(err, ssl.SSLError) or names & {"RequestError", "EndOfStream"}:
-        return openai.APIConnectionError(request=request)
+    if isinstance(err, OSError) or names & {"RequestError", "EndOfStream", "ClientError"}:
+        return openai.APIConnectionError(request=request)  # ssl.SSLError is an OSError
     return None
 
 
@@ -263,15 +265,10 @@ async def _send_direct(
             headers = response.headers
             raw_headers = response.raw_headers
     except Exception as err:
-        import aiohttp
-
-        # aiohttp's socket timeouts derive from asyncio's TimeoutError, apart from the builtin
-        # one before Python 3.11.
-        if isinstance(err, TimeoutError | asyncio.TimeoutError):
-            raise openai.APITimeoutError(request=_request(template, content)) from err
-        if isinstance(err, aiohttp.ClientError | OSError):
-            raise openai.APIConnectionError(request=_request(template, content)) from err
-        raise
+        failure = _failure(err, _request(template, content))
+        if failure is None:
+            raise
+        raise failure from err
     if 200 <= status < 300:
         return _Reply(status, headers, payload)
     # Rare: the SDK reads its error body, headers and status from an httpx response.

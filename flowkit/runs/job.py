@@ -123,9 +123,10 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         if job.on_progress is not None:
             job.on_progress(stats)
 
+    cache_dir = Path(job.cache_dir) if job.cache_dir else default_cache_dir()
     try:
         if options.use_cache:
-            cache = Cache(Path(job.cache_dir) if job.cache_dir else default_cache_dir())
+            cache = Cache(cache_dir)
         executor = Executor(flow, options, cache, writer, job.ctx, progress)
         done: set[int] = set()
         if kept is not None:
@@ -134,7 +135,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         ready = True
         # Endpoints open where their last run left off, and this run's findings are kept for
         # the next (``flowkit.llm.memory``), beside the cache.
-        with remembering(Path(job.cache_dir) if job.cache_dir else default_cache_dir()):
+        with remembering(cache_dir):
             rows = _mapped_rows(job.data_path, job.maps, job.limit, done)
             _run_rows(job, executor, writer, rows)
         status = COMPLETED

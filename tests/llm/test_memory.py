@@ -118,6 +118,17 @@ def test_the_file_round_trips_expires_and_holds_no_credentials(tmp_path: Path) -
     assert stale.recalled == []
 
 
+def test_a_run_at_another_concurrency_finds_what_the_last_one_learned(tmp_path: Path) -> None:
+    path = tmp_path / "endpoints.json"
+    address = ("judge", "openai", "https://gw.example/v1", "", "", "digest-of-key")
+    first = EndpointMemory(path)
+    first.attach((*address, '{"concurrency":32}'), FakeScheduler(Recalled(32, None)), new=True)
+    first.save()
+    wider = FakeScheduler(None)
+    EndpointMemory(path).attach((*address, '{"concurrency":128}'), wider, new=True)
+    assert wider.recalled == [Recalled(32, None)]
+
+
 def test_an_endpoint_paced_by_headers_now_is_forgotten_and_a_bad_file_ignored(
     tmp_path: Path,
 ) -> None:
