@@ -15,6 +15,8 @@ run, start included) as a fraction of the limit and the share of requests reject
 (range) over the runs with the machine's load; and, measured in the same invocation, the same
 two figures for a minimal aiohttp client at the same concurrency that retries each 429 after
 its own Retry-After (what flowkit did before it paced by rate). The limit is the ceiling here.
+With ``--no-slow-start`` the connection sets ``slow_start: false`` (the run opens at its full
+concurrency after the first reply), to show what the slow start saves.
 Targets: rate >= 0.90 of an rpm limit and >= 0.85 of a tpm limit, rejected < 5%.
 """
 
@@ -80,6 +82,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--case", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument(
+        "--no-slow-start",
+        action="store_true",
+        help="the connection sets slow_start: false: what opening at full concurrency costs",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -92,7 +99,12 @@ def main() -> None:
                 # quiet minute.
                 with serve_subprocess(config) as srv:
                     elapsed, result = run_groundedness(
-                        data, root / f"{case}-{run}", srv.base_url, args.concurrency, max_retries=50
+                        data,
+                        root / f"{case}-{run}",
+                        srv.base_url,
+                        args.concurrency,
+                        max_retries=50,
+                        slow_start=not args.no_slow_start,
                     )
                     assert result.counts["succeeded"] == args.rows, result.counts
                     ratio, rejected = measured(srv.stats(), config, elapsed)
@@ -101,10 +113,12 @@ def main() -> None:
             with serve_subprocess(config) as srv:
                 elapsed = naive_client(srv.base_url, args.rows, args.concurrency)
                 naive_ratio, naive_rejected = measured(srv.stats(), config, elapsed)
+            declared = ", slow_start: false" if args.no_slow_start else ""
             print(
-                f"rate-limited {case} c={args.concurrency} rows={args.rows}: flowkit/limit "
-                f"{spread(ratios)}, rejected {spread(rejects)}% over {args.runs} runs; naive "
-                f"client/limit {naive_ratio:.2f}, rejected {naive_rejected:.0%}; {load_average()}",
+                f"rate-limited {case}{declared} c={args.concurrency} rows={args.rows}: "
+                f"flowkit/limit {spread(ratios)}, rejected {spread(rejects)}% over {args.runs} "
+                f"runs; naive client/limit {naive_ratio:.2f}, rejected {naive_rejected:.0%}; "
+                f"{load_average()}",
                 flush=True,
             )
 

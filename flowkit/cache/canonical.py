@@ -12,8 +12,9 @@ would give NaN, Infinity, -Infinity and null one cache key. So:
 - stored (node outputs, the cache, run files) they become the strings ``"NaN"``, ``"Infinity"``
   and ``"-Infinity"``: strict JSON any tool reads, and what a rerun from the cache replays.
 
-Both rewrites look for a non-finite float only when the JSON holds a ``null``, and copy the value
-only when one is there, so ordinary values (None included) cost little.
+Both rewrites look for a non-finite float only when the JSON holds a ``null`` and the value does
+not come back unchanged from it, and copy the value only when one is there, so ordinary values
+(None included) cost little.
 
 A value JSON cannot carry (a lone surrogate, an integer past Python's 4,300-digit limit, a list
 that holds itself, nesting past the recursion limit) raises ``UnstorableValue`` with a sentence a
@@ -92,7 +93,9 @@ def _replace_nonfinite(value: Any, tagged: bool) -> tuple[Any, bool]:
 def _encode(encoder: msgspec.json.Encoder, value: Any, tagged: bool) -> bytes:
     try:
         data = encoder.encode(value)
-        if b"null" in data and _has_nonfinite(value):
+        # A null may be a None or a non-finite float. Decoding it back (in C) and finding the
+        # value unchanged proves it is only Nones; the walk, in Python, is left for the rest.
+        if b"null" in data and _decoder.decode(data) != value and _has_nonfinite(value):
             data = encoder.encode(_replace_nonfinite(value, tagged)[0])
         return data
     except UnicodeEncodeError as err:

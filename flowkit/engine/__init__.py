@@ -6,6 +6,7 @@
 - ``plan``: per-flow schedules; ``scope``: a row's values; ``lookahead``: batched cache
   lookups ahead of the rows.
 - ``aggregation``: aggregate nodes over all rows.
+- ``collector``: Python's garbage collector, kept quiet while rows run.
 - ``context``: run options, counters and the run-time context kinds receive.
 - ``prepare``: binding run-time settings (the model endpoint) to every node before a row runs.
 - ``records``: the typed, versioned trace records the engine emits.

@@ -22,6 +22,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from flowkit.cache.store import MISS, Cache, node_key
+from flowkit.engine.collector import fewer_collections
 from flowkit.engine.context import RunContext, RunOptions, Stats
 from flowkit.engine.lookahead import Lookahead, Row
 from flowkit.engine.node_runner import NodeRunner, refreshed
@@ -69,6 +70,7 @@ class Executor:
         self._plans = Plans(flow)
         self.aggregates: list[AggTask] = self._plans.aggregates
         self._outputs = list(flow.outputs.items())
+        self._last_tick = 0.0
         self._lookahead = Lookahead(flow, cache, partial(refreshed, options))
         self.nodes = NodeRunner(
             options, cache, writer, ctx, self.stats, self._lookahead, self._subflow, self._waits
@@ -76,53 +78,58 @@ class Executor:
 
     # -- rows ---------------------------------------------------------------------------
     async def run(self, rows: Iterable[Row]) -> None:
+        with fewer_collections():  # see flowkit.engine.collector
+            await self._run(rows)
+
+    async def _run(self, rows: Iterable[Row]) -> None:
         top = self._plans[self.flow]
-        # A slot per row in flight. A semaphore, not asyncio.wait over the running rows: that
-        # re-registers a callback on every one of them each time a row ends, which at a
-        # concurrency of 128 costs more than the row's own bookkeeping.
-        # Rows that wait on model calls only get as many slots again as --concurrency: the
-        # extra rows' requests are built and queued at the endpoint's scheduler, which still
-        # holds the endpoint to its limit, so a slot a reply frees is refilled at once instead
-        # of after that row's own end and the next row's start. Measured (llm_bound, c=32):
-        # 0.83 -> 0.88 of the limit (0.86 -> 0.91 with slow_start: false), and less CPU a
-        # row (the loop does more per wake-up).
-        ready = self.options.concurrency if top.endpoint_bound() else 0
-        slots = asyncio.Semaphore(self.options.concurrency + ready)
-        running: set[asyncio.Task[None]] = set()
-        broken: list[BaseException] = []
-
-        def finished(task: asyncio.Task[None]) -> None:
-            running.discard(task)
-            slots.release()
-            if not task.cancelled() and task.exception() is not None:
-                broken.append(task.exception())  # type: ignore[arg-type]
-
-        last_report = 0.0
-        for batch in _batches(rows, max(BATCH_ROWS, self.options.concurrency)):
-            self._lookahead.fetch(batch)
-            for line, inputs, error in batch:
-                if not running and not top.waits():
-                    # Nothing waits on I/O: the row runs to its end here, with no task and no
-                    # coroutine unless a function turns out slow during it.
-                    rest = self._row_now(line, inputs, error)
-                    if rest is not None:
-                        await rest
-                else:
-                    await slots.acquire()
-                    if broken:
-                        raise broken[0]
-                    task = asyncio.create_task(self._row(line, inputs, error))
-                    running.add(task)
-                    task.add_done_callback(finished)
-                now = time.monotonic()
-                if now - last_report > 0.1:
-                    last_report = now
-                    self._tick()
-        if running:
-            await asyncio.gather(*running)
-        if broken:
-            raise broken[0]
+        feed = _Feed(rows, max(BATCH_ROWS, self.options.concurrency), self._lookahead.fetch)
+        # Nothing waits on I/O: each row runs to its end here, with no task and no coroutine
+        # unless a function turns out slow during it (then the rest of the rows go below).
+        while not top.waits():
+            row = feed.next()
+            if row is None:
+                self._tick()
+                feed.check()
+                return
+            rest = self._row_now(*row)
+            if rest is not None:
+                await rest
+            self._tick_now_and_then()
+        # A fixed set of workers, each taking the next row as its last one ends, as a plain
+        # client does: no task, semaphore or wake-up of a dispatcher per row, which at a
+        # concurrency of 128 cost more than the row's own bookkeeping.
+        # Rows that wait on model calls get as many workers again as --concurrency: the extra
+        # rows' requests are built and queued at the endpoint's scheduler, which still holds
+        # the endpoint to its limit, so a slot a reply frees is refilled at once instead of
+        # after that row's own end and the next row's start. Measured (llm_bound, c=32): 0.83
+        # -> 0.88 of the limit (0.86 -> 0.91 with slow_start: false), and less CPU a row.
+        extra = self.options.concurrency if top.endpoint_bound() else 0
+        workers = [
+            asyncio.create_task(self._worker(feed)) for _ in range(self.options.concurrency + extra)
+        ]
+        try:
+            await asyncio.gather(*workers)
+        except BaseException:
+            # A row that raised (the endpoint is down, or a bug) stops the run: the rows in
+            # flight go with it.
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise
         self._tick()
+        feed.check()
+
+    async def _worker(self, feed: _Feed) -> None:
+        while (row := feed.next()) is not None:
+            await self._row(*row)
+            self._tick_now_and_then()
+
+    def _tick_now_and_then(self) -> None:
+        now = time.monotonic()
+        if now - self._last_tick > 0.1:
+            self._last_tick = now
+            self._tick()
 
     def _tick(self) -> None:
         if self.writer.maybe_flush() and self.cache is not None:
@@ -304,18 +311,37 @@ class Executor:
         return self._plans[flow].waits()
 
 
-def _batches(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
-    """``rows`` in lists of ``size``. Should reading fail midway, the rows read before the
-    failure still run before it is raised, as they would have without reading ahead."""
-    it = iter(rows)
-    while True:
+class _Feed:
+    """The rows, handed out one at a time to whichever worker asks, read a batch at a time with
+    the batch's cache entries fetched first (``fetch``).
+
+    Should reading fail midway, the rows read before the failure are still handed out; then
+    the feed runs dry, and :meth:`check` raises the failure once they have run."""
+
+    def __init__(self, rows: Iterable[Row], size: int, fetch: Callable[[list[Row]], None]) -> None:
+        self._rows = iter(rows)
+        self._size = size
+        self._fetch = fetch
+        self._batch: Iterator[Row] = iter(())
+        self._failure: BaseException | None = None
+        self._done = False
+
+    def next(self) -> Row | None:
+        row = next(self._batch, None)
+        if row is not None or self._done:
+            return row
         batch: list[Row] = []
         try:
-            batch.extend(itertools.islice(it, size))
-        except BaseException:
-            if batch:
-                yield batch
-            raise
+            batch.extend(itertools.islice(self._rows, self._size))
+        except Exception as err:  # raised by check(), once the rows read before it have run
+            self._failure, self._done = err, True
         if not batch:
-            return
-        yield batch
+            self._done = True
+            return None
+        self._fetch(batch)
+        self._batch = iter(batch)
+        return next(self._batch)
+
+    def check(self) -> None:
+        if self._failure is not None:
+            raise self._failure

@@ -33,6 +33,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import openai
 
 try:
@@ -86,11 +87,32 @@ class _Reply:
     content: bytes
 
     def json(self) -> Any:
-        return json.loads(self.content)
+        try:
+            return _decode(self.content)
+        except ValueError:
+            # Not strict JSON; Python servers write NaN and -Infinity (in logprobs, say),
+            # which the standard library reads, as the SDK's httpx response would.
+            return json.loads(self.content)
 
     @property
     def text(self) -> str:
         return self.content.decode("utf-8", errors="replace")
+
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+def _body(body: dict[str, Any]) -> bytes:
+    """``body`` as the SDK's httpx writes it (compact, UTF-8, no NaN), about ten times faster.
+
+    msgspec writes a non-finite float as null, where httpx refuses it; a body with a null that
+    does not read back unchanged is written by the standard library, which raises as httpx does.
+    """
+    content = _encode(body)
+    if b"null" in content and _decode(content) != body:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return content
 
 
 def _shape(
@@ -213,7 +235,7 @@ async def post_chat(
     template = shapes[key]
     if template is None:
         return None
-    content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    content = _body(body)
     if template.direct is not None:
         reply = await _send_direct(client, template, template.direct, content)
         if reply is not None:

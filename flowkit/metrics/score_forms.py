@@ -51,6 +51,10 @@ _REASON_LABEL = re.compile(
     r"thoughts?|analysis)\s*(?::|-|–|\n)\s*",
     re.I,
 )
+_FENCE = re.compile(r"```[A-Za-z]*")  # these run on every reply: compiled once, not looked up
+_BLANK_LINES = re.compile(r"\n{3,}")
+_WORD = re.compile(r"\w+")
+_EMPHASIS = re.compile(r"[*`]|__")
 REFUSED = "judge refused to answer"
 _SCORE_KEYS = ("score", "rating", "grade", "finalscore", "overallscore", "finalrating")
 _REASON_KEYS = ("reason", "reasoning", "rationale", "explanation", "feedback", "justification")
@@ -104,16 +108,16 @@ def _clean(text: str | None) -> str | None:
     """Trim leftovers to something worth showing, or None if nothing meaningful remains."""
     if not text:
         return None
-    text = re.sub(r"```[A-Za-z]*", "", text)
+    text = _FENCE.sub("", text)
     text = _REASON_LABEL.sub("", text.strip(), count=1)
-    text = re.sub(r"\n{3,}", "\n\n", text).lstrip(" \t\n-–:.,;)").rstrip()
-    return text if re.search(r"\w", text) else None
+    text = _BLANK_LINES.sub("\n\n", text).lstrip(" \t\n-–:.,;)").rstrip()
+    return text if _WORD.search(text) else None
 
 
 def _reason_around(text: str, start: int, end: int) -> str | None:
     """Drop the score and its short label ("Final quality score:"); a sentence stays whole."""
     line_start = text.rfind("\n", 0, start) + 1
-    if len(re.findall(r"\w+", text[line_start:start])) > 3:
+    if len(_WORD.findall(text[line_start:start])) > 3:
         return _clean(text)
     return _clean(text[:line_start] + text[end:])
 
@@ -198,9 +202,8 @@ def _read_json(reply: _Reply, cfg: ReadConfig, keys: Sequence[str] = _SCORE_KEYS
         elif isinstance(value, int | float):
             r = Reading(score=_to_float(value))
         else:
-            r = _bare(str(value), cfg) or Reading(
-                error=f"score {str(value)[:40]!r} is not a number"
-            )
+            error = f"score {str(value)[:40]!r} is not a number"
+            r = _bare(str(value), cfg) or Reading(error=error)
         r.reason = reason
         return r
     return None
@@ -210,11 +213,8 @@ def _read_json(reply: _Reply, cfg: ReadConfig, keys: Sequence[str] = _SCORE_KEYS
 
 
 def _read_tag(reply: _Reply, cfg: ReadConfig) -> Reading | None:
-    pattern = _ANY_TAG
-    if cfg.tag:
-        pattern = re.compile(
-            rf"<(?P<name>{re.escape(cfg.tag)})>(?P<body>.*?)</(?P=name)>", re.S | re.I
-        )
+    own = rf"<(?P<name>{re.escape(cfg.tag)})>(?P<body>.*?)</(?P=name)>" if cfg.tag else None
+    pattern = re.compile(own, re.S | re.I) if own else _ANY_TAG
     tags = list(pattern.finditer(reply.norm))
     numeric = [t for t in tags if _bare(t["body"], cfg)]
     if not numeric:
@@ -372,7 +372,7 @@ def read_one(raw: str, cfg: ReadConfig) -> Reading:
         return _read_contains(raw, cfg)
     if not raw.strip():
         return Reading(error="empty reply")
-    norm = re.sub(r"[*`]|__", "", raw.replace("\r\n", "\n"))
+    norm = _EMPHASIS.sub("", raw.replace("\r\n", "\n"))
     reply = _Reply(raw, norm)
     for reader in _CHAINS[cfg.mode]:
         if (reading := reader(reply, cfg)) is not None:

@@ -9,6 +9,7 @@ because a silent default would skew every aggregate computed from it.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -93,6 +94,28 @@ def score_from_top_logprobs(
 
 
 def _config(
+    lo: float, hi: float, mode: str, yes_no: Any, tag: Any, integer: bool, levels: Any
+) -> ReadConfig:
+    """The checked reading configuration; a flow's parse node passes the same arguments on
+    every row, so each distinct set is checked once (unhashable ones every time)."""
+    try:
+        pairs = None if yes_no is None else tuple(yes_no.items())
+        names = None if levels is None else tuple(levels)
+        return _checked_config(lo, hi, mode, pairs, tag, integer, names)
+    except (TypeError, AttributeError):
+        return _check_config(lo, hi, mode, yes_no, tag, integer, levels)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_config(
+    lo: float, hi: float, mode: str, yes_no: Any, tag: Any, integer: bool, levels: Any
+) -> ReadConfig:
+    return _check_config(
+        lo, hi, mode, None if yes_no is None else dict(yes_no), tag, integer, levels
+    )
+
+
+def _check_config(
     lo: float, hi: float, mode: str, yes_no: Any, tag: Any, integer: bool, levels: Any
 ) -> ReadConfig:
     _require(mode, MODES, "parse mode")

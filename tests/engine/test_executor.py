@@ -495,16 +495,58 @@ def test_use_nodes_run_with_their_overrides(tmp_path: Path) -> None:
     assert [r["outputs"] for r in result.rows()] == [{"default_factor": 20, "overridden": 6}]
 
 
-def test_rows_read_before_a_read_error_still_come_out_in_a_batch() -> None:
-    from flowkit.engine.executor import _batches
+def test_rows_read_before_a_read_error_are_handed_out_before_it_is_raised() -> None:
+    from flowkit.engine.executor import _Feed
 
     def rows() -> Any:
         for i in range(5):
             yield i, {"x": i}, None
         raise OSError("disk gone")
 
-    it = _batches(rows(), 3)
-    assert [line for line, _, _ in next(it)] == [0, 1, 2]
-    assert [line for line, _, _ in next(it)] == [3, 4]
+    fetched: list[list[int]] = []
+    feed = _Feed(rows(), 3, lambda batch: fetched.append([line for line, _, _ in batch]))
+    feed.check()  # nothing failed yet
+    lines = []
+    while (row := feed.next()) is not None:
+        lines.append(row[0])
+    assert lines == [0, 1, 2, 3, 4]
+    assert fetched == [[0, 1, 2], [3, 4]]  # each batch's cache entries fetched before its rows
+    assert feed.next() is None  # dry, and stays so
     with pytest.raises(OSError, match="disk gone"):
-        next(it)
+        feed.check()
+
+
+def test_a_read_error_midway_still_runs_the_rows_read_before_it(
+    tmp_path: Path, nodes: Path
+) -> None:
+    import asyncio
+
+    from flowkit.engine.context import RunContext, RunOptions
+    from flowkit.engine.executor import Executor
+    from flowkit.runs.backends import MemoryWriter
+
+    def rows() -> Any:
+        for i in range(5):
+            yield i, {"x": i}, None
+        raise OSError("disk gone")
+
+    flow = load_flow(
+        write(
+            tmp_path / "waits.yaml",
+            """
+            name: waits
+            inputs: {x: {type: integer}}
+            outputs: {y: ${a.output}}
+            nodes:
+              - {name: a, type: python, source: nodes.py, function: nap,
+                 inputs: {x: ${inputs.x}, seconds: 0.05}}
+            """,
+        )
+    )
+    options = RunOptions(concurrency=2)
+    writer = MemoryWriter("r")
+    executor = Executor(flow, options, None, writer, RunContext(options, None))  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="disk gone"):
+        asyncio.run(executor.run(rows()))
+    assert sorted(line for line, _ in writer.rows) == [0, 1, 2, 3, 4]
+    assert all(record["status"] == "ok" for _, record in writer.rows)

@@ -244,3 +244,27 @@ def test_errors_keep_the_sdk_types(llm_server: LocalServer) -> None:
     err = asyncio.run(ask(refused))
     assert isinstance(err, openai.APIConnectionError)
     assert "refused" in str(err) and "127.0.0.1:9" in str(err)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["plain", "tab\tnl\ncr\r", "\x00\x1f\x7f", "\u2028", "é😀", '"q"\\', 0.1, 1.0, 7, 10**20, None],
+)
+def test_a_body_is_the_json_httpx_writes(value: Any) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "v": value}
+    expected = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    assert prepared._body(body) == expected.encode()
+
+
+def test_a_body_with_a_non_finite_number_is_refused_as_httpx_refuses_it() -> None:
+    with pytest.raises(ValueError, match="Out of range float values"):
+        prepared._body({"model": "m", "temperature": float("nan")})
+
+
+def test_a_reply_with_nan_is_read_as_the_standard_library_reads_it() -> None:
+    # Python servers write -Infinity for an impossible token's logprob.
+    reply = prepared._Reply(200, {}, b'{"logprob": -Infinity, "x": [1, 2]}')
+    assert reply.json() == {"logprob": float("-inf"), "x": [1, 2]}
+    assert prepared._Reply(200, {}, b'{"a": {"b": null}}').json() == {"a": {"b": None}}
+    with pytest.raises(ValueError):
+        prepared._Reply(200, {}, b"<html>").json()
