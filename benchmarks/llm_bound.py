@@ -55,6 +55,7 @@ def main() -> None:
                 of_limit, of_raw, raws, cpu, in_rows, overhead = [], [], [], [], [], []
                 steady: list[float] = []
                 remembered: list[float] = []
+                remembered_raw: list[float] = []
                 for run in range(args.runs):
                     raw = raw_ceiling(srv.base_url, args.rows, concurrency)
                     srv.reset()
@@ -91,6 +92,7 @@ def main() -> None:
                         slow_start=not args.no_slow_start,
                     )
                     remembered.append(args.rows / again / limit)
+                    remembered_raw.append(args.rows / again / raw)
                 declared = ", slow_start: false" if args.no_slow_start else ""
                 print(
                     f"llm-bound c={concurrency}{declared} latency={args.latency}s "
@@ -99,7 +101,8 @@ def main() -> None:
                     f"raw/limit {spread(raws)} over {args.runs} runs; rows phase alone "
                     f"{spread(in_rows)} of the limit, after the first quarter of rows "
                     f"{spread(steady)}, a second run remembering the endpoint "
-                    f"{spread(remembered)} of the limit, start and end "
+                    f"{spread(remembered)} of the limit ({spread(remembered_raw)} of the raw "
+                    f"client), start and end "
                     f"{statistics.median(overhead):.2f} s; cpu/row "
                     f"{statistics.median(cpu):.2f} ms; {load_average()}",
                     flush=True,
