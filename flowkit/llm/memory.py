@@ -67,6 +67,11 @@ def _digest(identity: tuple[str, ...]) -> str:
     return hashlib.sha256("\x00".join(identity[:-1]).encode()).hexdigest()[:24]
 
 
+def _age(seconds: float) -> str:
+    minutes = max(0, round(seconds / 60))
+    return f"{minutes} min" if minutes < 90 else f"{minutes / 60:.1f} h"
+
+
 def _shown(url: str) -> str:
     # Stricter than the URLs shown in messages: no query either, where a gateway key may sit.
     parts = urlsplit(url)
@@ -82,6 +87,9 @@ class EndpointMemory:
         self._clock = clock
         self._entries: dict[str, dict[str, Any]] | None = None
         self._attached: dict[tuple[str, ...], Remembers] = {}
+        self.notes: list[str] = []
+        """One sentence per endpoint that opened from here: a run that starts faster, or at
+        a lower pace, than a first run would must say why."""
 
     def _load(self) -> dict[str, dict[str, Any]]:
         if self._entries is None:
@@ -112,6 +120,17 @@ class EndpointMemory:
         )
         if found.window or found.rate:
             scheduler.recall(found)
+            what = (
+                f"{found.window} requests in flight"
+                if found.window
+                else f"{found.rate:.0f} requests a minute"
+            )
+            age = _age(self._clock() - float(entry.get("at", 0)))
+            note = (
+                f"{_shown(scheduler.url)} opened at {what}, as its last run ({age} ago) left it; "
+                f"kept in {self.path} (delete the file to find endpoints out afresh)"
+            )
+            self.notes.append(note)
 
     def save(self) -> None:
         """Write what the attached schedulers learned (an endpoint whose headers now set its
@@ -154,9 +173,12 @@ active: EndpointMemory | None = None
 
 
 @contextlib.contextmanager
-def remembering(folder: Path | None) -> Iterator[EndpointMemory | None]:
+def remembering(
+    folder: Path | None, notes: list[str] | None = None
+) -> Iterator[EndpointMemory | None]:
     """Within: schedulers open where their endpoint's last run left off; after: what they
-    learned is written to ``folder``/endpoints.json. ``folder`` None remembers nothing."""
+    learned is written to ``folder``/endpoints.json, and ``notes`` gets a sentence for each
+    endpoint that opened from it. ``folder`` None remembers nothing."""
     global active
     memory = EndpointMemory(folder / FILE) if folder is not None else None
     previous, active = active, memory
@@ -165,4 +187,6 @@ def remembering(folder: Path | None) -> Iterator[EndpointMemory | None]:
     finally:
         active = previous
         if memory is not None:
+            if notes is not None:
+                notes.extend(memory.notes)
             memory.save()

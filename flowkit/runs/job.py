@@ -124,6 +124,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             job.on_progress(stats)
 
     cache_dir = Path(job.cache_dir) if job.cache_dir else default_cache_dir()
+    remembered: list[str] = []  # endpoints that opened where their last run left off
     try:
         if options.use_cache:
             cache = Cache(cache_dir)
@@ -135,7 +136,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         ready = True
         # Endpoints open where their last run left off, and this run's findings are kept for
         # the next (``flowkit.llm.memory``), beside the cache.
-        with remembering(cache_dir):
+        with remembering(cache_dir, notes=remembered):
             rows = _mapped_rows(job.data_path, job.maps, job.limit, done)
             _run_rows(job, executor, writer, rows)
         status = COMPLETED
@@ -168,7 +169,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             raise
         finally:
             with _sigint_deferred():
-                notices = list(writer.info.get("notices") or ())
+                notices = list(writer.info.get("notices") or ()) + remembered
                 if cache is not None:
                     cache.close()
                     if cache.problem:  # the run went on without it: say why, once

@@ -204,3 +204,28 @@ def test_a_run_keeps_its_endpoints_beside_the_cache(
     (entry,) = json.loads((tmp_path / "cache" / memory.FILE).read_text())["endpoints"].values()
     assert entry["url"] == llm_server.base_url and entry["window"] == 16
     assert "sk-local-test" not in (tmp_path / "cache" / memory.FILE).read_text()
+
+
+def test_a_run_that_opens_from_memory_says_so(llm_server: LocalServer, tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        "".join(json.dumps({"context": f"c{i}", "answer": f"a{i}"}) + "\n" for i in range(40))
+    )
+
+    def run() -> Any:
+        reset_schedulers()  # as a new process would start
+        return flowkit.run(
+            "groundedness", rows, cache_dir=tmp_path / "cache", use_cache=False, concurrency=16
+        )
+
+    first = run()
+    assert not any("last run" in n for n in first.info["notices"])  # it found the endpoint out
+    second = run()
+    (note,) = [n for n in second.info["notices"] if "last run" in n]
+    where = tmp_path / "cache" / memory.FILE
+    assert note == (
+        f"{llm_server.base_url} opened at 16 requests in flight, as its last run (0 min ago) "
+        f"left it; kept in {where} (delete the file to find endpoints out afresh)"
+    )
+    kept = json.loads((second.run_dir / "run.json").read_text())
+    assert note in kept["notices"]  # the run folder says why this run started at full speed
