@@ -90,12 +90,21 @@ def _replace_nonfinite(value: Any, tagged: bool) -> tuple[Any, bool]:
     return value, False
 
 
+def _reads_back(data: bytes, value: Any) -> bool:
+    """Whether ``data`` decodes to ``value`` itself; False when they cannot be compared (a
+    numpy array compares element by element, and its truth is an error)."""
+    try:
+        return bool(_decoder.decode(data) == value)
+    except Exception:
+        return False
+
+
 def _encode(encoder: msgspec.json.Encoder, value: Any, tagged: bool) -> bytes:
     try:
         data = encoder.encode(value)
         # A null may be a None or a non-finite float. Decoding it back (in C) and finding the
         # value unchanged proves it is only Nones; the walk, in Python, is left for the rest.
-        if b"null" in data and _decoder.decode(data) != value and _has_nonfinite(value):
+        if b"null" in data and not _reads_back(data, value) and _has_nonfinite(value):
             data = encoder.encode(_replace_nonfinite(value, tagged)[0])
         return data
     except UnicodeEncodeError as err:

@@ -18,7 +18,9 @@ So while rows run:
   longer to be freed.
 
 The process's own settings come back when the last run in it ends; runs may overlap (threads,
-a notebook), so the first in takes the settings and the last out restores them.
+a notebook), so the first in takes the settings and the last out restores them. They are the
+process's: a thread of the caller's that runs meanwhile collects on the same schedule. A reference
+cycle that was garbage before the run is frozen with the rest and freed after it.
 """
 
 from __future__ import annotations
@@ -34,18 +36,27 @@ YOUNG = 20_000
 _lock = threading.Lock()
 _active = 0
 _saved: tuple[int, ...] = ()
+_froze = False
 
 
 @contextmanager
 def fewer_collections() -> Iterator[None]:
-    """Freeze what exists and collect the young generation less often, until the block ends."""
-    global _active, _saved
+    """Freeze what exists and collect the young generation less often, until the block ends.
+
+    What the process set up itself is left alone: objects it froze stay frozen after the run
+    (a server that froze them before forking keeps them so), and a collector it turned off
+    (``gc.disable()`` or a threshold of 0) stays off."""
+    global _active, _saved, _froze
     with _lock:
         _active += 1
         if _active == 1:
             _saved = gc.get_threshold()
-            gc.freeze()
-            gc.set_threshold(max(YOUNG, _saved[0]), *_saved[1:])
+            on = gc.isenabled() and _saved[0] > 0
+            _froze = on and gc.get_freeze_count() == 0
+            if _froze:
+                gc.freeze()
+            if on:
+                gc.set_threshold(max(YOUNG, _saved[0]), *_saved[1:])
     try:
         yield
     finally:
@@ -53,4 +64,5 @@ def fewer_collections() -> Iterator[None]:
             _active -= 1
             if _active == 0:
                 gc.set_threshold(*_saved)
-                gc.unfreeze()
+                if _froze:
+                    gc.unfreeze()

@@ -50,6 +50,11 @@ BATCH_ROWS = 256
 to serve many rows, few enough that a row's wait before it starts is negligible."""
 
 
+YIELD_EVERY = 0.01
+"""Seconds of rows that never wait after which the event loop gets a turn (see
+``Executor._now_and_then``); one such turn per interval is shared by all workers."""
+
+
 class Executor:
     """Runs a flow over rows: a batch at a time, concurrently, each row's nodes in dependency
     order. Each node is run by the executor's ``NodeRunner``."""
@@ -71,6 +76,7 @@ class Executor:
         self.aggregates: list[AggTask] = self._plans.aggregates
         self._outputs = list(flow.outputs.items())
         self._last_tick = 0.0
+        self._yielded = 0.0
         self._lookahead = Lookahead(flow, cache, partial(refreshed, options))
         self.nodes = NodeRunner(
             options, cache, writer, ctx, self.stats, self._lookahead, self._subflow, self._waits
@@ -95,7 +101,7 @@ class Executor:
             rest = self._row_now(*row)
             if rest is not None:
                 await rest
-            self._tick_now_and_then()
+            await self._now_and_then()
         # A fixed set of workers, each taking the next row as its last one ends, as a plain
         # client does: no task, semaphore or wake-up of a dispatcher per row, which at a
         # concurrency of 128 cost more than the row's own bookkeeping.
@@ -105,6 +111,7 @@ class Executor:
         # after that row's own end and the next row's start. Measured (llm_bound, c=32): 0.83
         # -> 0.88 of the limit (0.86 -> 0.91 with slow_start: false), and less CPU a row.
         extra = self.options.concurrency if top.endpoint_bound() else 0
+        self._tick()  # progress shows from the start, not when the first row ends
         workers = [
             asyncio.create_task(self._worker(feed)) for _ in range(self.options.concurrency + extra)
         ]
@@ -123,13 +130,21 @@ class Executor:
     async def _worker(self, feed: _Feed) -> None:
         while (row := feed.next()) is not None:
             await self._row(*row)
-            self._tick_now_and_then()
+            await self._now_and_then()
 
-    def _tick_now_and_then(self) -> None:
+    async def _now_and_then(self) -> None:
+        """Between rows: progress every 0.1 s, and the event loop's turn every ``YIELD_EVERY``.
+
+        A row that never waits (every node a cache hit, or plain functions) runs to its end
+        without giving the loop a turn, and so would the next: Ctrl-C (which cancels the run's
+        task) and the timers of requests in flight would wait for the run's end."""
         now = time.monotonic()
         if now - self._last_tick > 0.1:
             self._last_tick = now
             self._tick()
+        if now - self._yielded > YIELD_EVERY:
+            self._yielded = now
+            await asyncio.sleep(0)
 
     def _tick(self) -> None:
         if self.writer.maybe_flush() and self.cache is not None:
@@ -338,7 +353,11 @@ class _Feed:
         if not batch:
             self._done = True
             return None
-        self._fetch(batch)
+        try:
+            self._fetch(batch)
+        except BaseException:
+            self._done = True  # the run stops on it: no worker may start rows past the batch
+            raise
         self._batch = iter(batch)
         return next(self._batch)
 

@@ -88,8 +88,9 @@ class EndpointMemory:
         self._entries: dict[str, dict[str, Any]] | None = None
         self._attached: dict[tuple[str, ...], Remembers] = {}
         self.notes: list[str] = []
-        """One sentence per endpoint that opened from here: a run that starts faster, or at
-        a lower pace, than a first run would must say why."""
+        """One sentence per endpoint that opened where an earlier run left it (this file's, or
+        this process's): a run that starts faster, or at a lower pace, than a first run would
+        must say why."""
 
     def _load(self) -> dict[str, dict[str, Any]]:
         if self._entries is None:
@@ -109,7 +110,11 @@ class EndpointMemory:
             return
         self._attached[identity] = scheduler
         if not new:
-            return  # it already holds what this process learned
+            # It already holds what this process learned (a notebook's second run).
+            held = scheduler.remembered()
+            if held is not None and (held.window or held.rate):
+                self._say(scheduler, held, "as this process's last run left it")
+            return
         entry = self._load().get(_digest(identity))
         if entry is None or self._clock() - float(entry.get("at", 0)) > TTL:
             return
@@ -120,17 +125,21 @@ class EndpointMemory:
         )
         if found.window or found.rate:
             scheduler.recall(found)
-            what = (
-                f"{found.window} requests in flight"
-                if found.window
-                else f"{found.rate:.0f} requests a minute"
-            )
             age = _age(self._clock() - float(entry.get("at", 0)))
-            note = (
-                f"{_shown(scheduler.url)} opened at {what}, as its last run ({age} ago) left it; "
-                f"kept in {self.path} (delete the file to find endpoints out afresh)"
+            self._say(
+                scheduler,
+                found,
+                f"as its last run ({age} ago) left it; kept in {self.path} (delete the file to "
+                "find endpoints out afresh)",
             )
-            self.notes.append(note)
+
+    def _say(self, scheduler: Remembers, found: Recalled, why: str) -> None:
+        what = (
+            f"{found.window} requests in flight"
+            if found.window
+            else f"{found.rate:.0f} requests a minute"
+        )
+        self.notes.append(f"{_shown(scheduler.url)} opened at {what}, {why}")
 
     def save(self) -> None:
         """Write what the attached schedulers learned (an endpoint whose headers now set its

@@ -104,13 +104,19 @@ _decode = msgspec.json.Decoder().decode
 
 
 def _body(body: dict[str, Any]) -> bytes:
-    """``body`` as the SDK's httpx writes it (compact, UTF-8, no NaN), about ten times faster.
+    """``body`` as compact UTF-8 JSON, as the SDK's httpx writes it, about ten times faster.
 
-    msgspec writes a non-finite float as null, where httpx refuses it; a body with a null that
-    does not read back unchanged is written by the standard library, which raises as httpx does.
+    The bytes are httpx's but for numbers with an exponent (``1e-7`` for ``1e-07``, the same
+    JSON value). msgspec writes a non-finite float as null, where httpx refuses it, and refuses
+    subclasses of str and float (numpy scalars) that httpx writes: a body with a null that does
+    not read back unchanged, or one msgspec refuses, is written by the standard library, which
+    writes or raises as httpx does.
     """
-    content = _encode(body)
-    if b"null" in content and _decode(content) != body:
+    try:
+        content = _encode(body)
+    except TypeError:
+        content = b""
+    if not content or (b"null" in content and _decode(content) != body):
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     return content
 

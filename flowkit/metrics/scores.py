@@ -99,14 +99,20 @@ def _config(
     """The checked reading configuration; a flow's parse node passes the same arguments on
     every row, so each distinct set is checked once (unhashable ones every time)."""
     try:
-        pairs = None if yes_no is None else tuple(yes_no.items())
+        # Keyed by the words the check makes of them: True and 1 are one dict key in Python
+        # but the words "true" and "1" to a reader.
+        pairs = (
+            None
+            if yes_no is None
+            else tuple((str(k).strip().lower(), v) for k, v in yes_no.items())
+        )
         names = None if levels is None else tuple(levels)
         return _checked_config(lo, hi, mode, pairs, tag, integer, names)
     except (TypeError, AttributeError):
         return _check_config(lo, hi, mode, yes_no, tag, integer, levels)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256, typed=True)
 def _checked_config(
     lo: float, hi: float, mode: str, yes_no: Any, tag: Any, integer: bool, levels: Any
 ) -> ReadConfig:

@@ -62,3 +62,35 @@ def test_garbage_from_before_a_run_is_collectable_after_it(tmp_path: Path) -> No
     assert gc.get_freeze_count() == 0  # unfrozen: nothing is kept for good
     gc.collect()
     assert gone() is None
+
+
+def test_what_the_process_set_up_itself_is_left_alone() -> None:
+    before = gc.get_threshold()
+    gc.freeze()  # as a server does before it forks
+    frozen = gc.get_freeze_count()
+    try:
+        with fewer_collections():
+            pass
+        assert gc.get_freeze_count() == frozen  # still frozen, and nothing added
+    finally:
+        gc.unfreeze()
+    gc.set_threshold(0)  # the collector turned off
+    try:
+        with fewer_collections():
+            assert gc.get_threshold()[0] == 0
+            assert gc.get_freeze_count() == 0
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_rows_run_inside_it(tmp_path: Path) -> None:
+    flow = python_flow(
+        tmp_path,
+        "import gc\ndef f(x):\n    return [gc.get_freeze_count() > 0, gc.get_threshold()[0]]\n",
+    )
+    data = write_jsonl(tmp_path / "d.jsonl", [{"x": 1}])
+    result = flowkit.run(flow, data, runs_root=tmp_path / "runs", cache_dir=tmp_path / "cache")
+    assert next(result.rows())["outputs"]["y"] == [
+        True,
+        max(collector.YOUNG, gc.get_threshold()[0]),
+    ]

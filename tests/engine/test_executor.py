@@ -550,3 +550,41 @@ def test_a_read_error_midway_still_runs_the_rows_read_before_it(
         asyncio.run(executor.run(rows()))
     assert sorted(line for line, _ in writer.rows) == [0, 1, 2, 3, 4]
     assert all(record["status"] == "ok" for _, record in writer.rows)
+
+
+@pytest.mark.parametrize("waits", [False, True])
+def test_rows_that_never_wait_still_let_a_cancellation_in(
+    tmp_path: Path, nodes: Path, waits: bool
+) -> None:
+    # Plain functions (the inline path) and an async node that returns at once (the workers):
+    # either way no row gives the event loop a turn of its own, and Ctrl-C cancels the task.
+    import asyncio
+    import time
+
+    from flowkit.engine.context import RunContext, RunOptions
+    from flowkit.engine.executor import Executor
+    from flowkit.runs.backends import MemoryWriter
+
+    write(tmp_path / "now.py", "async def now(x):\n    return x\n")
+    source, function = ("now.py", "now") if waits else ("nodes.py", "ident")
+    node = f"{{name: a, type: python, source: {source}, function: {function}, inputs: {{x: X}}}}"
+    text = "name: quick\ninputs: {x: {type: integer}}\noutputs: {y: ${a.output}}\nnodes:\n"
+    flow = load_flow(
+        write(tmp_path / "quick.yaml", text + "  - " + node.replace("X", "${inputs.x}"))
+    )
+    total = 1_000_000
+    options = RunOptions(concurrency=8)
+    writer = MemoryWriter("r")
+    executor = Executor(flow, options, None, writer, RunContext(options, None))  # type: ignore[arg-type]
+
+    async def main() -> float:
+        task = asyncio.create_task(executor.run((i, {"x": i}, None) for i in range(total)))
+        asyncio.get_running_loop().call_later(0.2, task.cancel)
+        began = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - began
+
+    took = asyncio.run(main())
+    assert 0 < len(writer.rows) < total
+    assert took < 2.0

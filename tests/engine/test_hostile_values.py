@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from flowkit.cache.canonical import canonical_bytes, to_json_value
 from flowkit.data.read import iter_rows
 from tests.support import read_json, read_jsonl, start_flowkit, write
@@ -136,6 +138,15 @@ def test_non_finite_numbers_are_stored_as_named_strings() -> None:
     assert to_json_value({"a": [math.nan, math.inf, -math.inf, None]}) == {
         "a": ["NaN", "Infinity", "-Infinity", None]
     }
+
+
+def test_numpy_values_beside_a_null_are_stored_as_plain_json() -> None:
+    np = pytest.importorskip("numpy")
+    value = {"emb": np.array([0.5, 1.5]), "note": None, "n": np.int64(3), "x": math.nan}
+    assert to_json_value(value) == {"emb": [0.5, 1.5], "note": None, "n": 3, "x": "NaN"}
+    assert canonical_bytes(value) == canonical_bytes(
+        {"emb": [0.5, 1.5], "note": None, "n": 3, "x": math.nan}
+    )
 
 
 def test_a_line_past_the_cap_is_never_read_whole(tmp_path: Path) -> None:

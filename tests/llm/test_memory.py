@@ -212,8 +212,9 @@ def test_a_run_that_opens_from_memory_says_so(llm_server: LocalServer, tmp_path:
         "".join(json.dumps({"context": f"c{i}", "answer": f"a{i}"}) + "\n" for i in range(40))
     )
 
-    def run() -> Any:
-        reset_schedulers()  # as a new process would start
+    def run(new_process: bool = True) -> Any:
+        if new_process:
+            reset_schedulers()
         return flowkit.run(
             "groundedness", rows, cache_dir=tmp_path / "cache", use_cache=False, concurrency=16
         )
@@ -229,3 +230,7 @@ def test_a_run_that_opens_from_memory_says_so(llm_server: LocalServer, tmp_path:
     )
     kept = json.loads((second.run_dir / "run.json").read_text())
     assert note in kept["notices"]  # the run folder says why this run started at full speed
+    third = run(new_process=False)  # a notebook's next run: the process holds the endpoint
+    assert [n for n in third.info["notices"] if "last run" in n] == [
+        f"{llm_server.base_url} opened at 16 requests in flight, as this process's last run left it"
+    ]

@@ -256,6 +256,17 @@ def test_a_body_is_the_json_httpx_writes(value: Any) -> None:
     assert prepared._body(body) == expected.encode()
 
 
+def test_a_body_with_numbers_in_exponent_form_or_numpy_scalars_reads_as_httpxs() -> None:
+    np = pytest.importorskip("numpy")
+
+    class Name(str):
+        pass
+
+    body = {"m": Name("gpt"), "t": np.float64(0.25), "tiny": 1e-07, "big": 1e22, "n": None}
+    expected = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    assert json.loads(prepared._body(body)) == json.loads(expected)
+
+
 def test_a_body_with_a_non_finite_number_is_refused_as_httpx_refuses_it() -> None:
     with pytest.raises(ValueError, match="Out of range float values"):
         prepared._body({"model": "m", "temperature": float("nan")})

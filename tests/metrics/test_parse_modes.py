@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from flowkit.errors import UsageError
 from flowkit.metrics.aggregate import score_summary
 from flowkit.metrics.judges import agent_summary, parse_intents
 from flowkit.metrics.scores import parse_score
@@ -90,3 +91,21 @@ def test_invalid_as_fail_is_a_flow_input(judge: Any) -> None:
     pf = metrics(judge("coherence", "qa", rules, mapping={"invalid_as_fail": "true"}), "coherence")
     assert (base["pass_rate"], pf["pass_rate"]) == (1.0, pytest.approx(5 / 6))
     assert base["invalid"] == pf["invalid"] == 1
+
+
+def test_settings_that_python_finds_equal_but_read_differently_do_not_share_a_check() -> None:
+    # YAML reads `{yes: 1, no: 0}` as boolean keys; the words are then "true" and "false".
+    booleans = {True: 1, False: 0}
+    numbers = {1: 1, 0: 0}
+    assert parse_score("true", mode="yes_no", yes_no=booleans, threshold=0.5)["score"] == 1
+    assert parse_score("1", mode="yes_no", yes_no=numbers, threshold=0.5)["score"] == 1
+    assert parse_score("true", mode="yes_no", yes_no=numbers)["result"] == "invalid"
+    assert parse_score("1", mode="yes_no", yes_no=booleans)["result"] == "invalid"
+
+
+def test_settings_that_cannot_be_hashed_are_still_checked() -> None:
+    class Words(dict):  # a mapping whose values are lists: no hashable key can be made
+        pass
+
+    with pytest.raises(UsageError, match="yes_no must map answer words to numbers"):
+        parse_score("yes", mode="yes_no", yes_no=Words(yes=[1], no=[0]))
