@@ -516,36 +516,38 @@ def test_rows_read_before_a_read_error_are_handed_out_before_it_is_raised() -> N
         feed.check()
 
 
+def _one_node_flow(folder: Path, source: str, function: str, extra: str = "") -> Any:
+    """Flow ``one``: a python node ``a`` calling source:function on ``x`` (and ``extra``)."""
+    node = (
+        f"{{name: a, type: python, source: {source}, function: {function}, "
+        "inputs: {x: ${inputs.x}" + extra + "}}"
+    )
+    text = "name: one\ninputs: {x: {type: integer}}\noutputs: {y: ${a.output}}\nnodes:\n"
+    return load_flow(write(folder / "one.yaml", text + "  - " + node))
+
+
+def _executor(flow: Any, concurrency: int) -> tuple[Any, Any]:
+    """An executor over ``flow`` writing to memory, as a worker process runs one."""
+    from flowkit.engine.context import RunContext, RunOptions
+    from flowkit.engine.executor import Executor
+    from flowkit.runs.backends import MemoryWriter
+
+    options = RunOptions(concurrency=concurrency)
+    writer = MemoryWriter("r")
+    return Executor(flow, options, None, writer, RunContext(options, None)), writer  # type: ignore[arg-type]
+
+
 def test_a_read_error_midway_still_runs_the_rows_read_before_it(
     tmp_path: Path, nodes: Path
 ) -> None:
     import asyncio
-
-    from flowkit.engine.context import RunContext, RunOptions
-    from flowkit.engine.executor import Executor
-    from flowkit.runs.backends import MemoryWriter
 
     def rows() -> Any:
         for i in range(5):
             yield i, {"x": i}, None
         raise OSError("disk gone")
 
-    flow = load_flow(
-        write(
-            tmp_path / "waits.yaml",
-            """
-            name: waits
-            inputs: {x: {type: integer}}
-            outputs: {y: ${a.output}}
-            nodes:
-              - {name: a, type: python, source: nodes.py, function: nap,
-                 inputs: {x: ${inputs.x}, seconds: 0.05}}
-            """,
-        )
-    )
-    options = RunOptions(concurrency=2)
-    writer = MemoryWriter("r")
-    executor = Executor(flow, options, None, writer, RunContext(options, None))  # type: ignore[arg-type]
+    executor, writer = _executor(_one_node_flow(tmp_path, "nodes.py", "nap", ", seconds: 0.05"), 2)
     with pytest.raises(OSError, match="disk gone"):
         asyncio.run(executor.run(rows()))
     assert sorted(line for line, _ in writer.rows) == [0, 1, 2, 3, 4]
@@ -561,21 +563,10 @@ def test_rows_that_never_wait_still_let_a_cancellation_in(
     import asyncio
     import time
 
-    from flowkit.engine.context import RunContext, RunOptions
-    from flowkit.engine.executor import Executor
-    from flowkit.runs.backends import MemoryWriter
-
     write(tmp_path / "now.py", "async def now(x):\n    return x\n")
     source, function = ("now.py", "now") if waits else ("nodes.py", "ident")
-    node = f"{{name: a, type: python, source: {source}, function: {function}, inputs: {{x: X}}}}"
-    text = "name: quick\ninputs: {x: {type: integer}}\noutputs: {y: ${a.output}}\nnodes:\n"
-    flow = load_flow(
-        write(tmp_path / "quick.yaml", text + "  - " + node.replace("X", "${inputs.x}"))
-    )
     total = 1_000_000
-    options = RunOptions(concurrency=8)
-    writer = MemoryWriter("r")
-    executor = Executor(flow, options, None, writer, RunContext(options, None))  # type: ignore[arg-type]
+    executor, writer = _executor(_one_node_flow(tmp_path, source, function), 8)
 
     async def main() -> float:
         task = asyncio.create_task(executor.run((i, {"x": i}, None) for i in range(total)))
