@@ -90,23 +90,32 @@ def _replace_nonfinite(value: Any, tagged: bool) -> tuple[Any, bool]:
     return value, False
 
 
-def _reads_back(data: bytes, value: Any) -> bool:
-    """Whether ``data`` decodes to ``value`` itself; False when they cannot be compared (a
-    numpy array compares element by element, and its truth is an error)."""
+_UNREAD = object()
+
+
+def _read_back(data: bytes, value: Any) -> Any:
+    """``data`` decoded, when that is ``value`` itself; else ``_UNREAD`` (also when they cannot
+    be compared: a numpy array compares element by element, and its truth is an error)."""
     try:
-        return bool(_decoder.decode(data) == value)
+        back = _decoder.decode(data)
+        return back if bool(back == value) else _UNREAD
     except Exception:
-        return False
+        return _UNREAD
 
 
-def _encode(encoder: msgspec.json.Encoder, value: Any, tagged: bool) -> bytes:
+def _encode(encoder: msgspec.json.Encoder, value: Any, tagged: bool) -> tuple[bytes, Any]:
+    """(the JSON, and its decoded value when finding out about nulls decoded it, else
+    ``_UNREAD``)."""
     try:
         data = encoder.encode(value)
+        if b"null" not in data:
+            return data, _UNREAD
         # A null may be a None or a non-finite float. Decoding it back (in C) and finding the
         # value unchanged proves it is only Nones; the walk, in Python, is left for the rest.
-        if b"null" in data and not _reads_back(data, value) and _has_nonfinite(value):
-            data = encoder.encode(_replace_nonfinite(value, tagged)[0])
-        return data
+        back = _read_back(data, value)
+        if back is _UNREAD and _has_nonfinite(value):
+            return encoder.encode(_replace_nonfinite(value, tagged)[0]), _UNREAD
+        return data, back
     except UnicodeEncodeError as err:
         bad = err.object[err.start : err.end] if isinstance(err.object, str) else ""
         code = f" (\\u{ord(bad[0]):04x})" if bad else ""
@@ -127,12 +136,12 @@ def _encode(encoder: msgspec.json.Encoder, value: Any, tagged: bool) -> bytes:
 
 
 def canonical_bytes(value: Any) -> bytes:
-    return _encode(_canonical, value, tagged=True)
+    return _encode(_canonical, value, tagged=True)[0]
 
 
 def dumps(value: Any) -> bytes:
     """Compact JSON for storage, keys in their own order."""
-    return _encode(_plain, value, tagged=False)
+    return _encode(_plain, value, tagged=False)[0]
 
 
 def loads(data: bytes | str) -> Any:
@@ -141,4 +150,5 @@ def loads(data: bytes | str) -> Any:
 
 def to_json_value(value: Any) -> Any:
     """The value as plain JSON types (a round trip), so what is cached is what is replayed."""
-    return _decoder.decode(dumps(value))
+    data, back = _encode(_plain, value, tagged=False)
+    return _decoder.decode(data) if back is _UNREAD else back

@@ -92,16 +92,18 @@ class Executor:
         feed = _Feed(rows, max(BATCH_ROWS, self.options.concurrency), self._lookahead.fetch)
         # Nothing waits on I/O: each row runs to its end here, with no task and no coroutine
         # unless a function turns out slow during it (then the rest of the rows go below).
-        while not top.waits():
-            row = feed.next()
-            if row is None:
-                self._tick()
-                feed.check()
-                return
+        while not top.waits() and (row := feed.next()) is not None:
             rest = self._row_now(*row)
             if rest is not None:
                 await rest
-            await self._now_and_then()
+            if self._between_rows():
+                await asyncio.sleep(0)
+        if top.waits():
+            await self._in_workers(feed, top)
+        self._tick()
+        feed.check()
+
+    async def _in_workers(self, feed: _Feed, top: Plan) -> None:
         # A fixed set of workers, each taking the next row as its last one ends, as a plain
         # client does: no task, semaphore or wake-up of a dispatcher per row, which at a
         # concurrency of 128 cost more than the row's own bookkeeping.
@@ -124,16 +126,15 @@ class Executor:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             raise
-        self._tick()
-        feed.check()
 
     async def _worker(self, feed: _Feed) -> None:
         while (row := feed.next()) is not None:
             await self._row(*row)
-            await self._now_and_then()
+            if self._between_rows():
+                await asyncio.sleep(0)
 
-    async def _now_and_then(self) -> None:
-        """Between rows: progress every 0.1 s, and the event loop's turn every ``YIELD_EVERY``.
+    def _between_rows(self) -> bool:
+        """Progress every 0.1 s; True when the event loop is due a turn (every ``YIELD_EVERY``).
 
         A row that never waits (every node a cache hit, or plain functions) runs to its end
         without giving the loop a turn, and so would the next: Ctrl-C (which cancels the run's
@@ -144,7 +145,8 @@ class Executor:
             self._tick()
         if now - self._yielded > YIELD_EVERY:
             self._yielded = now
-            await asyncio.sleep(0)
+            return True
+        return False
 
     def _tick(self) -> None:
         if self.writer.maybe_flush() and self.cache is not None:
