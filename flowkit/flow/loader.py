@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticError
 
 from flowkit.cache import importpath
@@ -32,15 +31,13 @@ from flowkit.flow.source import (
     locate,
     read_yaml,
 )
-from flowkit.flow.spec import FlowSpec, InputSpec, NodeSpec
+from flowkit.flow.spec import FlowSpec, InputSpec, parse_node
 from flowkit.flow.spec_messages import message as schema_message
 from flowkit.flow.spec_messages import node_keys
 from flowkit.flow.use import merge_use
 from flowkit.flow.wiring import check_outputs, check_refs
 
 __all__ = ["LoadContext", "compose", "load_flow", "load_flows", "static_key"]
-
-_NODE = TypeAdapter(NodeSpec)
 
 
 class LoadContext:
@@ -235,6 +232,9 @@ class LoadContext:
             self.report(file, line, node, schema_message({**e, "loc": loc}, allowed))
 
     def _nodes(self, raw_nodes: list[Any], path: Path, file: str) -> dict[str, Node]:
+        # Kinds are an extension point that imports this package: looked up, not imported at top.
+        from flowkit import kinds
+
         nodes: dict[str, Node] = {}
         seen: dict[str, int] = {}
         lines = getattr(raw_nodes, "item_lines", [])
@@ -257,7 +257,7 @@ class LoadContext:
                     continue
                 raw = merged
             try:
-                spec = _NODE.validate_python(raw)
+                spec = parse_node(raw, kinds.names(), lambda kind: kinds.get(kind).spec_model)
             except PydanticError as err:
                 self._pydantic(err, raw, file, name, node_keys(raw), ())
                 if name:

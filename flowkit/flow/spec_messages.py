@@ -8,13 +8,24 @@ from __future__ import annotations
 from typing import Any
 
 from flowkit.errors import did_you_mean
-from flowkit.flow.spec import NODE_MODELS, NODE_TYPES, InputType
+from flowkit.flow.spec import InputType
+
+
+def node_types() -> list[str]:
+    """The node types a flow may use: the registered kinds'."""
+    # Kinds are an extension point that imports this package: looked up, not imported at top.
+    from flowkit import kinds
+
+    return kinds.names()
 
 
 def node_keys(raw: dict[str, Any]) -> list[str]:
     """The keys a node of this type may have, for 'did you mean' on an unknown one."""
+    from flowkit import kinds
+
     kind = raw.get("type")
-    model = NODE_MODELS.get(kind if isinstance(kind, str) else "python", NODE_MODELS["python"])
+    known = isinstance(kind, str) and kind in kinds.names()
+    model = kinds.get(kind if known else "python").spec_model  # type: ignore[arg-type]
     return [*model.model_fields, "use"]
 
 
@@ -26,10 +37,11 @@ def message(e: dict[str, Any], allowed: list[str]) -> str:
         return f"unknown key {field!r}{did_you_mean(field, allowed)}"
     if kind == "union_tag_invalid":
         tag = e.get("ctx", {}).get("tag", "")
-        hint = did_you_mean(tag, NODE_TYPES)
-        return f"unknown node type {tag!r}{hint}; expected one of {', '.join(NODE_TYPES)}"
+        types = node_types()
+        hint = did_you_mean(tag, types)
+        return f"unknown node type {tag!r}{hint}; expected one of {', '.join(types)}"
     if kind == "union_tag_not_found":
-        return f"node has no 'type' (one of {', '.join(NODE_TYPES)}) and no 'use'"
+        return f"node has no 'type' (one of {', '.join(node_types())}) and no 'use'"
     if kind == "literal_error" and field == "type" and len(loc) == 3 and loc[0] == "inputs":
         types = InputType.__args__
         given = str(e.get("input"))
@@ -42,8 +54,6 @@ def message(e: dict[str, Any], allowed: list[str]) -> str:
             f"name {e.get('input')!r} must start with a letter or '_' and hold only "
             "letters, digits and '_'"
         )
-    # A node's location starts with its union tag ('llm'); a field may share a tag's name.
-    shown = loc[1:] if loc and loc[0] in NODE_TYPES else loc
-    where = ".".join(str(p) for p in shown)
+    where = ".".join(str(p) for p in loc)
     msg = e["msg"].removeprefix("Value error, ")
     return f"{where}: {msg}" if where else msg
