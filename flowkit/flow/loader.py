@@ -31,7 +31,7 @@ from flowkit.flow.source import (
     locate,
     read_yaml,
 )
-from flowkit.flow.spec import FlowSpec, InputSpec, parse_node
+from flowkit.flow.spec import FlowSpec, InputSpec, NodeSpec, parse_node
 from flowkit.flow.spec_messages import message as schema_message
 from flowkit.flow.spec_messages import node_keys
 from flowkit.flow.use import merge_use
@@ -232,9 +232,6 @@ class LoadContext:
             self.report(file, line, node, schema_message({**e, "loc": loc}, allowed))
 
     def _nodes(self, raw_nodes: list[Any], path: Path, file: str) -> dict[str, Node]:
-        # Kinds are an extension point that imports this package: looked up, not imported at top.
-        from flowkit import kinds
-
         nodes: dict[str, Node] = {}
         seen: dict[str, int] = {}
         lines = getattr(raw_nodes, "item_lines", [])
@@ -257,7 +254,7 @@ class LoadContext:
                     continue
                 raw = merged
             try:
-                spec = parse_node(raw, kinds.names(), lambda kind: kinds.get(kind).spec_model)
+                spec = parse_node(raw, _spec_model)
             except PydanticError as err:
                 self._pydantic(err, raw, file, name, node_keys(raw), ())
                 if name:
@@ -290,6 +287,14 @@ class LoadContext:
         except RefSyntaxError as err:
             self.error(node, str(err), key=key, sub=sub)
             return None, value
+
+
+def _spec_model(kind: str) -> type[NodeSpec] | None:
+    """The model a node of type ``kind`` is validated with; None if no kind has that name."""
+    from flowkit import kinds
+
+    found = kinds.find(kind)
+    return None if found is None else found.spec_model
 
 
 def _must_ref(text: str) -> Ref:

@@ -24,9 +24,8 @@ def node_keys(raw: dict[str, Any]) -> list[str]:
     from flowkit import kinds
 
     kind = raw.get("type")
-    known = isinstance(kind, str) and kind in kinds.names()
-    model = kinds.get(kind if known else "python").spec_model  # type: ignore[arg-type]
-    return [*model.model_fields, "use"]
+    found = kinds.find(kind) if isinstance(kind, str) else None
+    return [*(found or kinds.get("python")).spec_model.model_fields, "use"]
 
 
 def message(e: dict[str, Any], allowed: list[str]) -> str:

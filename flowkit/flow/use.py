@@ -28,7 +28,8 @@ def path_fields(kind: Any) -> tuple[str, ...]:
     # Kinds are an extension point that imports this package: looked up, not imported at top.
     from flowkit import kinds
 
-    return kinds.get(kind).path_fields if isinstance(kind, str) and kind in kinds.names() else ()
+    found = kinds.find(kind) if isinstance(kind, str) else None
+    return () if found is None else found.path_fields
 
 
 def merge_use(

@@ -5,7 +5,8 @@ A kind owns its node's schema and traits: the pydantic model a node's YAML is va
 and whether it calls a model endpoint (``calls_endpoint``). It knows how to prepare a node at
 load time (import its code, compile its prompt, report what is wrong) and how to run it for one
 row. The loader and the executor look kinds up here by the node's `type`, so a kind registered
-with ``@register`` and nothing else is a node type like the built-in ones.
+with ``@register`` and nothing else is a node type like the built-in ones. An installed package
+offers kinds to the CLI through the ``flowkit.kinds`` entry-point group (``ENTRY_POINTS``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from flowkit.errors import UsageError
+
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
     from flowkit.flow.spec import NodeSpec
@@ -92,19 +97,60 @@ _BUILTIN = {
 }
 
 
+ENTRY_POINTS = "flowkit.kinds"
+"""The entry-point group through which an installed package offers node kinds, so that the CLI
+(which imports no user module) finds them: ``NAME = module`` (whose import registers ``NAME``)
+or ``NAME = module:KindClass``."""
+
+
+def _offered() -> list[EntryPoint]:
+    # Read when a type is neither registered nor built in: an unknown type's error message, or a
+    # plugin's first use (after which it is registered). Never cached, so an install is seen.
+    from importlib.metadata import entry_points
+
+    return list(entry_points(group=ENTRY_POINTS))
+
+
 def names() -> list[str]:
-    """Every node type a flow may use: the built-in ones, then those registered since."""
-    return [*_BUILTIN, *(name for name in KINDS if name not in _BUILTIN)]
+    """Every node type a flow may use: the built-in ones, those registered, those offered."""
+    known = [*_BUILTIN, *(name for name in KINDS if name not in _BUILTIN)]
+    return [*known, *(ep.name for ep in _offered() if ep.name not in known)]
 
 
-def get(kind: str) -> Kind:
-    """The kind registered as ``kind`` (a built-in one is imported now); KeyError if none."""
-    try:
+def find(kind: str) -> Kind | None:
+    """The kind registered as ``kind``, imported on first use if it is built in or offered by
+    an installed package; None if there is none."""
+    if kind in KINDS:
         return KINDS[kind]
-    except KeyError:
-        if kind not in _BUILTIN:
-            raise
+    if kind in _BUILTIN:
         import importlib
 
         importlib.import_module(f"flowkit.kinds.{_BUILTIN[kind]}")
         return KINDS[kind]
+    for ep in _offered():
+        if ep.name != kind:
+            continue
+        try:
+            loaded = ep.load()
+        except Exception as err:
+            raise UsageError(
+                f"node type {kind!r}: its package's entry point {ep.value!r} failed to import: "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        if isinstance(loaded, type) and issubclass(loaded, Kind) and kind not in KINDS:
+            register(loaded)
+        if kind not in KINDS:
+            raise UsageError(
+                f"node type {kind!r}: its package's entry point {ep.value!r} registered no kind "
+                f"of that name"
+            )
+        return KINDS[kind]
+    return None
+
+
+def get(kind: str) -> Kind:
+    """The kind registered as ``kind`` (see ``find``); KeyError if there is none."""
+    found = find(kind)
+    if found is None:
+        raise KeyError(kind)
+    return found

@@ -4,22 +4,25 @@ an endpoint has the endpoint checked like an llm node's."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from click.testing import CliRunner
 from pydantic import Field
 
 import flowkit
 from flowkit import kinds
+from flowkit.cli.main import main
 from flowkit.errors import UsageError, ValidationError
 from flowkit.flow.graph import Node
 from flowkit.flow.loader import LoadContext
 from flowkit.flow.spec import NodeSpec
 from flowkit.kinds import Kind, NodeResult, register
 from flowkit.testing.server import LocalServer
-from tests.support import write, write_jsonl
+from tests.support import read_jsonl, write, write_jsonl
 
 
 class ShoutSpec(NodeSpec):
@@ -147,3 +150,65 @@ def test_a_kind_that_calls_an_endpoint_has_it_checked_like_an_llm_node(
     with pytest.raises(UsageError) as info:
         flowkit.run(flow, data, **kw)
     assert str(info.value).startswith("flow 'echo' node 'e' needs a model, but none is set")
+
+
+PLUGIN = """
+from typing import Literal
+
+from flowkit.flow.spec import NodeSpec
+from flowkit.kinds import Kind, NodeResult
+
+
+class WhisperSpec(NodeSpec):
+    type: Literal["whisper"]
+
+
+class WhisperKind(Kind):
+    name = "whisper"
+    spec_model = WhisperSpec
+
+    def run_sync(self, node, inputs, ctx):
+        return NodeResult(inputs["text"].lower())
+"""
+
+
+@pytest.fixture
+def whisper_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """An installed package (as pip leaves one) offering a kind through the entry-point group."""
+    site = tmp_path / "site"
+    write(site / "whisper_kind.py", PLUGIN)
+    info = site / "whisper_kind-1.0.dist-info"
+    write(info / "METADATA", "Metadata-Version: 2.1\nName: whisper-kind\nVersion: 1.0\n")
+    write(info / "entry_points.txt", "[flowkit.kinds]\nwhisper = whisper_kind:WhisperKind\n")
+    monkeypatch.syspath_prepend(str(site))
+    yield
+    kinds.KINDS.pop("whisper", None)
+    monkeypatch.delitem(sys.modules, "whisper_kind", raising=False)
+
+
+def test_an_installed_package_offers_a_kind_to_the_command_line(
+    whisper_package: None, workdir: Path
+) -> None:
+    write(
+        workdir / "flow.yaml",
+        """
+        name: quiet
+        inputs: {text: {type: string}}
+        outputs: {out: ${w.output}}
+        nodes:
+          - {name: w, type: whisper, inputs: {text: ${inputs.text}}}
+          - {name: v, type: whispr, inputs: {text: ${inputs.text}}}
+        """,
+    )
+    result = CliRunner().invoke(main, ["validate", "flow.yaml"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[1:] == [
+        "flow.yaml:6: node 'v': unknown node type 'whispr' (did you mean 'whisper'?); "
+        "expected one of python, llm, embedding, aggregate, flow, whisper"
+    ]
+    write(workdir / "flow.yaml", (workdir / "flow.yaml").read_text().rsplit("  - {name: v", 1)[0])
+    write_jsonl(workdir / "d.jsonl", [{"text": "HUSH"}])
+    result = CliRunner().invoke(main, ["run", "flow.yaml", "--data", "d.jsonl", "-q"])
+    assert result.exit_code == 0, result.output
+    outputs = read_jsonl(next(workdir.glob("runs/*/outputs.jsonl")))
+    assert [r["outputs"]["out"] for r in outputs] == ["hush"]
