@@ -5,7 +5,7 @@ Each message says what is wrong and, for a misspelt key or type, what was probab
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from flowkit.errors import did_you_mean
 from flowkit.flow.spec import InputType
@@ -42,10 +42,10 @@ def message(e: dict[str, Any], allowed: list[str]) -> str:
     if kind == "union_tag_not_found":
         return f"node has no 'type' (one of {', '.join(node_types())}) and no 'use'"
     if kind == "literal_error" and field == "type" and len(loc) == 3 and loc[0] == "inputs":
-        types = InputType.__args__
+        input_types: tuple[str, ...] = get_args(InputType)
         given = str(e.get("input"))
-        hint = did_you_mean(given, types)
-        return f"input {loc[1]!r}: unknown type {given!r}{hint}; one of {', '.join(types)}"
+        hint = did_you_mean(given, input_types)
+        return f"input {loc[1]!r}: unknown type {given!r}{hint}; one of {', '.join(input_types)}"
     if kind == "missing":
         return f"missing required key {field!r}"
     if kind == "string_pattern_mismatch" and field == "name":
