@@ -19,7 +19,7 @@ from flowkit.cli.main import main
 from flowkit.errors import UsageError, ValidationError
 from flowkit.flow.graph import Node
 from flowkit.flow.loader import LoadContext
-from flowkit.flow.spec import NodeSpec
+from flowkit.flow.spec import NodeSpec, PathText
 from flowkit.kinds import Kind, NodeResult, register
 from flowkit.testing.server import LocalServer
 from tests.support import read_jsonl, write, write_jsonl
@@ -155,7 +155,7 @@ def test_a_kind_that_calls_an_endpoint_has_it_checked_like_an_llm_node(
 PLUGIN = """
 from typing import Literal
 
-from flowkit.flow.spec import NodeSpec
+from flowkit.flow.spec import NodeSpec, PathText
 from flowkit.kinds import Kind, NodeResult
 
 
@@ -212,3 +212,71 @@ def test_an_installed_package_offers_a_kind_to_the_command_line(
     assert result.exit_code == 0, result.output
     outputs = read_jsonl(next(workdir.glob("runs/*/outputs.jsonl")))
     assert [r["outputs"]["out"] for r in outputs] == ["hush"]
+
+
+class BannerSpec(NodeSpec):
+    type: Literal["banner"]
+    file: PathText
+    """A text file, relative to the file the node is written in, put before the input."""
+
+
+@pytest.fixture
+def banner() -> Iterator[None]:
+    @register
+    class BannerKind(Kind):
+        name = "banner"
+        spec_model = BannerSpec
+        path_fields = ("file",)
+
+        def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
+            path = base_dir / node.spec.file
+            if not path.is_file():
+                ctx.error(node, f"no file {node.spec.file}", key="file")
+                return
+            node.impl = path.read_text("utf-8")
+            node.key_parts = {"banner": node.impl}
+
+        def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+            return NodeResult(node.impl + inputs["text"])
+
+    yield
+    del kinds.KINDS["banner"]
+
+
+def test_a_kinds_path_fields_are_relative_to_the_file_they_are_written_in(
+    banner: None, tmp_path: Path
+) -> None:
+    write(tmp_path / "shared" / "hello.txt", "hello, ")
+    write(tmp_path / "shared" / "banner.yaml", "type: banner\nfile: hello.txt\n")
+    flow = write(
+        tmp_path / "flows" / "flow.yaml",
+        """
+        name: greet
+        inputs: {text: {type: string}}
+        outputs: {out: ${b.output}}
+        nodes:
+          - {name: b, use: ../shared/banner.yaml, inputs: {text: ${inputs.text}}}
+        """,
+    )
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": "you"}])
+    kw: dict[str, Any] = {"cache_dir": tmp_path / "cache", "runs_root": tmp_path / "runs"}
+    assert [r["outputs"]["out"] for r in flowkit.run(flow, data, **kw).rows()] == ["hello, you"]
+    # The path stays out of the key and the file's content is in it: an edit reruns the node.
+    write(tmp_path / "shared" / "hello.txt", "hi, ")
+    assert [r["outputs"]["out"] for r in flowkit.run(flow, data, **kw).rows()] == ["hi, you"]
+
+
+def test_a_kind_without_a_schema_or_with_a_path_field_it_lacks_is_refused() -> None:
+    class Bare(Kind):
+        name = "bare"
+
+    class Misnamed(Kind):
+        name = "misnamed"
+        spec_model = BannerSpec
+        path_fields = ("path",)
+
+    with pytest.raises(TypeError, match="needs spec_model, a subclass of"):
+        register(Bare)
+    with pytest.raises(TypeError, match=r"path_fields \['path'\] are not spec fields"):
+        register(Misnamed)
+    assert "bare" not in kinds.KINDS and "misnamed" not in kinds.KINDS
