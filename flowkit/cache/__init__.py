@@ -7,6 +7,7 @@
   loads or runs (counted per holder; modules first imported from them leave with them).
 - ``imports``: the project files a function's code imports, transitively (the fingerprint's
   reach, and its documented limits).
+- ``result_cache``: ``ResultCache``, the protocol a run holds a cache through, and ``MISS``.
 - ``store``: the SQLite store and ``node_key``, the sha256 over everything that changes a result.
 
 Imports point down to ``flowkit.errors`` only.

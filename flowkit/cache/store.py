@@ -29,13 +29,15 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from flowkit.cache.canonical import canonical_bytes, dumps, loads
+from flowkit.cache.result_cache import MISS, Hit, Miss
+
+__all__ = ["MISS", "SCHEMA", "Cache", "default_cache_dir", "node_key"]
 
 SCHEMA = 2
 """2: entries numbered in the order they were written; 1 (ordered by key) is migrated."""
-MISS = object()
 _IN_LIMIT = 500
 """Keys per SELECT ... IN (...): far under SQLite's limit on bound parameters (999 in old
 builds), and large enough that the statement's own cost is spread thin."""
@@ -63,7 +65,8 @@ def _why(err: BaseException) -> str:
 
 
 class Cache:
-    """Get and put node results; ``flush`` makes pending writes durable."""
+    """Get and put node results; ``flush`` makes pending writes durable. A ``ResultCache``
+    (flowkit.cache.result_cache)."""
 
     def __init__(self, directory: Path, *, flush_every: int = 5000, flush_seconds: float = 1.0):
         self.path = directory / "cache.sqlite"
@@ -110,7 +113,7 @@ class Cache:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
 
-    def get(self, key: str) -> tuple[Any, dict[str, Any] | None] | object:
+    def get(self, key: str) -> Hit | Literal[Miss.MISS]:
         """(output, meta) for a hit, or ``MISS`` (an entry that does not decode is one)."""
         if self._db is None:
             self.misses += 1
@@ -270,11 +273,13 @@ class Cache:
         return self._db.execute("SELECT count(*) FROM results").fetchone()[0] + len(self._pending)
 
     def close(self) -> None:
+        """Flush and close the file; the cache is off afterwards (a second close does nothing)."""
         try:
             self.flush()
         finally:
-            if self._db is not None:
-                self._db.close()
+            db, self._db = self._db, None
+            if db is not None:
+                db.close()
 
 
 def _use_wal(db: sqlite3.Connection, timeout: float) -> None:

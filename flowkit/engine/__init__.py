@@ -10,7 +10,9 @@
 - ``context``: run options, counters and the run-time context kinds receive.
 - ``prepare``: binding run-time settings (the model endpoint) to every node before a row runs.
 - ``records``: the typed, versioned trace records the engine emits.
+- ``sink``: ``RunSink``, the protocol the engine writes rows and records through.
 
 Imports point down to ``flowkit.kinds``, ``flowkit.flow``, ``flowkit.cache`` and
-``flowkit.errors``. The run folder it writes to is passed in (``flowkit.runs`` owns it).
+``flowkit.errors``. The run folder it writes to is passed in as a ``RunSink`` (``flowkit.runs``
+owns the implementations), the cache as a ``flowkit.cache.result_cache.ResultCache``.
 """

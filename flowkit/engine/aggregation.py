@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from flowkit import kinds
 from flowkit.cache.canonical import to_json_value
-from flowkit.cache.store import MISS, node_key
+from flowkit.cache.result_cache import MISS
+from flowkit.cache.store import node_key
 from flowkit.engine.node_runner import refreshed
 from flowkit.engine.records import FAILED, OK, ErrorInfo, NodeRecord
 from flowkit.flow.refs import MissingValue, walk

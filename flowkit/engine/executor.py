@@ -21,7 +21,8 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from flowkit.cache.store import MISS, Cache, node_key
+from flowkit.cache.result_cache import MISS, ResultCache
+from flowkit.cache.store import node_key
 from flowkit.engine.collector import fewer_collections
 from flowkit.engine.context import RunContext, RunOptions, Stats
 from flowkit.engine.lookahead import Lookahead, Row
@@ -40,7 +41,7 @@ from flowkit.flow.graph import Flow, Node
 from flowkit.flow.spec import LATENCY_OUTPUT
 
 if TYPE_CHECKING:
-    from flowkit.runs.folder import RunWriter
+    from flowkit.engine.sink import RunSink
 
 # Re-exported: flowkit.resume rebuilds scopes and aggregate columns the way a live run does.
 __all__ = ["AggTask", "Executor", "Scope"]
@@ -63,8 +64,8 @@ class Executor:
         self,
         flow: Flow,
         options: RunOptions,
-        cache: Cache | None,
-        writer: RunWriter,
+        cache: ResultCache | None,
+        writer: RunSink,
         ctx: RunContext,
         on_progress: Callable[[Stats], None] | None = None,
     ) -> None:
@@ -321,7 +322,7 @@ class Executor:
             self.cache.put(key, seconds)
             return seconds
         hit = self.cache.get(key)
-        return None if hit is MISS else hit[0]  # type: ignore[index]
+        return None if hit is MISS else hit[0]
 
     def _waits(self, flow: Flow) -> bool:
         """Whether any node in ``flow``'s tree awaits I/O (flow nodes inherit from their tree)."""

@@ -1,5 +1,5 @@
 """Cache keys for the rows about to run, worked out a batch at a time, and their entries fetched
-together (see ``Cache.prefetch``) instead of one query per node.
+together (see ``ResultCache.prefetch``) instead of one query per node.
 
 Only nodes whose inputs all come from the row's flow inputs (the nodes a row starts with, also
 inside sub-flows fed from flow inputs) can be keyed before the row runs; their inputs are
@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from flowkit.cache.store import Cache, node_key
+from flowkit.cache.result_cache import ResultCache
+from flowkit.cache.store import node_key
 from flowkit.engine.scope import Scope, when_holds
 from flowkit.flow.graph import Flow, Node
 
@@ -36,7 +37,9 @@ class _Target:
 class Lookahead:
     """Inputs and cache keys of a batch of rows' first nodes, and their cache entries."""
 
-    def __init__(self, flow: Flow, cache: Cache | None, refreshed: Callable[[Node, str], bool]):
+    def __init__(
+        self, flow: Flow, cache: ResultCache | None, refreshed: Callable[[Node, str], bool]
+    ):
         self.cache = cache
         self._refreshed = refreshed
         # Two batches deep, like the cache's own read-ahead: (line, node) → (inputs, key).

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from flowkit import kinds
 from flowkit.cache.canonical import to_json_value
-from flowkit.cache.store import MISS, Cache, node_key
+from flowkit.cache.result_cache import MISS, ResultCache
+from flowkit.cache.store import node_key
 from flowkit.engine.context import RunContext, RunOptions, Stats
 from flowkit.engine.lookahead import Lookahead
 from flowkit.engine.records import (
@@ -34,7 +35,7 @@ from flowkit.flow.refs import MissingValue
 from flowkit.kinds import NodeResult
 
 if TYPE_CHECKING:
-    from flowkit.runs.folder import RunWriter
+    from flowkit.engine.sink import RunSink
 
 SubflowRunner = Callable[[Node, Scope, dict[str, Any], int, str, float], Coroutine[Any, Any, None]]
 """Runs a flow node's sub-flow in a row: (node, scope, inputs, line, qualified name, start)."""
@@ -66,8 +67,8 @@ class NodeRunner:
     def __init__(
         self,
         options: RunOptions,
-        cache: Cache | None,
-        writer: RunWriter,
+        cache: ResultCache | None,
+        writer: RunSink,
         ctx: RunContext,
         stats: Stats,
         lookahead: Lookahead,

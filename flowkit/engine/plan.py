@@ -10,12 +10,17 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from flowkit import kinds
 from flowkit.engine.records import OK, SKIPPED
 from flowkit.engine.scope import Scope
 from flowkit.flow.graph import Flow, Node
 from flowkit.flow.refs import MissingValue, Ref
 
-ENDPOINT_KINDS = frozenset({"llm", "embedding"})
+
+def calls_endpoint(node: Node) -> bool:
+    """Whether the node's kind calls a model endpoint (llm and embedding nodes, and any
+    registered kind that says so)."""
+    return kinds.get(node.kind).calls_endpoint
 
 
 @dataclass
@@ -40,7 +45,7 @@ class Plan:
         """Whether what the tree awaits is model calls only (llm and embedding nodes, which
         their endpoints' schedulers hold to the endpoints' limits), and no user coroutine (an
         app under test, which only the rows in flight bound)."""
-        return any(n.kind in ENDPOINT_KINDS for n in self.tree) and not any(
+        return any(calls_endpoint(n) for n in self.tree) and not any(
             getattr(n.impl, "is_coroutine", False) for n in self.tree
         )
 

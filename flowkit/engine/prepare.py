@@ -9,7 +9,7 @@ from typing import Any
 
 from flowkit import kinds
 from flowkit.engine.context import RunContext
-from flowkit.engine.plan import ENDPOINT_KINDS
+from flowkit.engine.plan import calls_endpoint
 from flowkit.errors import UsageError
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import static_key
@@ -44,4 +44,4 @@ def prepare_nodes(flow: Flow, ctx: RunContext) -> None:
 
 
 def needs_settings(flow: Flow) -> bool:
-    return any(node.kind in ENDPOINT_KINDS for _, node, _ in walk_nodes(flow))
+    return any(calls_endpoint(node) for _, node, _ in walk_nodes(flow))

@@ -1,6 +1,7 @@
 """What a flow *is*: its spec, its YAML source with lines, and everything checked before a run.
 
-- ``spec``: the pydantic models of a flow file (node kinds as a discriminated union).
+- ``spec``: the pydantic models of a flow file; a node is validated by the model its kind
+  names (``NodeSpec`` subclasses, ``parse_node``).
 - ``source``: YAML read with the line of every key, and the size caps on it.
 - ``refs``: ``${inputs.x}``, ``${node.output.field}`` and ``${data.col}`` references.
 - ``loader``: loading and validating a flow completely, collecting every problem.

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticError
 
 from flowkit.cache import importpath
@@ -32,15 +31,13 @@ from flowkit.flow.source import (
     locate,
     read_yaml,
 )
-from flowkit.flow.spec import FlowSpec, InputSpec, NodeSpec
+from flowkit.flow.spec import FlowSpec, InputSpec, NodeSpec, parse_node
 from flowkit.flow.spec_messages import message as schema_message
 from flowkit.flow.spec_messages import node_keys
 from flowkit.flow.use import merge_use
 from flowkit.flow.wiring import check_outputs, check_refs
 
 __all__ = ["LoadContext", "compose", "load_flow", "load_flows", "static_key"]
-
-_NODE = TypeAdapter(NodeSpec)
 
 
 class LoadContext:
@@ -257,7 +254,7 @@ class LoadContext:
                     continue
                 raw = merged
             try:
-                spec = _NODE.validate_python(raw)
+                spec = parse_node(raw, _spec_model)
             except PydanticError as err:
                 self._pydantic(err, raw, file, name, node_keys(raw), ())
                 if name:
@@ -290,6 +287,14 @@ class LoadContext:
         except RefSyntaxError as err:
             self.error(node, str(err), key=key, sub=sub)
             return None, value
+
+
+def _spec_model(kind: str) -> type[NodeSpec] | None:
+    """The model a node of type ``kind`` is validated with; None if no kind has that name."""
+    from flowkit import kinds
+
+    found = kinds.find(kind)
+    return None if found is None else found.spec_model
 
 
 def _must_ref(text: str) -> Ref:

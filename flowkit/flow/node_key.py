@@ -13,14 +13,17 @@ import os
 from flowkit.cache.canonical import canonical_bytes
 from flowkit.flow.graph import Node
 from flowkit.flow.spec import CacheSpec
-from flowkit.flow.use import PATH_FIELDS
+from flowkit.flow.use import path_fields
 
-_KEY_EXCLUDE = {"name", "inputs", "when", "cache", "description", *PATH_FIELDS}
+_KEY_EXCLUDE = {"name", "inputs", "when", "cache", "description"}
+"""What never changes a node's result; nor do its kind's path fields (the file's content is in
+``key_parts``, and the same file may be reached by another path)."""
 
 
 def static_key(node: Node) -> str:
     """The part of a node's cache key that does not depend on the row."""
-    spec = node.spec.model_dump(mode="json", exclude=_KEY_EXCLUDE)
+    exclude = _KEY_EXCLUDE.union(path_fields(node.kind))
+    spec = node.spec.model_dump(mode="json", exclude=exclude)
     parts = {"spec": spec, **node.key_parts}
     if isinstance(node.spec.cache, CacheSpec) and node.spec.cache.env:
         # Read once, at load: the run uses the environment it was started in.

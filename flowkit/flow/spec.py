@@ -1,15 +1,28 @@
 """The flow file's schema: pydantic models that reject unknown keys.
 
-Node kinds form a discriminated union on ``type``; ``use:`` nodes are merged by the loader before
-they reach these models, so every node here is complete.
+Each node kind owns its node's model (``Kind.spec_model``, a subclass of ``NodeSpec``): a node is
+validated by the model of the kind its ``type`` names (``parse_node``), so a kind registered
+with ``flowkit.kinds.register`` is a node type like the built-in ones. ``use:`` nodes are merged
+by the loader before they reach these models, so every node here is complete.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
+from pydantic_core import ValidationError as PydanticError
 
 InputType = Literal["string", "text", "number", "integer", "boolean", "list", "object", "any"]
 Comparable = str | int | float | bool | None
@@ -64,7 +77,9 @@ class CacheSpec(_Spec):
     """Environment variables the node's result depends on: their values join the key."""
 
 
-class _NodeBase(_Spec):
+class NodeSpec(_Spec):
+    """What every node has; a kind's model adds its own fields and narrows ``type``."""
+
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """Unique within the flow; other nodes read this node's output as `${name.output}`."""
     inputs: dict[str, Any] = {}
@@ -79,9 +94,11 @@ class _NodeBase(_Spec):
     """`propagate`: an input read from a node skipped in this row is left out (the function's
     default applies, else null), and a node without `when` whose node inputs were all skipped is
     skipped too. `as_null`: such inputs are null and the node runs."""
+    type: str
+    """The node's kind: a name registered in flowkit.kinds (each kind narrows it to its own)."""
 
 
-class PythonNode(_NodeBase):
+class PythonNode(NodeSpec):
     type: Literal["python"]
     function: str
     """`package.module:callable`, or a function name inside `source`."""
@@ -96,7 +113,7 @@ class Message(_Spec):
     """A Jinja2 template rendered with the node's inputs."""
 
 
-class LlmNode(_NodeBase):
+class LlmNode(NodeSpec):
     type: Literal["llm"]
     prompt: PathText | None = None
     """A Jinja2 prompt file relative to the flow file; `system:`/`user:` lines start messages."""
@@ -128,7 +145,7 @@ class LlmNode(_NodeBase):
         return self
 
 
-class EmbeddingNode(_NodeBase):
+class EmbeddingNode(NodeSpec):
     type: Literal["embedding"]
     model: str | None = None
     """The embeddings model; falls back like an llm node's model."""
@@ -138,7 +155,7 @@ class EmbeddingNode(_NodeBase):
     """How many texts go into one embeddings request."""
 
 
-class AggregateNode(_NodeBase):
+class AggregateNode(NodeSpec):
     type: Literal["aggregate"]
     function: str
     """`package.module:callable` (or a name in `source`) that returns a dict of metrics."""
@@ -153,7 +170,7 @@ LATENCY_OUTPUT = "latency_seconds"
 """The output a flow node with `latency: true` adds to its sub-flow's."""
 
 
-class FlowNode(_NodeBase):
+class FlowNode(NodeSpec):
     type: Literal["flow"]
     flow: PathText
     """Another flow file (relative to this one) or a built-in flow's name, run as one node."""
@@ -161,18 +178,25 @@ class FlowNode(_NodeBase):
     """Add the sub-flow's wall time in each row to its outputs as `latency_seconds`."""
 
 
-NodeSpec = Annotated[
-    PythonNode | LlmNode | EmbeddingNode | AggregateNode | FlowNode,
-    Field(discriminator="type"),
-]
-NODE_MODELS: dict[str, type[_NodeBase]] = {
-    "python": PythonNode,
-    "llm": LlmNode,
-    "embedding": EmbeddingNode,
-    "aggregate": AggregateNode,
-    "flow": FlowNode,
-}
-NODE_TYPES = tuple(NODE_MODELS)
+def parse_node(raw: dict[str, Any], model_of: Callable[[str], type[NodeSpec] | None]) -> NodeSpec:
+    """Validate ``raw`` with the model of the kind its ``type`` names (``model_of``: None for a
+    type no kind has).
+
+    A missing or unknown type raises the errors a discriminated union on ``type`` would, so
+    they read the same (flowkit.flow.spec_messages)."""
+    if "type" not in raw:
+        error = InitErrorDetails(
+            type="union_tag_not_found", loc=(), input=raw, ctx={"discriminator": "'type'"}
+        )
+        raise PydanticError.from_exception_data("node", [error])
+    tag = raw["type"]
+    model = model_of(tag) if isinstance(tag, str) else None
+    if model is None:
+        # The types expected are named by flowkit.flow.spec_messages, from the kinds registry.
+        ctx = {"discriminator": "'type'", "tag": str(tag), "expected_tags": "the registered kinds"}
+        error = InitErrorDetails(type="union_tag_invalid", loc=(), input=raw, ctx=ctx)
+        raise PydanticError.from_exception_data("node", [error])
+    return model.model_validate(raw)
 
 
 class FlowSpec(_Spec):
@@ -185,7 +209,7 @@ class FlowSpec(_Spec):
     filled per row from the data mapping."""
     outputs: dict[str, str] = {}
     """Output name → reference; the per-row results written to outputs.jsonl."""
-    nodes: list[NodeSpec] = []
+    nodes: list[SerializeAsAny[NodeSpec]] = []
     """The steps, in any order: dependencies come from the references."""
     python_path: list[PathText] = []
     """Folders (relative to this file; `flowkit:DIR` is a folder inside flowkit) added to the end

@@ -2,8 +2,9 @@
 
 The node file holds a node without its name; ``use: flowkit:NAME`` names a built-in one
 (flows/nodes/NAME.yaml, e.g. ``flowkit:parse_score``) from any project. Fields given in place
-override the file's, and `inputs` are merged key by key. Paths inside the node file (prompt,
-source, flow) are relative to that file, so they are made absolute before the merge.
+override the file's, and `inputs` are merged key by key. Paths inside the node file (the
+fields its kind names in ``path_fields``: prompt, source, flow…) are relative to that file, so
+they are made absolute before the merge.
 """
 
 from __future__ import annotations
@@ -20,8 +21,15 @@ from flowkit.flow.spec import usable_path
 if TYPE_CHECKING:
     from flowkit.flow.loader import LoadContext
 
-PATH_FIELDS = ("prompt", "source", "flow")
-"""Node fields that name a file relative to the file they are written in."""
+
+def path_fields(kind: Any) -> tuple[str, ...]:
+    """The fields of a node of type ``kind`` that name a file relative to the file they are
+    written in (none for an unknown type, which the schema reports)."""
+    # Kinds are an extension point that imports this package: looked up, not imported at top.
+    from flowkit import kinds
+
+    found = kinds.find(kind) if isinstance(kind, str) else None
+    return () if found is None else found.path_fields
 
 
 def merge_use(
@@ -69,8 +77,9 @@ def merge_use(
         return None
     merged = YDict()
     merged.file, merged.line, merged.key_lines = file, getattr(raw, "line", 0), {}
+    paths = path_fields(raw.get("type", base.get("type")))
     for key, value in base.items():
-        if key in PATH_FIELDS and isinstance(value, str):
+        if key in paths and isinstance(value, str):
             # A path the OS would refuse stays as written, for the schema to report.
             with contextlib.suppress(OSError, ValueError):
                 value = str((used.parent / usable_path(value)).resolve())

@@ -1,8 +1,12 @@
 """Node kinds: an extension point registered by a decorator.
 
-A kind knows how to prepare a node at load time (import its code, compile its prompt, report
-what is wrong) and how to run it for one row. The loader and the executor look kinds up here by
-the node's `type`, so adding a kind touches neither.
+A kind owns its node's schema and traits: the pydantic model a node's YAML is validated with
+(``spec_model``), which of its fields name files relative to the flow file (``path_fields``),
+and whether it calls a model endpoint (``calls_endpoint``). It knows how to prepare a node at
+load time (import its code, compile its prompt, report what is wrong) and how to run it for one
+row. The loader and the executor look kinds up here by the node's `type`, so a kind registered
+with ``@register`` and nothing else is a node type like the built-in ones. An installed package
+offers kinds to the CLI through the ``flowkit.kinds`` entry-point group (``ENTRY_POINTS``).
 """
 
 from __future__ import annotations
@@ -11,9 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from flowkit.errors import UsageError
+
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
+    from flowkit.flow.spec import NodeSpec
 
 
 @dataclass(slots=True)
@@ -27,9 +36,20 @@ class NodeResult:
 
 
 class Kind:
-    """Base class: a node kind's load-time and run-time behaviour."""
+    """Base class: a node kind's schema and traits, its load-time and run-time behaviour."""
 
     name: ClassVar[str]
+    """The node's `type` in the flow file."""
+    spec_model: ClassVar[type[NodeSpec]]
+    """The node's schema: a subclass of flowkit.flow.spec.NodeSpec (extra keys forbidden)."""
+    path_fields: ClassVar[tuple[str, ...]] = ()
+    """Fields naming a file relative to the file they are written in (a `use:` node file's
+    paths are made absolute before the merge). They stay out of the static cache key, since the
+    same file may be reached by another path: the kind puts the file's content in
+    ``key_parts``."""
+    calls_endpoint: ClassVar[bool] = False
+    """Whether running it calls a model endpoint: the run then loads the connection settings
+    (``ctx.settings``) before ``prepare``, and bounds the rows in flight by the endpoints'."""
 
     def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
         """Prepare ``node.impl``, ``node.key_parts`` and ``node.is_async``; report problems."""
@@ -51,26 +71,104 @@ KINDS: dict[str, Kind] = {}
 
 def register(cls: type[Kind]) -> type[Kind]:
     """Class decorator: make a node kind available under ``cls.name``."""
+    from flowkit.flow.spec import NodeSpec  # pydantic, only once a kind is registered
+
+    model = getattr(cls, "spec_model", None)
+    if not (isinstance(model, type) and issubclass(model, NodeSpec)):
+        raise TypeError(
+            f"node kind {cls.__name__} needs spec_model, a subclass of flowkit.flow.spec.NodeSpec"
+        )
+    unknown = [f for f in cls.path_fields if f not in model.model_fields]
+    if unknown:
+        raise TypeError(f"node kind {cls.__name__}: path_fields {unknown} are not spec fields")
     KINDS[cls.name] = cls()
     return cls
 
 
 # The module of each built-in kind, imported on first use: not at the top, since the built-in
 # kinds import the loader, and only the kinds a flow uses (the llm kind brings Jinja2 along).
+# In the order messages list the node types.
 _BUILTIN = {
     "python": "python",
-    "aggregate": "python",
     "llm": "llm",
     "embedding": "embedding",
+    "aggregate": "python",
     "flow": "flow",
 }
 
 
-def get(kind: str) -> Kind:
-    try:
+ENTRY_POINTS = "flowkit.kinds"
+"""The entry-point group through which an installed package offers node kinds, so that the CLI
+(which imports no user module) finds them: ``NAME = module`` (whose import registers ``NAME``)
+or ``NAME = module:KindClass``."""
+
+
+_seen: tuple[tuple[tuple[str, float], ...], list[EntryPoint]] | None = None
+
+
+def _offered() -> list[EntryPoint]:
+    """The installed packages' entry points in the group, read when a type is neither
+    registered nor built in (an unknown type's message, a plugin's first use). Scanning every
+    installed package costs ~20 ms, so the scan is kept while the import path and its folders'
+    times are unchanged: an install (a new folder in site-packages) is seen at once."""
+    global _seen
+    import os
+    import sys
+
+    def mtime(folder: str) -> float:
+        try:
+            return os.stat(folder or ".").st_mtime
+        except OSError:
+            return -1.0
+
+    state = tuple((folder, mtime(folder)) for folder in sys.path)
+    if _seen is None or _seen[0] != state:
+        from importlib.metadata import entry_points
+
+        _seen = (state, list(entry_points(group=ENTRY_POINTS)))
+    return _seen[1]
+
+
+def names() -> list[str]:
+    """Every node type a flow may use: the built-in ones, those registered, those offered."""
+    known = [*_BUILTIN, *(name for name in KINDS if name not in _BUILTIN)]
+    return [*known, *(ep.name for ep in _offered() if ep.name not in known)]
+
+
+def find(kind: str) -> Kind | None:
+    """The kind registered as ``kind``, imported on first use if it is built in or offered by
+    an installed package; None if there is none."""
+    if kind in KINDS:
         return KINDS[kind]
-    except KeyError:
+    if kind in _BUILTIN:
         import importlib
 
-        importlib.import_module(f"flowkit.kinds.{_BUILTIN.get(kind, 'python')}")
+        importlib.import_module(f"flowkit.kinds.{_BUILTIN[kind]}")
         return KINDS[kind]
+    for ep in _offered():
+        if ep.name != kind:
+            continue
+        try:
+            loaded = ep.load()
+        except Exception as err:
+            raise UsageError(
+                f"node type {kind!r}: its package's entry point {ep.value!r} failed to import: "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        if isinstance(loaded, type) and issubclass(loaded, Kind) and kind not in KINDS:
+            register(loaded)
+        if kind not in KINDS:
+            raise UsageError(
+                f"node type {kind!r}: its package's entry point {ep.value!r} registered no kind "
+                f"of that name"
+            )
+        return KINDS[kind]
+    return None
+
+
+def get(kind: str) -> Kind:
+    """The kind registered as ``kind`` (see ``find``); KeyError if there is none."""
+    found = find(kind)
+    if found is None:
+        raise KeyError(kind)
+    return found

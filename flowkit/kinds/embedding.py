@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flowkit.flow.spec import EmbeddingNode
 from flowkit.kinds import Kind, NodeResult, register
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class _Batcher:
 @register
 class EmbeddingKind(Kind):
     name = "embedding"
+    spec_model = EmbeddingNode
+    calls_endpoint = True
 
     def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
         if set(node.spec.inputs) != {"text"}:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from flowkit.errors import did_you_mean, display, one_of
 from flowkit.flow.builtin import BUILTIN_PREFIX, builtin_flows
-from flowkit.flow.spec import LATENCY_OUTPUT
+from flowkit.flow.spec import LATENCY_OUTPUT, FlowNode
 from flowkit.kinds import Kind, register
 
 if TYPE_CHECKING:
@@ -25,6 +25,8 @@ the stack that loading and running them take."""
 @register
 class FlowKind(Kind):
     name = "flow"
+    spec_model = FlowNode
+    path_fields = ("flow",)
 
     def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
         target = node.spec.flow

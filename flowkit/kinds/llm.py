@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowkit.errors import did_you_mean, one_of
+from flowkit.flow.spec import LlmNode
 from flowkit.flow.templates import PromptSyntaxError, from_file_text, from_messages
 from flowkit.kinds import Kind, NodeResult, register
 
@@ -79,6 +80,9 @@ def _readable(text: str, expect: dict[str, Any]) -> bool:
 @register
 class LlmKind(Kind):
     name = "llm"
+    spec_model = LlmNode
+    path_fields = ("prompt",)
+    calls_endpoint = True
 
     def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
         template = compile_prompt(node, base_dir, ctx)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowkit.cache.fingerprint import ImportProblem, load_from_folder
+from flowkit.flow.spec import AggregateNode, PythonNode
 from flowkit.kinds import Kind, NodeResult, register
 from flowkit.kinds.calls import as_llm_meta, collecting_calls
 from flowkit.kinds.metric_log import collecting
@@ -104,6 +105,8 @@ def _call(impl: _Callable, inputs: dict[str, Any]) -> Any:
 @register
 class PythonKind(Kind):
     name = "python"
+    spec_model = PythonNode
+    path_fields = ("source",)
 
     def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
         _compile_function(node, base_dir, ctx)
@@ -133,6 +136,8 @@ class AggregateKind(Kind):
     """Runs once after all rows; the executor hands it per-row lists (see executor.aggregate)."""
 
     name = "aggregate"
+    spec_model = AggregateNode
+    path_fields = ("source",)
 
     def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
         _compile_function(node, base_dir, ctx)

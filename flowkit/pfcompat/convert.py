@@ -16,6 +16,7 @@ import yaml
 from flowkit.errors import Diagnostic, UsageError, ValidationError
 from flowkit.flow.formats import foreign_file
 from flowkit.flow.loader import LoadContext, load_flow
+from flowkit.flow.use import path_fields
 from flowkit.pfcompat.dag import SHIM, translate
 
 
@@ -56,7 +57,7 @@ def convert_folder(source: Path, output: Path) -> Path:
         return Path(os.path.relpath(folder / path, out_dir)).as_posix()
 
     for node in flow["nodes"]:
-        for key in ("source", "prompt"):
+        for key in path_fields(node.get("type")):
             if isinstance(node.get(key), str):
                 node[key] = moved(node[key])
     flow["python_path"] = [moved(p) if p != SHIM else p for p in flow["python_path"]]

@@ -55,7 +55,7 @@ class ChunkResult:
 
 
 class MemoryWriter:
-    """The RunWriter interface, kept in memory for the trip back to the driver."""
+    """A RunSink (flowkit.engine.sink) kept in memory for the trip back to the driver."""
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -138,7 +138,7 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         directory = Path(job.cache_dir) if job.cache_dir else default_cache_dir()
         cache = Cache(directory, flush_every=2**62, flush_seconds=math.inf)
     writer = MemoryWriter(job.run_id)
-    executor = Executor(flow, job.options, cache, writer, ctx)  # type: ignore[arg-type]
+    executor = Executor(flow, job.options, cache, writer, ctx)
     try:
         with importable(flow.import_path):
             asyncio.run(_run(executor, rows))

@@ -172,7 +172,8 @@ def write_json(path: Path, value: Any) -> None:
 
 
 class RunWriter:
-    """Owns the files of one run while it executes.
+    """Owns the files of one run while it executes; the engine writes to it as a ``RunSink``
+    (flowkit.engine.sink).
 
     A resumed run (see flowkit.runs.resume) opens its files only once the folder
     has been cut back to

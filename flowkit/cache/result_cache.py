@@ -1,0 +1,60 @@
+"""What a run needs of a node result cache: the ``ResultCache`` protocol, and ``MISS``.
+
+The engine, the job and the scale-out workers hold a cache through this protocol only, so a
+store other than the SQLite one (``flowkit.cache.store.Cache``) can stand in. The behaviour they
+rely on is pinned by ``tests/cache/test_result_cache_contract.py``, run over every
+implementation: a value put is got back equal (as JSON: what a rerun replays), an unknown key is
+``MISS``, ``prefetch`` never changes what ``get`` answers, and ``flush`` and ``close`` may be
+called again.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal, Protocol
+
+Hit = tuple[Any, dict[str, Any] | None]
+"""A cached node result: its output and the model call's trace metadata (None for none)."""
+
+
+class Miss(enum.Enum):
+    """A one-member enum, so that ``hit is not MISS`` narrows ``get``'s answer to a ``Hit``."""
+
+    MISS = "miss"
+
+
+MISS = Miss.MISS
+"""What ``get`` answers for a key the cache does not hold (or holds damaged)."""
+
+
+class ResultCache(Protocol):
+    """Node results by key (``flowkit.cache.store.node_key``); values are JSON, never pickles."""
+
+    problem: str | None
+    """Why the cache turned itself off, if it did: the run goes on without it and says so."""
+
+    def get(self, key: str) -> Hit | Literal[Miss.MISS]:
+        """The (output, meta) stored under ``key``, or ``MISS``."""
+        ...
+
+    def prefetch(self, keys: set[str]) -> None:
+        """Look ``keys`` up now, together, so that the ``get``s that follow are cheap; what
+        ``get`` answers stays the same."""
+        ...
+
+    def put(self, key: str, output: Any, meta: dict[str, Any] | None = None) -> None:
+        """Store a JSON value (``flowkit.cache.canonical``); readable by ``get`` at once, durable
+        after ``flush``."""
+        ...
+
+    def maybe_flush(self) -> None:
+        """Flush if enough time has passed since the last flush (called between rows)."""
+        ...
+
+    def flush(self) -> None:
+        """Make every put durable; may be called any number of times."""
+        ...
+
+    def close(self) -> None:
+        """Flush and let go of the store; may be called again."""
+        ...
