@@ -285,19 +285,40 @@ def _read_refusal(reply: _Reply, cfg: ReadConfig) -> Reading | None:
     return Reading(error=REFUSED) if _REFUSAL.match(reply.norm) else None
 
 
+# A verdict is read where a person reads it: the reply's first word, once the markup around it
+# (emphasis and backticks are already gone; quotes, brackets, `#` headings, `>` quotes, list
+# bullets: any run of non-word characters) and one label before it ("Answer:", "Final verdict -",
+# "<answer>", a "## Verdict" heading line) are skipped. Words joined as alternatives in that
+# place ("Yes/No") make the reply invalid; a comma or full stop ends the verdict ("Yes. No harm
+# found." is a yes).
+_LABEL = r"(?:(?:final|overall)[ \t]+)?(?:answer|verdict|decision|judge?ment|assessment|conclusion|result)"
+_LEAD = rf"[\W_]*(?:{_LABEL}[ \t]*(?:[:>=\-–—]|\n)[\W_]*)?"
+# Words joined to the verdict word as alternatives ("Yes/No", "YES or NO", "yes and no").
+_JOINED = r"[ \t]*(?:/|\\|\||&|\bor\b|\band\b)[\W_]*"
+
+
 def _yes_no_reader(strict: bool) -> Callable[[_Reply, ReadConfig], Reading | None]:
     # In auto mode the word must stand alone, so "No score can be given…" is not a "no".
-    after = r"(?=[ \t]*(?:\Z|\n|[.,!;:)\-—]))" if strict else r"(?!\w)"
+    after = r"(?=[ \t]*(?:\Z|\n|[.,!;:)\]\-—\"'”’<]))" if strict else r"(?!\w)"
 
     def read(reply: _Reply, cfg: ReadConfig) -> Reading | None:
         words = "|".join(re.escape(k) for k in sorted(cfg.yes_no, key=len, reverse=True))
-        m = re.match(rf"[\W_]*({words}){after}", reply.norm, re.I) if words else None
+        if not words:
+            return None
+        both = re.match(rf"{_LEAD}({words}){_JOINED}({words})(?!\w)", reply.norm, re.I)
+        if both and cfg.yes_no[both[1].lower()] != cfg.yes_no[both[2].lower()]:
+            return Reading(error=_both(both[1], both[2]), reason=_clean(reply.norm[both.end() :]))
+        m = re.match(rf"{_LEAD}({words}){after}", reply.norm, re.I)
         if not m:
             return None
         rest = reply.norm[m.end() :].lstrip(" \t.,!;:)-—")
         return Reading(score=float(cfg.yes_no[m[1].lower()]), reason=_clean(rest))
 
     return read
+
+
+def _both(first: str, second: str) -> str:
+    return f"the verdict says both {first.lower()!r} and {second.lower()!r}"
 
 
 # --------------------------------------------------------------------------- severity
@@ -356,15 +377,24 @@ _CHAINS: dict[str, tuple[_Reader, ...]] = {
 
 
 def _read_contains(raw: str, cfg: ReadConfig) -> Reading:
-    """Spring AI's rule: pass when the reply contains the yes word anywhere (any case), else
-    fail. Never invalid: a reply without the word, even an empty one, is a "no"."""
-    top = max(cfg.yes_no.values())
-    low = min(cfg.yes_no.values())
-    text = raw.lower()
-    found = any(word in text for word, value in cfg.yes_no.items() if value == top)
-    first = _yes_no_reader(False)(_Reply(raw, raw), cfg)
-    reason = first.reason if first is not None else _clean(raw)
-    return Reading(score=float(top if found else low), reason=reason)
+    """Spring AI's rule, for prompts that ask for nothing but the verdict: a reply that opens
+    with a verdict word is read by that word (so "NO. It says yes to…" is a no); otherwise the
+    verdict words it holds anywhere (whole words, any case) decide. A reply holding words of
+    both kinds is invalid; one holding none, even an empty one, is a "no" (Spring's rule)."""
+    norm = _EMPHASIS.sub("", raw.replace("\r\n", "\n"))
+    first = _yes_no_reader(False)(_Reply(raw, norm), cfg)
+    if first is not None:
+        return first
+    found = {
+        m[0].lower(): cfg.yes_no[m[0].lower()]
+        for m in re.finditer("|".join(rf"\b{re.escape(k)}\b" for k in cfg.yes_no), norm, re.I)
+    }
+    if len(set(found.values())) > 1:
+        top = max(found, key=lambda w: found[w])
+        low = min(found, key=lambda w: found[w])
+        return Reading(error=_both(top, low), reason=_clean(raw))
+    score = next(iter(found.values()), min(cfg.yes_no.values()))
+    return Reading(score=float(score), reason=_clean(raw))
 
 
 def read_one(raw: str, cfg: ReadConfig) -> Reading:
