@@ -291,7 +291,8 @@ def _read_refusal(reply: _Reply, cfg: ReadConfig) -> Reading | None:
 # "<answer>", a "## Verdict" heading line) are skipped. Words joined as alternatives in that
 # place ("Yes/No") make the reply invalid; a comma or full stop ends the verdict ("Yes. No harm
 # found." is a yes).
-_LABEL = r"(?:(?:final|overall)[ \t]+)?(?:answer|verdict|decision|judge?ment|assessment|conclusion|result)"
+_LABEL_WORDS = r"answer|verdict|decision|judge?ment|assessment|conclusion|result"
+_LABEL = rf"(?:(?:final|overall)[ \t]+)?(?:{_LABEL_WORDS})"
 _LEAD = rf"[\W_]*(?:{_LABEL}[ \t]*(?:[:>=\-–—]|\n)[\W_]*)?"
 # Words joined to the verdict word as alternatives ("Yes/No", "YES or NO", "yes and no").
 _JOINED = r"[ \t]*(?:/|\\|\||&|\bor\b|\band\b)[\W_]*"
