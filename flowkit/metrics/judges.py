@@ -105,6 +105,10 @@ def agent_summary(
 # --------------------------------------------------------------------------- reading JSON
 
 
+RECORD_KEYS = ("score", "result", "reason", "raw", "error")
+"""The keys of every per-row judge record here (parse_score's, without its sample count)."""
+
+
 def _record(raw: str, error: str | None = None, **extra: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"score": None, "result": "invalid", "reason": None, "raw": raw}
     return {**out, **extra, "error": error}
@@ -179,6 +183,7 @@ def _text(text: Any) -> str:
 # --------------------------------------------------------------------------- per-turn scores
 
 
+@returns_keys((*RECORD_KEYS, "turn_scores"))
 def parse_turn_scores(
     text: Any,
     count: int,
@@ -229,6 +234,7 @@ def parse_turn_scores(
 # --------------------------------------------------------------------------- per-chunk verdicts
 
 
+@returns_keys((*RECORD_KEYS, "verdicts"))
 def chunk_precision(
     verdicts: list[Any], threshold: float = 0.5, comparator: str = ">=", unjudged: int = 0
 ) -> dict[str, Any]:
@@ -288,6 +294,7 @@ def _intent_verdict(value: Any) -> tuple[int | None, list[str]]:
     return int(m[1].lower() == "yes"), [i.strip() for i in ids]
 
 
+@returns_keys((*RECORD_KEYS, "fraction", "intents"))
 def parse_intents(text: Any, threshold: float = 3, comparator: str = ">") -> dict[str, Any]:
     """Read ``{"intents": [{"intent", "answered", "doc_ids"}]}``; score = 1 + 4·fraction².
 
