@@ -279,6 +279,8 @@ def chunk_precision(
 
 
 _DOCUMENTED = re.compile(r"\s*(yes|no)\b[\s,.:;-]*(?:documents?\b)?(?P<rest>.*)", re.I | re.S)
+# "Yes/No", "yes or no": both words in the verdict's place, which makes it no verdict at all.
+_BOTH = re.compile(r"\s*(yes\W*(?:/|\\|\||&|or|and)\W*no|no\W*(?:/|\\|\||&|or|and)\W*yes)\b", re.I)
 
 
 def _intent_verdict(value: Any) -> tuple[int | None, list[str]]:
@@ -288,7 +290,7 @@ def _intent_verdict(value: Any) -> tuple[int | None, list[str]]:
     if verdict is not None or not isinstance(value, str):
         return verdict, []
     m = _DOCUMENTED.match(value)
-    if not m:
+    if not m or _BOTH.match(value):
         return None, []
     ids = re.findall(r"\[([^\]]+)\]", m["rest"])
     return int(m[1].lower() == "yes"), [i.strip() for i in ids]

@@ -3,8 +3,11 @@ a verdict position holding both words is invalid, never a pass."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from flowkit.metrics.judges import parse_intents
 from flowkit.metrics.scores import parse_score
 
 YES_NO_MODES = ("yes_no", "contains", "auto")
@@ -89,3 +92,13 @@ def test_a_mapping_of_other_words_reads_the_same_way() -> None:
         yes_no={"pass": 1, "fail": 0},
     )
     assert (out["score"], out["result"], out["reason"]) == (0, "fail", "It would pass elsewhere.")
+
+
+def test_an_intent_answered_with_both_words_is_invalid() -> None:
+    reply = json.dumps({"intents": [{"intent": "hours", "answered": "Yes/No, documents [d1]"}]})
+    out = parse_intents(reply)
+    assert (out["score"], out["result"], out["error"]) == (
+        None,
+        "invalid",
+        "intent 1: verdict 'Yes/No, documents [d1]' is not yes or no",
+    )
