@@ -5,16 +5,16 @@ have the output asked of it, a node whose function declares its dict's keys must
 asked of it, and only aggregate nodes may read an aggregate node's result. Two aggregate nodes
 of one flow must not write the same metric key: one would silently overwrite the other.
 
-The keys a function returns are declared with ``flowkit.metrics.keys.returns_keys``; reading a
-declaration lives here, below ``metrics``, because the loader checks references against it.
+The keys a function returns are declared with ``flowkit.metrics.keys.returns_keys`` and read
+through ``flowkit.flow.declared``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from flowkit.errors import did_you_mean, one_of
+from flowkit.flow.declared import node_keys
 from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import YDict, line_of
 from flowkit.flow.spec import LATENCY_OUTPUT, FlowSpec
@@ -165,45 +165,3 @@ COLLISION_FIX = (
 def _keys_phrase(keys: list[str]) -> str:
     quoted = ", ".join(repr(k) for k in keys)
     return f"key {quoted} is" if len(keys) == 1 else f"keys {quoted} are"
-
-
-# -- declared keys ----------------------------------------------------------------------
-
-KEYS_ATTRIBUTE = "flowkit_metric_keys"
-"""The attribute ``returns_keys`` sets on a function: its :data:`KeysRule`."""
-
-
-class _PerRow:
-    def __repr__(self) -> str:
-        return "PER_ROW"
-
-
-PER_ROW: Any = _PerRow()
-"""What a rule sees for an input read from the rows (its value is known only at run time)."""
-
-KeysRule = Callable[[dict[str, Any]], Iterable[str] | None]
-"""The node's inputs (parameter → literal, or PER_ROW) → the keys, or None when unknown."""
-
-
-def declared_keys(fn: Any, inputs: dict[str, Any]) -> frozenset[str] | None:
-    """The keys ``fn`` returns for a node with these inputs, or None when they are not known
-    before the run."""
-    rule = getattr(fn, KEYS_ATTRIBUTE, None)
-    if rule is None:
-        return None
-    keys = rule(inputs)
-    return None if keys is None else frozenset(keys)
-
-
-def node_keys(node: Node) -> frozenset[str] | None:
-    """The keys of the dict a python or aggregate node returns, when its function declares
-    them; None when they are known only once it has run."""
-    if node.kind not in ("python", "aggregate") or node.impl is None:
-        return None
-    if node.kind == "aggregate" and node.spec.metrics == "logged":
-        return None  # its metrics are what it logs; its return value is any JSON
-    inputs = {param: PER_ROW if ref is not None else value for param, ref, value in node.inputs}
-    try:
-        return declared_keys(getattr(node.impl, "fn", None), inputs)
-    except Exception:  # a user's rule that fails says nothing: the keys stay unknown
-        return None

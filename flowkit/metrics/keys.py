@@ -8,8 +8,8 @@ the keys from the node's inputs (a column's name, a literal ``judge``, the ``lev
 A function without a declaration, or a rule that answers None, has keys known only after the
 run; gates on them are checked then. A python node's declared keys let the loader refuse a
 reference to a key it never returns (``${parse.output.scroe}``, with "did you mean"), and two
-aggregates of one flow declaring one metric key are refused before the run (flowkit.flow.wiring,
-which reads the declarations).
+aggregates of one flow declaring one metric key are refused before the run (flowkit.flow.wiring;
+flowkit.flow.declared reads the declarations).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from flowkit.flow.wiring import KEYS_ATTRIBUTE, PER_ROW, KeysRule, declared_keys
+from flowkit.flow.declared import KEYS_ATTRIBUTE, PER_ROW, KeysRule, declared_keys
 
 F = TypeVar("F", bound=Callable[..., Any])
 
