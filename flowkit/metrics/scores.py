@@ -18,7 +18,8 @@ from typing import Any
 
 from flowkit.errors import UsageError
 from flowkit.metrics.keys import PER_ROW, returns_keys
-from flowkit.metrics.score_forms import REFUSED, ReadConfig, Reading, read_one, tidy
+from flowkit.metrics.score_forms import REFUSED, ReadConfig, Reading, tidy
+from flowkit.metrics.score_modes import read_one
 
 MODES = (
     "auto",
