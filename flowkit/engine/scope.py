@@ -114,7 +114,8 @@ def read_outputs(
     scope: Scope, refs: list[tuple[str, Ref]], missing: MissingKeys | None = None
 ) -> dict[str, Any]:
     """``{name: value_or_none(scope, ref)}``, unrolled: it runs once per row and per sub-flow."""
-    status, values, outputs = scope.status, scope.values, {}
+    status, values = scope.status, scope.values
+    outputs: dict[str, Any] = {}
     for name, ref in refs:
         if ref.source == "node":
             if status.get(ref.name) != OK:
