@@ -1,8 +1,10 @@
 """`flowkit init DIR`: a working custom metric to start from, outside the flowkit repository.
 
 It holds a flow with a python node (``source:`` beside the flow) and an llm judge whose reply
-the built-in parse node reads (``use: flowkit:parse_score``), the judge's prompt, sample data
-and a ``flowkit.yaml``. Existing files are never overwritten.
+the built-in parse node reads (``use: flowkit:parse_score``), two aggregates whose metric keys
+differ (a built-in one for the judge's scores, one of the project's that declares its keys with
+``@returns_keys``), the judge's prompt, sample data and a ``flowkit.yaml``. Existing files are
+never overwritten.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from flowkit.errors import UsageError
 FLOW = """\
 # A custom metric: is the answer supported by the context? A python node measures word
 # overlap; an llm judge scores support from 1 to 5; the built-in parse node reads its reply.
+# Metrics are named supported.<key>: summary writes mean, pass_rate, ... for the judge's
+# scores, and overlap_summary writes overlap_mean and overlap_min. Two aggregates may not write
+# the same key (`flowkit validate` refuses it), so a function of your own declares its keys.
 name: supported
 description: Is the answer supported by the context? Judge score 1-5, plus word overlap 0-1.
 inputs:
@@ -43,9 +48,10 @@ nodes:
     type: aggregate
     function: flowkit.metrics.aggregate:score_summary
     inputs: {scores: ${parse.output.score}, threshold: ${inputs.threshold}}
-  - name: overlap_mean
+  - name: overlap_summary
     type: aggregate
-    function: flowkit.metrics.aggregate:mean
+    source: metrics.py
+    function: overlap_summary
     inputs: {values: ${overlap.output}}
 """
 
@@ -56,6 +62,8 @@ from __future__ import annotations
 
 import re
 
+from flowkit.metrics.keys import returns_keys
+
 
 def word_overlap(answer: str, context: str) -> float:
     """The share of the answer's words that the context contains (0 to 1)."""
@@ -63,6 +71,16 @@ def word_overlap(answer: str, context: str) -> float:
     if not words:
         return 0.0
     return len(words & set(re.findall(r"\\w+", context.lower()))) / len(words)
+
+
+@returns_keys(["overlap_mean", "overlap_min"])
+def overlap_summary(values: list[float]) -> dict[str, float | None]:
+    """An aggregate: it gets every row's overlap as one list. The keys it returns are declared,
+    so `flowkit validate` can check that no other aggregate writes them and that a --gate
+    names one of them."""
+    if not values:
+        return {"overlap_mean": None, "overlap_min": None}
+    return {"overlap_mean": sum(values) / len(values), "overlap_min": min(values)}
 '''
 
 PROMPT = """\

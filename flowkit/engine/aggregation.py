@@ -3,7 +3,9 @@
 Lists of one call are aligned: index i is the same row in each. A row is left out of an
 aggregate when any node it reads failed or was skipped in that row; the count left out is
 reported in run.json. Metrics are named `<flow or sub-flow node>.<key>`; a key holding `/` (a
-Databricks metric name) is also reported as it is, unprefixed.
+Databricks metric name) is also reported as it is, unprefixed. An aggregate that returns a key
+an earlier one of its flow wrote fails, and none of its metrics are reported: a metric is never
+silently overwritten (the loader refuses the clash when both declare their keys).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from flowkit.cache.result_cache import MISS
 from flowkit.cache.store import node_key
 from flowkit.engine.node_runner import refreshed
 from flowkit.engine.records import FAILED, OK, ErrorInfo, NodeRecord
+from flowkit.engine.scope import run_notices
 from flowkit.flow.refs import MissingValue, walk
+from flowkit.flow.wiring import COLLISION_FIX
 
 if TYPE_CHECKING:
     from flowkit.engine.executor import AggTask, Executor
@@ -49,6 +53,7 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
     metrics: dict[str, Any] = {}
     info: dict[str, Any] = {}
     done: dict[tuple[tuple[str, ...], str], Any] = {}
+    owners: dict[str, str] = {}  # metric name → the aggregate node that wrote it
     writer, cache = executor.writer, executor.cache
     for agg in executor.aggregates:
         qual = ".".join((*agg.path, agg.node.name))
@@ -76,11 +81,18 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
         except Exception as err:
             status, error = FAILED, ErrorInfo.from_exception(err)
             detail["error"] = f"{error.type}: {error.message}"
+        clash = _clash(output, agg.prefix, owners, qual)
+        if clash is not None:
+            status, error = FAILED, ErrorInfo("MetricKeyClash", clash)
+            detail["error"] = f"{error.type}: {error.message}"
+            run_notices(writer).append(f"warning: aggregate node {qual!r} failed: {clash}")
         if output is not None:
             done[(agg.path, agg.node.name)] = output
+        if output is not None and clash is None:
             bare = agg.node.spec.metrics == "logged" and not agg.path
             for k, v in output.items():
                 metrics[f"{agg.prefix}.{k}"] = v
+                owners[f"{agg.prefix}.{k}"] = qual
                 if bare or "/" in k:
                     # A logged metric keeps its bare name (Prompt Flow's habit), and a name
                     # another tool defines (Databricks' agent metrics) is spelt as dashboards
@@ -106,6 +118,22 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
             )
         )
     return metrics, info
+
+
+def _clash(output: Any, prefix: str, owners: dict[str, str], qual: str) -> str | None:
+    """Why ``output`` may not be reported (a metric another aggregate already wrote), or None."""
+    if not isinstance(output, dict):
+        return None
+    taken = sorted(k for k in output if owners.get(f"{prefix}.{k}", qual) != qual)
+    if not taken:
+        return None
+    others = sorted({owners[f"{prefix}.{k}"] for k in taken})
+    return (
+        f"metric {'key' if len(taken) == 1 else 'keys'} {', '.join(map(repr, taken))} already "
+        f"written by aggregate node {', '.join(map(repr, others))}, so none of this node's "
+        "metrics were reported. Declare each aggregate function's keys with @returns_keys "
+        f"(flowkit.metrics.keys), so that validation finds this before the run. {COLLISION_FIX}"
+    )
 
 
 def _summarise(inputs: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -30,10 +30,12 @@ from flowkit.engine.node_runner import NodeRunner, refreshed
 from flowkit.engine.plan import AggTask, Plan, Plans, collect
 from flowkit.engine.records import FAILED, OK, ErrorInfo
 from flowkit.engine.scope import (
+    MissingKeys,
     Scope,
     first_error,
     has_invalid,
     read_outputs,
+    run_notices,
     subflow_invalid,
     value_or_none,
 )
@@ -76,6 +78,8 @@ class Executor:
         self._plans = Plans(flow)
         self.aggregates: list[AggTask] = self._plans.aggregates
         self._outputs = list(flow.outputs.items())
+        self.missing = MissingKeys(run_notices(writer))
+        """Reads of keys a node's output lacks: one warning per node in run.json's notices."""
         self._last_tick = 0.0
         self._yielded = 0.0
         self._lookahead = Lookahead(flow, cache, partial(refreshed, options))
@@ -200,7 +204,7 @@ class Executor:
         )
 
     def _end_row(self, line: int, inputs: dict[str, Any], scope: Scope) -> None:
-        outputs = read_outputs(scope, self._outputs)
+        outputs = read_outputs(scope, self._outputs, self.missing)
         failed = first_error(scope, "") if scope.errors else None
         record: dict[str, Any] = {
             "line": line,
@@ -296,7 +300,10 @@ class Executor:
         child = await self.run_scope(sub, sub_inputs, line, qual + ".")
         scope.children[node.name] = child
         scope.ran = scope.ran or child.ran
-        output = {name: value_or_none(child, ref) for name, ref in sub.outputs.items()}
+        output = {
+            name: value_or_none(child, ref, self.missing, qual + ".")
+            for name, ref in sub.outputs.items()
+        }
         if node.spec.latency:
             output[LATENCY_OUTPUT] = self._latency(node, inputs, child, began)
         failed = first_error(child, qual + ".")

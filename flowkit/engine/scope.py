@@ -47,18 +47,75 @@ def when_holds(when: list[tuple[Ref, bool, Any]], scope: Scope) -> bool:
     return True
 
 
-def value_or_none(scope: Scope, ref: Ref) -> Any:
+def run_notices(writer: Any) -> list[str]:
+    """The run's notices list (run.json "notices"), made when the run has none yet: what the
+    engine adds to it during the run is written when the run closes."""
+    info = getattr(writer, "info", None)
+    if not isinstance(info, dict):
+        return []
+    if not isinstance(info.get("notices"), list):
+        info["notices"] = list(info.get("notices") or ())
+    notices: list[str] = info["notices"]
+    return notices
+
+
+class MissingKeys:
+    """Reads of a path that a node's output lacks (a key its dict does not have): each such
+    read is null, and each node gets ONE warning in the run's notices, naming the keys its
+    output does have and counting the reads that came back null."""
+
+    __slots__ = ("_notices", "_seen")
+
+    def __init__(self, notices: list[str]) -> None:
+        self._notices = notices
+        self._seen: dict[str, list[Any]] = {}  # node → [index in notices, rows, message]
+
+    def note(self, ref: Ref, base: Any, prefix: str = "") -> None:
+        node = prefix + ref.name
+        seen = self._seen.get(node)
+        if seen is None:
+            seen = self._seen[node] = [len(self._notices), 0, _missing(node, ref, base)]
+            self._notices.append("")
+        seen[1] += 1
+        self._notices[seen[0]] = f"{seen[2]}; null in {seen[1]} read{'s' if seen[1] != 1 else ''}"
+
+
+def _missing(node: str, ref: Ref, base: Any) -> str:
+    """The warning's text but for its count: where the path stops, and why."""
+    value, step = base, ref.path[0] if ref.path else None
+    for step in ref.path:
+        try:
+            value = value[step]
+        except (KeyError, IndexError, TypeError):
+            break
+    if isinstance(value, dict):
+        keys = ", ".join(sorted(map(str, value))) or "none"
+        return (
+            f"warning: node {node!r} returned no key {step!r} for {ref.text} (its keys are: {keys})"
+        )
+    kind = type(value).__name__ if value is not None else "null"
+    return f"warning: node {node!r} returned {kind} where {ref.text} reads {step!r}"
+
+
+def value_or_none(
+    scope: Scope, ref: Ref, missing: MissingKeys | None = None, prefix: str = ""
+) -> Any:
     if ref.source == "node" and scope.status.get(ref.name) != OK:
         return None
     try:
         return scope.get(ref)
     except MissingValue:
+        if missing is not None and ref.source == "node":
+            missing.note(ref, scope.values.get(ref.name), prefix)
         return None
 
 
-def read_outputs(scope: Scope, refs: list[tuple[str, Ref]]) -> dict[str, Any]:
+def read_outputs(
+    scope: Scope, refs: list[tuple[str, Ref]], missing: MissingKeys | None = None
+) -> dict[str, Any]:
     """``{name: value_or_none(scope, ref)}``, unrolled: it runs once per row and per sub-flow."""
-    status, values, outputs = scope.status, scope.values, {}
+    status, values = scope.status, scope.values
+    outputs: dict[str, Any] = {}
     for name, ref in refs:
         if ref.source == "node":
             if status.get(ref.name) != OK:
@@ -71,6 +128,8 @@ def read_outputs(scope: Scope, refs: list[tuple[str, Ref]]) -> dict[str, Any]:
             outputs[name] = walk(base, ref.path, ref.text) if ref.path else base
         except MissingValue:
             outputs[name] = None
+            if missing is not None and ref.source == "node":
+                missing.note(ref, base)
     return outputs
 
 

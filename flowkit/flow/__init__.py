@@ -6,7 +6,8 @@
 - ``refs``: ``${inputs.x}``, ``${node.output.field}`` and ``${data.col}`` references.
 - ``loader``: loading and validating a flow completely, collecting every problem.
 - ``node_key``: the row-independent part of a node's cache key (``static_key``).
-- ``use``: merging ``use:`` nodes; ``wiring``: reference and output checks.
+- ``use``: merging ``use:`` nodes; ``wiring``: reference, output and metric-key checks.
+- ``declared``: the keys a node's function declares it returns (``@returns_keys``).
 - ``spec_messages``: pydantic's complaints turned into ``file:LINE: node 'x': …``.
 - ``graph``: the loaded flow and its DAG (networkx); ``templates``: sandboxed Jinja2 prompts.
 - ``builtin``: finding the built-in flows by name.

@@ -35,7 +35,7 @@ from flowkit.flow.spec import FlowSpec, InputSpec, NodeSpec, parse_node
 from flowkit.flow.spec_messages import message as schema_message
 from flowkit.flow.spec_messages import node_keys
 from flowkit.flow.use import merge_use
-from flowkit.flow.wiring import check_outputs, check_refs
+from flowkit.flow.wiring import check_metric_keys, check_outputs, check_refs
 
 __all__ = ["LoadContext", "compose", "load_flow", "load_flows", "static_key"]
 
@@ -147,6 +147,7 @@ class LoadContext:
         spec = spec.model_copy(update={"nodes": [n.spec for n in nodes.values()]})
         outputs = check_outputs(self, spec, raw, nodes, file)
         check_refs(self, spec, nodes)
+        check_metric_keys(self, nodes)
         graph = build_graph(nodes)
         if (cycle := find_cycle(graph)) is not None:
             first = nodes[cycle[0]]

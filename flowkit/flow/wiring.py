@@ -1,7 +1,12 @@
 """Wiring checks: every reference in a flow points at something that exists and may be read.
 
 Inputs must be declared, nodes must exist (with a 'did you mean' when misspelt), a sub-flow must
-have the output asked of it, and only aggregate nodes may read an aggregate node's result.
+have the output asked of it, a node whose function declares its dict's keys must have the key
+asked of it, and only aggregate nodes may read an aggregate node's result. Two aggregate nodes
+of one flow must not write the same metric key: one would silently overwrite the other.
+
+The keys a function returns are declared with ``flowkit.metrics.keys.returns_keys`` and read
+through ``flowkit.flow.declared``.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flowkit.errors import did_you_mean, one_of
+from flowkit.flow.declared import node_keys
 from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import YDict, line_of
 from flowkit.flow.spec import LATENCY_OUTPUT, FlowSpec
@@ -107,6 +113,12 @@ def _target_problem(
             f"{did_you_mean(ref.name, [*nodes, *ctx.broken, 'inputs'])}"
         )
     target = nodes[ref.name]
+    keys = node_keys(target) if ref.path and isinstance(ref.path[0], str) else None
+    if keys is not None and ref.path[0] not in keys:
+        return (
+            f"refers to unknown key {ref.path[0]!r} of node {ref.name!r}"
+            f"{did_you_mean(str(ref.path[0]), keys)}; it returns: {one_of(keys)}"
+        )
     if target.kind == "flow" and ref.path and target.impl is not None:
         outs = target.impl.spec.outputs
         if target.spec.latency:
@@ -117,3 +129,39 @@ def _target_problem(
                 f"{target.impl.name!r}{did_you_mean(ref.path[0], outs)}; it has: {one_of(outs)}"
             )
     return None
+
+
+def check_metric_keys(ctx: LoadContext, nodes: dict[str, Node]) -> None:
+    """Report an aggregate node that declares a metric key an earlier one of the same flow
+    declares: both would be reported under one name, and the later would win unseen. Keys of
+    aggregates that declare none are checked when the run writes them (engine.aggregation)."""
+    owners: dict[str, Node] = {}
+    for node in nodes.values():
+        keys = node_keys(node) if node.is_aggregate else None
+        if keys is None:
+            continue
+        clash: dict[str, list[str]] = {}
+        for key in sorted(keys):
+            first = owners.setdefault(key, node)
+            if first is not node:
+                clash.setdefault(first.name, []).append(key)
+        for other, shared in clash.items():
+            ctx.error(
+                node,
+                f"metric {_keys_phrase(shared)} also written by aggregate node {other!r} "
+                f"(line {nodes[other].line}): one would overwrite the other. " + COLLISION_FIX,
+                key="function",
+            )
+
+
+COLLISION_FIX = (
+    "Give one of them keys of its own: return them from a function of yours, declared "
+    "with @returns_keys (flowkit.metrics.keys), or use flowkit.metrics.aggregate:sums, "
+    "which names its keys after its inputs ({overlap: ...} writes overlap.mean)"
+)
+"""How to resolve two aggregates writing one metric key (also said at run time)."""
+
+
+def _keys_phrase(keys: list[str]) -> str:
+    quoted = ", ".join(repr(k) for k in keys)
+    return f"key {quoted} is" if len(keys) == 1 else f"keys {quoted} are"

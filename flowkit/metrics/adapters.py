@@ -18,6 +18,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flowkit.metrics.keys import returns_keys
+
 _TEXT_KEYS = ("content", "text", "page_content", "chunk")
 _ID_KEYS = ("id", "doc_id", "document_id", "doc_uri", "uri", "url", "source")
 
@@ -254,6 +256,7 @@ def conversation_turns(messages: Any) -> list[dict[str, Any]]:
     return turns
 
 
+@returns_keys(("text", "count"))
 def rag_turns(
     messages: Any = None,
     question: str | None = None,

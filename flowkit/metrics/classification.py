@@ -13,12 +13,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from flowkit.metrics.aggregate import Metrics, _safe_key
+from flowkit.metrics.keys import returns_keys
 
 
 def _label(value: Any) -> str:
     return "" if value is None else str(value).strip().lower()
 
 
+@returns_keys(("score", "result", "label", "prediction"))
 def grade(prediction: Any, ground_truth: Any) -> dict[str, Any]:
     """``{score: 1|0, result: pass|fail, prediction, label}`` for one row (labels normalised)."""
     predicted, label = _label(prediction), _label(ground_truth)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from flowkit.metrics.adapters import conversation_turns, format_documents, history_text
+from flowkit.metrics.keys import returns_keys
 from flowkit.metrics.score_forms import tidy
 from flowkit.metrics.scores import parse_score, passes
 
@@ -90,6 +91,7 @@ def quality_turns(
     ]
 
 
+@returns_keys(("single", "many"))
 def judge_inputs(messages: Any = None, **fields: Any) -> dict[str, Any]:
     """:func:`quality_turns` split for the flow's two judge nodes: ``single`` (one reply, one
     plain call, so a QA row's trace reads as before) or ``many`` (a conversation, one call per
@@ -105,6 +107,7 @@ def has_citations(messages: Any) -> bool:
     return bool(messages) and bool(quality_turns(messages, need="context"))
 
 
+@returns_keys(("score", "result", "reason", "raw", "error", "turn_scores"))
 def turn_summary(
     replies: list[Any] | None = None,
     mode: str = "number",

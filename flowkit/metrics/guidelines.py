@@ -51,6 +51,7 @@ def guideline_list(guidelines: Any) -> list[str]:
     return [text for _, text in _named(guidelines)]
 
 
+@returns_keys(("score", "result", "reason", "raw", "guidelines", "by_name", "error"))
 def adherence(verdicts: list[Any] | None, guidelines: Any) -> dict[str, Any]:
     """Read one yes/no reply per guideline: score 1 when every guideline passed, else 0.
 
@@ -92,6 +93,7 @@ def adherence(verdicts: list[Any] | None, guidelines: Any) -> dict[str, Any]:
     }
 
 
+@returns_keys(("score", "result", "reason", "overall_assessment", "root_cause"))
 def overall_assessment(**results: Any) -> dict[str, Any]:
     """A row's overall assessment from each judge's ``result`` (None: the judge did not run).
 

@@ -105,6 +105,10 @@ def agent_summary(
 # --------------------------------------------------------------------------- reading JSON
 
 
+RECORD_KEYS = ("score", "result", "reason", "raw", "error")
+"""The keys of every per-row judge record here (parse_score's, without its sample count)."""
+
+
 def _record(raw: str, error: str | None = None, **extra: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"score": None, "result": "invalid", "reason": None, "raw": raw}
     return {**out, **extra, "error": error}
@@ -179,6 +183,7 @@ def _text(text: Any) -> str:
 # --------------------------------------------------------------------------- per-turn scores
 
 
+@returns_keys((*RECORD_KEYS, "turn_scores"))
 def parse_turn_scores(
     text: Any,
     count: int,
@@ -229,6 +234,7 @@ def parse_turn_scores(
 # --------------------------------------------------------------------------- per-chunk verdicts
 
 
+@returns_keys((*RECORD_KEYS, "verdicts"))
 def chunk_precision(
     verdicts: list[Any], threshold: float = 0.5, comparator: str = ">=", unjudged: int = 0
 ) -> dict[str, Any]:
@@ -273,6 +279,8 @@ def chunk_precision(
 
 
 _DOCUMENTED = re.compile(r"\s*(yes|no)\b[\s,.:;-]*(?:documents?\b)?(?P<rest>.*)", re.I | re.S)
+# "Yes/No", "yes or no": both words in the verdict's place, which makes it no verdict at all.
+_BOTH = re.compile(r"\s*(yes\W*(?:/|\\|\||&|or|and)\W*no|no\W*(?:/|\\|\||&|or|and)\W*yes)\b", re.I)
 
 
 def _intent_verdict(value: Any) -> tuple[int | None, list[str]]:
@@ -282,12 +290,13 @@ def _intent_verdict(value: Any) -> tuple[int | None, list[str]]:
     if verdict is not None or not isinstance(value, str):
         return verdict, []
     m = _DOCUMENTED.match(value)
-    if not m:
+    if not m or _BOTH.match(value):
         return None, []
     ids = re.findall(r"\[([^\]]+)\]", m["rest"])
     return int(m[1].lower() == "yes"), [i.strip() for i in ids]
 
 
+@returns_keys((*RECORD_KEYS, "fraction", "intents"))
 def parse_intents(text: Any, threshold: float = 3, comparator: str = ">") -> dict[str, Any]:
     """Read ``{"intents": [{"intent", "answered", "doc_ids"}]}``; score = 1 + 4·fraction².
 

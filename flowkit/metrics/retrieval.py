@@ -51,6 +51,7 @@ def _doc_uris(items: Any, name: str) -> list[str]:
     return uris
 
 
+@returns_keys(("score", "result", "recall", "precision", "found", "missing", "ratings"))
 def document_recall(
     retrieved_context: Sequence[Any] | None,
     expected_retrieved_context: Sequence[Any] | None,

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowkit.metrics.aggregate import Metrics, _safe_key, defect_rate
+from flowkit.metrics.keys import returns_keys
 from flowkit.metrics.scores import DEFAULT_LEVELS
 from flowkit.metrics.severity import _check_levels
 
@@ -60,6 +61,7 @@ def _quote(text: str) -> str:
     return _TAG.sub(lambda m: m[0].replace("<", "‹").replace(">", "›"), text.strip())
 
 
+@returns_keys(("text", "turns"))
 def transcript(
     question: str = "", answer: str = "", messages: Sequence[Mapping[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -96,6 +98,7 @@ def transcript(
     return {"text": "\n\n".join(lines), "turns": turns}
 
 
+@returns_keys(("verdict", "turns", "error"))
 def highest_turn(
     text: str | Mapping[str, Any], expected: int | None = None, levels: Sequence[str] | None = None
 ) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The shapes a judge's reply can take, and the readers that recognise each one.
 
-``parse.parse_score`` picks a chain of these readers by mode; each reader returns a reading, or
-None when its shape is absent, so the first shape found decides and a stray number in the
-reasoning is never mistaken for the verdict.
+``score_modes`` picks a chain of these readers by mode; each reader returns a reading, or None
+when its shape is absent, so the first shape found decides and a stray number in the reasoning
+is never mistaken for the verdict.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 _NUM = r"[-+]?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)"
@@ -285,19 +284,41 @@ def _read_refusal(reply: _Reply, cfg: ReadConfig) -> Reading | None:
     return Reading(error=REFUSED) if _REFUSAL.match(reply.norm) else None
 
 
+# A verdict is read where a person reads it: the reply's first word, once the markup around it
+# (emphasis and backticks are already gone; quotes, brackets, `#` headings, `>` quotes, list
+# bullets: any run of non-word characters) and one label before it ("Answer:", "Final verdict -",
+# "<answer>", a "## Verdict" heading line) are skipped. Words joined as alternatives in that
+# place ("Yes/No") make the reply invalid; a comma or full stop ends the verdict ("Yes. No harm
+# found." is a yes).
+_LABEL_WORDS = r"answer|verdict|decision|judge?ment|assessment|conclusion|result"
+_LABEL = rf"(?:(?:final|overall)[ \t]+)?(?:{_LABEL_WORDS})"
+_LEAD = rf"[\W_]*(?:{_LABEL}[ \t]*(?:[:>=\-–—]|\n)[\W_]*)?"
+# Words joined to the verdict word as alternatives ("Yes/No", "YES or NO", "yes and no").
+_JOINED = r"[ \t]*(?:/|\\|\||&|\bor\b|\band\b)[\W_]*"
+
+
 def _yes_no_reader(strict: bool) -> Callable[[_Reply, ReadConfig], Reading | None]:
     # In auto mode the word must stand alone, so "No score can be given…" is not a "no".
-    after = r"(?=[ \t]*(?:\Z|\n|[.,!;:)\-—]))" if strict else r"(?!\w)"
+    after = r"(?=[ \t]*(?:\Z|\n|[.,!;:)\]\-—\"'”’<]))" if strict else r"(?!\w)"
 
     def read(reply: _Reply, cfg: ReadConfig) -> Reading | None:
         words = "|".join(re.escape(k) for k in sorted(cfg.yes_no, key=len, reverse=True))
-        m = re.match(rf"[\W_]*({words}){after}", reply.norm, re.I) if words else None
+        if not words:
+            return None
+        both = re.match(rf"{_LEAD}({words}){_JOINED}({words})(?!\w)", reply.norm, re.I)
+        if both and cfg.yes_no[both[1].lower()] != cfg.yes_no[both[2].lower()]:
+            return Reading(error=_both(both[1], both[2]), reason=_clean(reply.norm[both.end() :]))
+        m = re.match(rf"{_LEAD}({words}){after}", reply.norm, re.I)
         if not m:
             return None
         rest = reply.norm[m.end() :].lstrip(" \t.,!;:)-—")
         return Reading(score=float(cfg.yes_no[m[1].lower()]), reason=_clean(rest))
 
     return read
+
+
+def _both(first: str, second: str) -> str:
+    return f"the verdict says both {first.lower()!r} and {second.lower()!r}"
 
 
 # --------------------------------------------------------------------------- severity
@@ -335,65 +356,3 @@ def _read_sev_bare(reply: _Reply, cfg: ReadConfig) -> Reading | None:
             reading.reason = _clean(reason)
             return reading
     return None
-
-
-_Reader = Callable[[_Reply, ReadConfig], "Reading | None"]
-_NUMBER: tuple[_Reader, ...] = (_read_labelled, _read_ratio, _read_bare)
-_CHAINS: dict[str, tuple[_Reader, ...]] = {
-    "auto": (_read_json, _read_tag, _read_heading, *_NUMBER, _read_refusal, _yes_no_reader(True)),
-    "number": (*_NUMBER, _read_refusal),
-    "json": (_read_json, _read_refusal),
-    "result_heading": (_read_heading, _read_refusal),
-    "tag": (_read_tag, _read_refusal),
-    "yes_no": (_read_refusal, _yes_no_reader(False)),
-    "severity": (
-        partial(_read_json, keys=_SEVERITY_KEYS),
-        _read_sev_labelled,
-        _read_sev_bare,
-        _read_refusal,
-    ),
-}
-
-
-def _read_contains(raw: str, cfg: ReadConfig) -> Reading:
-    """Spring AI's rule: pass when the reply contains the yes word anywhere (any case), else
-    fail. Never invalid: a reply without the word, even an empty one, is a "no"."""
-    top = max(cfg.yes_no.values())
-    low = min(cfg.yes_no.values())
-    text = raw.lower()
-    found = any(word in text for word, value in cfg.yes_no.items() if value == top)
-    first = _yes_no_reader(False)(_Reply(raw, raw), cfg)
-    reason = first.reason if first is not None else _clean(raw)
-    return Reading(score=float(top if found else low), reason=reason)
-
-
-def read_one(raw: str, cfg: ReadConfig) -> Reading:
-    if cfg.mode == "contains":
-        return _read_contains(raw, cfg)
-    if not raw.strip():
-        return Reading(error="empty reply")
-    norm = _EMPHASIS.sub("", raw.replace("\r\n", "\n"))
-    reply = _Reply(raw, norm)
-    for reader in _CHAINS[cfg.mode]:
-        if (reading := reader(reply, cfg)) is not None:
-            return _check(reading, cfg)
-    if _json_objects(raw)[1]:
-        return Reading(error="malformed JSON (reply cut off?)")
-    if cfg.mode == "tag" and cfg.tag:
-        return Reading(error=f"no <{cfg.tag}> tag found")
-    return Reading(
-        error="no score found" if cfg.mode == "auto" else f"no score found ({cfg.mode} form)"
-    )
-
-
-def _check(r: Reading, cfg: ReadConfig) -> Reading:
-    if r.score is None or cfg.mode == "severity":
-        return r
-    x, err = r.score, None
-    if not math.isfinite(x):
-        err = f"score {x} is not a finite number"
-    elif not cfg.lo <= x <= cfg.hi:
-        err = f"score {tidy(x)} outside {cfg.scale}"
-    elif cfg.integer and not x.is_integer():
-        err = f"score {tidy(x)} is not an integer"
-    return Reading(reason=r.reason, error=err) if err else r

@@ -17,7 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from flowkit.errors import UsageError
-from flowkit.metrics.score_forms import REFUSED, ReadConfig, Reading, read_one, tidy
+from flowkit.metrics.keys import PER_ROW, returns_keys
+from flowkit.metrics.score_forms import REFUSED, ReadConfig, Reading, tidy
+from flowkit.metrics.score_modes import read_one
 
 MODES = (
     "auto",
@@ -180,6 +182,15 @@ def _sample_text(value: Any) -> str:
     return str(value)
 
 
+PARSE_KEYS = ("score", "result", "reason", "raw", "samples", "error")
+"""The keys of parse_score's record; ``severity`` joins them in severity mode."""
+
+
+def _parse_keys(mode: Any) -> tuple[str, ...]:
+    return (*PARSE_KEYS, "severity") if mode in ("severity", PER_ROW) else PARSE_KEYS
+
+
+@returns_keys(lambda inputs: _parse_keys(inputs.get("mode")))
 def parse_score(
     text: str | list[str] | dict[str, Any],
     min: float = 1,

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flowkit.metrics.keys import returns_keys
 from flowkit.metrics.scores import passes
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -46,12 +47,14 @@ def token_f1(answer: str, truth: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+@returns_keys(("score", "result"))
 def f1_score(answer: str, ground_truth: str | list[str], threshold: float = 0.5) -> dict[str, Any]:
     """Token F1 against the ground truth (the best over a list of accepted answers)."""
     score = max(token_f1(answer, t) for t in _answers(ground_truth))
     return {"score": score, "result": "pass" if score >= threshold else "fail"}
 
 
+@returns_keys(("score", "result"))
 def exact_match(
     answer: str, ground_truth: str | list[str], normalize_text: bool = False
 ) -> dict[str, Any]:
@@ -89,6 +92,7 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float | None:
     return max(-1.0, min(1.0, dot / norm))
 
 
+@returns_keys(("score", "result", "error"))
 def embedding_similarity(
     answer_vector: Sequence[float], truth_vector: Sequence[float], threshold: float = 0.8
 ) -> dict[str, Any]:
@@ -145,6 +149,7 @@ def _count(value: Any, name: str) -> int | None:
     return value
 
 
+@returns_keys(("input", "output", "total"))
 def token_counts(
     usage: Mapping[str, Any] | None = None,
     input_tokens: Any = None,

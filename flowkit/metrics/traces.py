@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flowkit.metrics.keys import returns_keys
+
 _LLM_TYPES = ("LLM", "CHAT_MODEL")
 
 
@@ -157,6 +159,10 @@ def from_trace(trace: Any) -> dict[str, Any]:
     }
 
 
+USAGE_KEYS = ("latency_seconds", "input_tokens", "output_tokens", "total_tokens")
+"""What agent_row reads from a trace besides the response and retrieval."""
+
+
 def _found(trace: Any) -> dict[str, Any]:
     return from_trace(trace) if trace not in (None, "") else {}
 
@@ -173,6 +179,7 @@ def _retrieval(found: dict[str, Any], retrieved_context: Any, request_id: Any) -
     }
 
 
+@returns_keys(("request_id", "retrieved_context", "response", *USAGE_KEYS))
 def agent_row(
     response: Any = None,
     retrieved_context: Any = None,
@@ -187,7 +194,7 @@ def agent_row(
     found = _found(trace)
     if response in (None, "") and found.get("response") is None:
         raise ValueError("the row needs 'response' or a 'trace' whose root span has outputs")
-    usage = ("latency_seconds", "input_tokens", "output_tokens", "total_tokens")
+    usage = USAGE_KEYS
     return {
         **_retrieval(found, retrieved_context, request_id),
         "response": _own_or(response, found, "response"),
@@ -195,6 +202,7 @@ def agent_row(
     }
 
 
+@returns_keys(("request_id", "retrieved_context"))
 def trace_row(
     retrieved_context: Any = None, trace: Any = None, request_id: Any = None
 ) -> dict[str, Any]:
@@ -202,6 +210,7 @@ def trace_row(
     return _retrieval(_found(trace), retrieved_context, request_id)
 
 
+@returns_keys(("input", "output", "total", "latency_seconds"))
 def usage_row(
     trace: Any = None,
     latency_seconds: Any = None,

@@ -117,3 +117,76 @@ def test_init_scaffolds_a_project_that_runs_against_the_test_server(
     )
     assert again.returncode == 2
     assert "already has supported.yaml, metrics.py" in again.stderr
+
+
+def test_init_project_reports_the_judge_and_the_overlap_apart_and_gates_each(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FLOWKIT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("FLOWKIT_MODEL", None)
+    cli = [sys.executable, "-m", "flowkit.cli"]
+
+    def flowkit_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cli, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    assert flowkit_cli("init", "proj", cwd=tmp_path).returncode == 0
+    project = tmp_path / "proj"
+    ran = flowkit_cli("run", "supported.yaml", "--data", "data.jsonl", "--name", "a", cwd=project)
+    assert ran.returncode == 0, ran.stderr
+    rows = [r["outputs"] for r in read_jsonl(project / "runs" / "a" / "outputs.jsonl")]
+    judged = [r["score"] for r in rows]
+    overlaps = [r["overlap"] for r in rows]
+    metrics = read_json(project / "runs" / "a" / "metrics.json")
+    assert metrics["supported.mean"] == sum(judged) / len(judged)
+    assert metrics["supported.count"] == len(judged)
+    assert metrics["supported.overlap_mean"] == sum(overlaps) / len(overlaps)
+    assert metrics["supported.overlap_min"] == min(overlaps)
+    assert max(overlaps) <= 1 < metrics["supported.mean"]  # the two can no longer be confused
+
+    # The gate: the judge's mean is at least 3 here, the overlap's never.
+    assert metrics["supported.mean"] >= 3
+    overlap_gate = f"supported.overlap_mean>={metrics['supported.overlap_mean']!r}"
+    for gate in ("supported.mean>=3", overlap_gate):
+        held = flowkit_cli(
+            "run", "supported.yaml", "--data", "data.jsonl", "--gate", gate, cwd=project
+        )
+        assert held.returncode == 0, held.stdout + held.stderr
+        assert f"gate {gate.split('>=')[0]}>=" in held.stderr and ": passed (" in held.stderr
+    missed = flowkit_cli(
+        "run",
+        "supported.yaml",
+        "--data",
+        "data.jsonl",
+        "--gate",
+        "supported.overlap_mean>=1.5",
+        cwd=project,
+    )
+    assert missed.returncode == 1
+    assert "gate supported.overlap_mean>=1.5: failed, supported.overlap_mean = " in missed.stderr
+
+
+def test_init_template_with_two_built_in_means_is_refused(tmp_path: Path) -> None:
+    made = CliRunner().invoke(main, ["init", str(tmp_path / "proj")])
+    assert made.exit_code == 0, made.output
+    flow = tmp_path / "proj" / "supported.yaml"
+    text = flow.read_text()
+    flow.write_text(
+        text.replace(
+            "    source: metrics.py\n    function: overlap_summary\n",
+            "    function: flowkit.metrics.aggregate:mean\n",
+        )
+    )
+    line = text.splitlines().index("    source: metrics.py") + 1  # `function:` moves up to it
+    summary = text.splitlines().index("  - name: summary") + 1
+    result = CliRunner().invoke(main, ["validate", str(flow)])
+    assert result.exit_code == 2
+    assert (
+        f"{flow}:{line}: node 'overlap_summary': metric keys 'count', 'invalid', 'mean', "
+        f"'stdev' are also written by aggregate node 'summary' (line {summary}): one would "
+        "overwrite the other. Give one of them keys of its own: return them from a function of "
+        "yours, declared with @returns_keys (flowkit.metrics.keys), or use "
+        "flowkit.metrics.aggregate:sums, which names its keys after its inputs ({overlap: ...} "
+        "writes overlap.mean)"
+    ) in result.output

@@ -232,6 +232,11 @@ PARSE_CASES = [
     ("answer_correctness_yes_no", "NO. The context says eight legs.", 0, "fail"),
     ("fact_check", "Yes", 1, "pass"),
     ("fact_check", "Score: 4", 0, "fail"),  # contains mode: no YES is a fail, never invalid
+    ("relevancy_yes_no", "NO. The response says yes to the query.", 0, "fail"),
+    ("answer_correctness_yes_no", "NO. The response says yes to the query.", 0, "fail"),
+    ("fact_check", "NO. The claim says yes to the document.", 0, "fail"),
+    ("relevancy_yes_no", "The response fits, so YES.", None, "invalid"),
+    ("fact_check", "The claim fits, so YES.", 1, "pass"),  # a bare prompt: contains reads it
 ]
 
 

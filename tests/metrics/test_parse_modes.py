@@ -23,7 +23,8 @@ __all__ = ["judge", "server"]
         ("The answer is YES", 1, "The answer is YES"),
         ("yes", 1, None),
         ("Yes. It fits.", 1, "It fits."),
-        ("No, yesterday's data is missing.", 1, "yesterday's data is missing."),  # Spring's rule
+        ("No, yesterday's data is missing.", 0, "yesterday's data is missing."),  # first word
+        ("It said yesterday that YES holds.", 1, "It said yesterday that YES holds."),
         ("NO", 0, None),
         ("I cannot say.", 0, "I cannot say."),  # no YES: a fail, never unreadable
         ("", 0, None),
@@ -69,11 +70,20 @@ def test_intents_in_the_documented_answer_form() -> None:
 
 
 @pytest.mark.parametrize("flow", ["relevancy_yes_no", "answer_correctness_yes_no", "fact_check"])
-def test_spring_style_flows_pass_on_a_contained_yes(judge: Any, flow: str) -> None:
-    # qa.jsonl rows 4 (spider) and 6 (Saturn) get a reply without YES: a fail, not invalid
-    rules = [("(?i)spider|Saturn", "I would say no."), (".", "Well, the answer is YES.")]
-    m = metrics(judge(flow, "qa", rules), flow)
-    assert (m["invalid"], m["count"], m["pass_rate"]) == (0, 6, pytest.approx(4 / 6))
+def test_spring_style_flows_read_the_verdict_first(judge: Any, flow: str) -> None:
+    # qa.jsonl row 3 (spider) opens with NO and says yes later: a fail; row 5 (Saturn) says
+    # both in its verdict position: invalid, never a pass.
+    rules = [
+        ("(?i)spider", "NO. The response says yes to the question, but the context disagrees."),
+        ("(?i)Saturn", "YES or NO: hard to tell."),
+        (".", "**YES**\nIt fits the context."),
+    ]
+    result = judge(flow, "qa", rules)
+    m = metrics(result, flow)
+    assert (m["invalid"], m["count"], m["pass_rate"]) == (1, 5, pytest.approx(4 / 5))
+    rows = [row["outputs"] for row in result.rows()]
+    assert [r["score"] for r in rows] == [1, 1, 1, 0, 1, None]
+    assert rows[5]["result"] == "invalid"
 
 
 def test_fact_check_prompt_is_document_and_claim_only(judge: Any) -> None:

@@ -1,0 +1,107 @@
+"""Keys known only at run time: an aggregate writing a metric another already wrote fails
+loudly instead of overwriting it, and a read of a key a node's output lacks is null with one
+warning per node in the run's notices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import flowkit
+from flowkit.flow.wiring import COLLISION_FIX
+from tests.support import read_json, write
+
+MODULE = """
+def f(x):
+    return {"score": x, "reason": "r"}
+
+
+def first(ys):
+    return {"mean": 1.0, "count": len(ys)}
+
+
+def second(ys):
+    return {"mean": 2.0, "count": len(ys), "spread": 0.5}
+
+
+def outer(x):
+    return {"score": x}
+"""
+
+
+def _flow(folder: Path, outputs: str, aggregates: str = "") -> Path:
+    write(folder / "m.py", MODULE)
+    return write(
+        folder / "t.yaml",
+        "name: t\ninputs: {x: {type: integer}}\n"
+        f"outputs: {outputs}\nnodes:\n"
+        "  - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}\n"
+        + aggregates,
+    )
+
+
+def _run(flow: Path, tmp_path: Path) -> flowkit.api.RunResult:  # type: ignore[name-defined]
+    rows = [{"x": 1}, {"x": 2}, {"x": 3}]
+    return flowkit.run(flow, rows, cache_dir=tmp_path / "cache", output=tmp_path / "run")
+
+
+def test_undeclared_aggregates_writing_one_key_fail_the_second(tmp_path: Path) -> None:
+    aggregates = (
+        "  - {name: a, type: aggregate, source: m.py, function: first, "
+        "inputs: {ys: ${n.output.score}}}\n"
+        "  - {name: b, type: aggregate, source: m.py, function: second, "
+        "inputs: {ys: ${n.output.score}}}\n"
+    )
+    result = _run(_flow(tmp_path, "{y: ${n.output.score}}", aggregates), tmp_path)
+    assert result.metrics == {"t.mean": 1.0, "t.count": 3}  # a's, untouched; none of b's
+    why = (
+        "metric keys 'count', 'mean' already written by aggregate node 'a', so none of this "
+        "node's metrics were reported. Declare each aggregate function's keys with "
+        "@returns_keys (flowkit.metrics.keys), so that validation finds this before the run. "
+        + COLLISION_FIX
+    )
+    run = read_json(result.run_dir / "run.json")
+    assert run["aggregates"]["b"]["status"] == "failed"
+    assert run["aggregates"]["b"]["error"] == f"MetricKeyClash: {why}"
+    assert run["aggregates"]["a"]["status"] == "ok"
+    assert run["notices"] == [f"warning: aggregate node 'b' failed: {why}"]
+
+
+def test_a_missing_key_is_null_with_one_warning_per_node(tmp_path: Path) -> None:
+    outputs = "{a: ${n.output.scroe}, b: ${n.output.scroe}, c: ${n.output.reason}}"
+    result = _run(_flow(tmp_path, outputs), tmp_path)
+    assert [row["outputs"] for row in result.rows()] == [{"a": None, "b": None, "c": "r"}] * 3
+    run = read_json(result.run_dir / "run.json")
+    assert run["notices"] == [
+        "warning: node 'n' returned no key 'scroe' for ${n.output.scroe} (its keys are: "
+        "reason, score); null in 6 reads"
+    ]
+
+
+def test_a_missing_key_inside_a_sub_flow_names_the_node_by_its_path(tmp_path: Path) -> None:
+    write(tmp_path / "m.py", MODULE)
+    write(
+        tmp_path / "inner.yaml",
+        """
+        name: inner
+        inputs: {x: {type: integer}}
+        outputs: {s: ${o.output.scoer}}
+        nodes:
+          - {name: o, type: python, source: m.py, function: outer, inputs: {x: ${inputs.x}}}
+        """,
+    )
+    flow = write(
+        tmp_path / "t.yaml",
+        """
+        name: t
+        inputs: {x: {type: integer}}
+        outputs: {s: ${sub.output.s}}
+        nodes:
+          - {name: sub, type: flow, flow: inner.yaml, inputs: {x: ${inputs.x}}}
+        """,
+    )
+    result = _run(flow, tmp_path)
+    assert [row["outputs"] for row in result.rows()] == [{"s": None}] * 3
+    assert read_json(result.run_dir / "run.json")["notices"] == [
+        "warning: node 'sub.o' returned no key 'scoer' for ${o.output.scoer} (its keys are: "
+        "score); null in 3 reads"
+    ]
