@@ -133,14 +133,14 @@ def test_ray_runs_a_python_flow_as_a_local_run_does(tmp_path: Path, workdir: Pat
 
 
 def test_a_worker_refuses_a_flow_that_differs_from_the_drivers(tmp_path: Path) -> None:
-    from flowkit.engine.context import RunOptions
     from flowkit.errors import UsageError
     from flowkit.flow.loader import load_flow
     from flowkit.runs.backends import WorkerJob, _load
+    from flowkit.runs.config import RunConfig
 
     flow = load_flow("f1_score")
-    job = WorkerJob(flow.sources, RunOptions(), None, None, None, "r", 2, flow.content_hash)
+    job = WorkerJob(flow.sources, RunConfig(), "r", flow.content_hash)
     assert _load(job).content_hash == flow.content_hash
-    stale = WorkerJob(flow.sources, RunOptions(), None, None, None, "r", 2, "0" * 64)
+    stale = WorkerJob(flow.sources, RunConfig(), "r", "0" * 64)
     with pytest.raises(UsageError, match="got different nodes, prompts or code than the driver"):
         _load(stale)
