@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import os
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, ParamSpec
+from typing import Any, BinaryIO, ParamSpec
 
 from flowkit import __version__
 from flowkit.data.frames import DATA_FILE, is_in_memory, write_rows
@@ -26,6 +27,7 @@ from flowkit.engine.context import Stats
 from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow, load_flows
+from flowkit.llm.config import Settings  # at run time: help() shows the parameter's type
 from flowkit.runs.config import Backend, RunConfig, Trace, legacy_config
 from flowkit.runs.folder import (
     LOCK_FILE,
@@ -43,9 +45,6 @@ from flowkit.runs.folder import (
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
 from flowkit.runs.judging import changes, describe, judging
 from flowkit.runs.resume import data_fingerprint
-
-if TYPE_CHECKING:
-    from flowkit.llm.config import Settings
 
 __all__ = ["Interrupted", "RunConfig", "RunResult", "arun", "resume", "run", "run_configured"]
 
@@ -65,6 +64,7 @@ def _outside_any_loop(fn: Callable[P, RunResult]) -> Callable[P, RunResult]:
         with ThreadPoolExecutor(1, thread_name_prefix="flowkit-run") as pool:
             return pool.submit(fn, *args, **kwargs).result()
 
+    wrapper.__signature__ = _signature(fn)  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -76,7 +76,14 @@ def _awaitable(fn: Callable[P, RunResult]) -> Callable[P, Coroutine[Any, Any, Ru
     async def awaitable(*args: P.args, **kwargs: P.kwargs) -> RunResult:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
+    awaitable.__signature__ = _signature(fn)  # type: ignore[attr-defined]
     return awaitable
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``fn``'s signature with its annotations as types, not strings, so ``help()`` reads
+    ``concurrency: int = 16`` rather than ``concurrency: 'int' = 16``."""
+    return inspect.signature(fn, eval_str=True)
 
 
 @_outside_any_loop

@@ -250,7 +250,7 @@ def run(
         for note in notes:
             err_console.print(note, highlight=False)
         config = RunConfig.of(
-            mapping=mapping,
+            mapping=mapping or None,
             prior_run=prior_run,
             concurrency=concurrency,
             limit=limit,

@@ -120,7 +120,8 @@ def legacy_config(info: dict[str, Any]) -> RunConfig:
         "embedding_model": inv.get("embedding_model"),
         "timeout": inv.get("timeout"),
         "backend": opts.get("backend"),
-        "workers": opts.get("workers"),
+        # 0.1.0 wrote 1 for the local backend, which has no workers to count.
+        "workers": opts.get("workers") if opts.get("backend", "local") != "local" else None,
         "scheduler": inv.get("scheduler"),
         "chunk_size": inv.get("chunk_size"),
         "target": inv.get("target"),
