@@ -1,7 +1,8 @@
 """flowkit: evaluate LLM applications with flows defined in YAML.
 
-The public API is here: ``run`` (``arun`` to await it), ``resume``, ``load_flow`` and the error
-classes. One package per concept; imports point down this list, never up:
+The public API is here: ``run`` (``arun`` to await it), ``resume``, ``load_flow``, ``RunConfig``
+(every run option) and the error classes. One package per concept; imports point down this
+list, never up:
 
     cli → api → inspect → runs → data → engine → kinds → metrics, llm → flow → cache → errors
 

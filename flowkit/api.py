@@ -1,5 +1,5 @@
 """The Python API: `run(flow, data, ...)`, `resume(run)` and `RunResult`. The CLI is a thin
-skin over this.
+skin over this: it builds a `RunConfig` (flowkit.runs.config) and calls `run_configured`.
 
 A run checks everything before the first row (flow, mapping against the data's columns, model
 configuration), then streams rows through the executor, then aggregates, then closes the run
@@ -28,7 +28,7 @@ from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow, load_flows
 from flowkit.llm.config import Settings  # at run time: help() shows the parameter's type
-from flowkit.runs.config import Backend, RunConfig, Trace, legacy_config
+from flowkit.runs.config import Backend, RunConfig, Trace, recorded_config
 from flowkit.runs.folder import (
     LOCK_FILE,
     RUNNING,
@@ -43,7 +43,7 @@ from flowkit.runs.folder import (
     resolve_run_dir,
 )
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
-from flowkit.runs.judging import changes, describe, judging
+from flowkit.runs.judging import changes, judging, refusal, rerun_notice
 from flowkit.runs.resume import data_fingerprint
 
 __all__ = ["Interrupted", "RunConfig", "RunResult", "arun", "resume", "run", "run_configured"]
@@ -342,12 +342,13 @@ def _resume(
     changed = changes(info["judging"], now) if "judging" in info else {}
     flow_changed = flow.content_hash != info["flow"]["hash"]
     if (changed or flow_changed) and not allow_changes:
-        raise _changed(where, flow, changed, config)
+        raise refusal(where, flow.name, changed, config.use_cache)
     previous = {k: info.get(k) for k in ("status", "started", "ended", "counts")}
     record: dict[str, Any] = {"previous": previous, "at": iso(time.time())}
     if changed or flow_changed:
         record["changes"] = {"nodes": changed, "flow": flow_changed}
-        info["notices"] = [*info.get("notices", []), _rerun_notice(flow, changed, config)]
+        notice = rerun_notice(flow.name, changed, config.use_cache)
+        info["notices"] = [*info.get("notices", []), notice]
         info["flow"] = {**info["flow"], "hash": flow.content_hash}
         info["judging"] = now
         job.keep_rows = False
@@ -356,45 +357,6 @@ def _resume(
     for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
         info.pop(stale, None)
     return execute(job, RunWriter(run_dir, info, resuming=True, lock=lock), kept=run_dir)
-
-
-def recorded_config(info: dict[str, Any]) -> RunConfig:
-    """The options a run was started with, from its run.json (also one written by flowkit
-    0.1.0, before ``"config"`` was recorded)."""
-    if "config" in info:
-        return RunConfig.of(**info["config"])
-    return legacy_config(info)
-
-
-def _changed(
-    where: str, flow: Flow, changed: dict[str, list[str]], config: RunConfig
-) -> UsageError:
-    """The refusal of a resume whose flow or judging changed since the run."""
-    if changed:
-        message = f"{where}: the judging changed since the run; its rows would mix two judges:"
-        message += "".join(f"\n  {line}" for line in describe(changed))
-    else:
-        message = f"{where}: flow {flow.name!r} changed since the run (nodes, prompts or code)"
-    cost = (
-        "the cache answering each unchanged node"
-        if config.use_cache
-        else "and, as this run keeps no cache (--no-cache), every node of every row is called again"
-    )
-    return UsageError(
-        message,
-        hint=f"a resume must finish what was started; --allow-changes (allow_changes=True) "
-        f"reruns every row in this folder, {cost}; or start a new run",
-    )
-
-
-def _rerun_notice(flow: Flow, changed: dict[str, list[str]], config: RunConfig) -> str:
-    what = "; ".join(describe(changed)) if changed else f"flow {flow.name!r} changed"
-    how = (
-        "the cache answered each unchanged node"
-        if config.use_cache
-        else "every node was called again (the run keeps no cache)"
-    )
-    return f"resumed with changes ({what}): every row ran again, {how}"
 
 
 def with_target(

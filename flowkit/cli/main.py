@@ -203,7 +203,7 @@ def run(
     from flowkit.flow.loader import load_flows
     from flowkit.inspect.gates import check_gate_names, check_gates, parse_gate
     from flowkit.inspect.show import count_rows, progress_display
-    from flowkit.runs.config import RunConfig
+    from flowkit.runs.config import RunConfig, recorded_config
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
     parsed_gates = [parse_gate(g) for g in gates]
@@ -223,7 +223,7 @@ def run(
     if resume_run is not None:
         _only_with_resume(click.get_current_context(), flows, data)
         info = read_run_info(resolve_run_dir(resume_run))
-        limit = info.get("options", {}).get("limit")
+        limit = recorded_config(info).limit
         total = count_rows(Path(info.get("invocation", {}).get("data", "")), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = resume_flow(

@@ -102,6 +102,14 @@ class RunConfig(BaseModel):
         return self.workers if self.backend != "local" else 1
 
 
+def recorded_config(info: dict[str, Any]) -> RunConfig:
+    """The options a run was started with, from its run.json (also one written by flowkit
+    0.1.0, before ``"config"`` was recorded)."""
+    if "config" in info:
+        return RunConfig.of(**info["config"])
+    return legacy_config(info)
+
+
 def legacy_config(info: dict[str, Any]) -> RunConfig:
     """The config of a run.json written before ``"config"`` was (flowkit 0.1.0): read from its
     ``"options"`` and ``"invocation"``, so those runs can still be resumed."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from flowkit.engine.plan import ENDPOINT_KINDS
 from flowkit.engine.prepare import walk_nodes
+from flowkit.errors import UsageError
 from flowkit.flow.graph import Flow
 
 Judging = dict[str, dict[str, Any]]
@@ -74,6 +75,37 @@ def changes(before: Judging, now: Judging) -> dict[str, list[str]]:
 def describe(changed: dict[str, list[str]]) -> list[str]:
     """One line per changed node: ``node 'judge': model gpt-4o-mini -> gpt-4o``."""
     return [f"node {node!r}: {', '.join(what)}" for node, what in changed.items()]
+
+
+def refusal(where: str, flow: str, changed: dict[str, list[str]], cached: bool) -> UsageError:
+    """The refusal of a resume whose judging (or, where nothing names it, flow) changed."""
+    if changed:
+        message = f"{where}: the judging changed since the run; its rows would mix two judges:"
+        message += "".join(f"\n  {line}" for line in describe(changed))
+    else:
+        message = f"{where}: flow {flow!r} changed since the run (nodes, prompts or code)"
+    cost = (
+        "the cache answering each unchanged node"
+        if cached
+        else "and, as this run keeps no cache (--no-cache), every node of every row is "
+        "called again"
+    )
+    return UsageError(
+        message,
+        hint=f"a resume must finish what was started; --allow-changes (allow_changes=True) "
+        f"reruns every row in this folder, {cost}; or start a new run",
+    )
+
+
+def rerun_notice(flow: str, changed: dict[str, list[str]], cached: bool) -> str:
+    """What run.json's notices say of a resume that was allowed changes."""
+    what = "; ".join(describe(changed)) if changed else f"flow {flow!r} changed"
+    how = (
+        "the cache answered each unchanged node"
+        if cached
+        else "every node was called again (the run keeps no cache)"
+    )
+    return f"resumed with changes ({what}): every row ran again, {how}"
 
 
 _UNSET = object()
