@@ -304,12 +304,16 @@ _RUN_DEFINING = (
     "output",
     "name",
     "model",
+    "embedding_model",
     "connection",
+    "target",
     "timeout",
     "backend",
     "workers",
     "scheduler",
     "strict",
+    "overwrite",
+    "trace_level",
 )
 
 

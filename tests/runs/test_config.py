@@ -168,3 +168,14 @@ def test_a_run_folder_written_before_the_config_still_resumes(project: Path) -> 
     assert info["config"]["concurrency"] == 3 and info["config"]["trace"] == "full"
     assert after["config"] == info["config"]
     assert after["options"]["trace"] == "full"
+
+
+def test_cli_resume_refuses_each_option_the_run_recorded(project: Path) -> None:  # noqa: F811
+    flowkit.run("flaky.yaml", "data.jsonl", name="r1")
+    given = ["--embedding-model", "e", "--trace", "full", "--target", "m:f", "--overwrite"]
+    result = CliRunner().invoke(main, ["run", "--resume", "r1", *given])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == (
+        "error: --resume reuses the run's own flow, data and options; drop --embedding-model, "
+        "--target, --overwrite, --trace"
+    )
