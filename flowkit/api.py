@@ -322,6 +322,9 @@ def _resume(
     if inv.get("settings_object") and settings is None:
         raise UsageError(f"{where} was given a settings object; pass it to resume() again")
     config = recorded_config(info)
+    # What the run was started with stays on record (a folder from before "config" gains it);
+    # a resume's own concurrency is how this resume runs, not what the run is.
+    info.setdefault("config", config.model_dump(mode="json"))
     if concurrency is not None:
         config = RunConfig.of(**{**config.model_dump(), "concurrency": concurrency})
     flow = load_flows(inv["flows"])
@@ -353,7 +356,6 @@ def _resume(
         info["judging"] = now
         job.keep_rows = False
     info["resumes"] = [*info.get("resumes", []), record]
-    info["config"] = config.model_dump(mode="json")
     for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
         info.pop(stale, None)
     return execute(job, RunWriter(run_dir, info, resuming=True, lock=lock), kept=run_dir)
