@@ -216,3 +216,21 @@ def test_allow_changes_goes_with_resume_only(project: Path) -> None:
     )
     assert result.exit_code == 2
     assert result.stderr == "error: --allow-changes goes with --resume RUN only\n"
+
+
+def test_allowed_code_change_reruns_the_python_node_and_no_judge(
+    project: Path, llm_server: LocalServer
+) -> None:
+    cut_run(project)
+    nodes = project / "nodes.py"
+    nodes.write_text(nodes.read_text().replace("len(text.split())", "len(text.split()) + 1"))
+    with pytest.raises(UsageError, match=r"flow 'judged' changed since the run \(nodes, prompts"):
+        flowkit.resume("cut")
+    llm_server.reset()
+
+    resumed = flowkit.resume("cut", allow_changes=True)
+
+    assert calls(project) == ROWS and llm_server.stats()["chat_completions"] == 0
+    clean = flowkit.run("judged.yaml", "data.jsonl", name="clean", use_cache=False)
+    assert resumed.metrics == clean.metrics
+    assert read_run_info(resumed.run_dir)["resumes"][-1]["changes"] == {"nodes": {}, "flow": True}
