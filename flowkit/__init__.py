@@ -1,7 +1,8 @@
 """flowkit: evaluate LLM applications with flows defined in YAML.
 
-The public API is here: ``run`` (``arun`` to await it), ``resume``, ``load_flow`` and the error
-classes. One package per concept; imports point down this list, never up:
+The public API is here: ``run`` (``arun`` to await it), ``resume``, ``load_flow``, ``RunConfig``
+(every run option) and the error classes. One package per concept; imports point down this
+list, never up:
 
     cli → api → inspect → runs → data → engine → kinds → metrics, llm → flow → cache → errors
 
@@ -15,33 +16,40 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowkit.errors import DataError, FlowkitError, UsageError, ValidationError
 
+if TYPE_CHECKING:  # what an IDE and mypy see; at run time __getattr__ below imports them
+    from flowkit.api import arun, resume, run
+    from flowkit.flow.loader import load_flow
+    from flowkit.runs.config import RunConfig
+
+# Loaded on first use: `import flowkit` (and `flowkit --help`) stays cheap without pydantic,
+# the engine and the model layer. The functions are the real ones, so `help(flowkit.run)` and
+# `inspect.signature` show their parameters.
+_LAZY = {
+    "run": "flowkit.api",
+    "arun": "flowkit.api",
+    "resume": "flowkit.api",
+    "load_flow": "flowkit.flow.loader",
+    "RunConfig": "flowkit.runs.config",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # Loaded on first use: `import flowkit` (and `flowkit --help`) stays cheap without the
-    # loader's pydantic models.
-    if name == "load_flow":
-        from flowkit.flow.loader import load_flow
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flowkit' has no attribute {name!r}")
+    import importlib
 
-        return load_flow
-    raise AttributeError(f"module 'flowkit' has no attribute {name!r}")
-
-
-def run(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """Run a flow over a dataset; see :func:`flowkit.api.run`."""
-    from flowkit.api import run as _run
-
-    return _run(*args, **kwargs)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next look-up is a plain attribute
+    return value
 
 
-async def arun(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """``await flowkit.arun(flow, data, ...)`` inside an event loop; see :func:`run`."""
-    from flowkit.api import arun as _arun
-
-    return await _arun(*args, **kwargs)
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def log_metric(name: str, value: object) -> None:
@@ -51,16 +59,10 @@ def log_metric(name: str, value: object) -> None:
     _log(name, value)
 
 
-def resume(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """Finish an interrupted or partly failed run; see :func:`flowkit.api.resume`."""
-    from flowkit.api import resume as _resume
-
-    return _resume(*args, **kwargs)
-
-
 __all__ = [
     "DataError",
     "FlowkitError",
+    "RunConfig",
     "UsageError",
     "ValidationError",
     "__version__",

@@ -1,5 +1,5 @@
 """The Python API: `run(flow, data, ...)`, `resume(run)` and `RunResult`. The CLI is a thin
-skin over this.
+skin over this: it builds a `RunConfig` (flowkit.runs.config) and calls `run_configured`.
 
 A run checks everything before the first row (flow, mapping against the data's columns, model
 configuration), then streams rows through the executor, then aggregates, then closes the run
@@ -11,22 +11,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ParamSpec
 
 from flowkit import __version__
 from flowkit.data.frames import DATA_FILE, is_in_memory, write_rows
 from flowkit.data.jsonl import FOREIGN_OUTPUTS
 from flowkit.data.mapping import Mapping
-from flowkit.engine.context import RunOptions, Stats
-from flowkit.engine.records import TRACE_LEVELS
+from flowkit.engine.context import Stats
 from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow, load_flows
+from flowkit.llm.config import Settings  # at run time: help() shows the parameter's type
+from flowkit.runs.config import Backend, RunConfig, Trace, recorded_config
 from flowkit.runs.folder import (
     LOCK_FILE,
     RUNNING,
@@ -41,17 +43,20 @@ from flowkit.runs.folder import (
     resolve_run_dir,
 )
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
+from flowkit.runs.judging import changes, judging, refusal, rerun_notice
 from flowkit.runs.resume import data_fingerprint
 
-__all__ = ["Interrupted", "RunResult", "arun", "resume", "run"]
+__all__ = ["Interrupted", "RunConfig", "RunResult", "arun", "resume", "run", "run_configured"]
+
+P = ParamSpec("P")
 
 
-def _outside_any_loop(fn: Callable[..., RunResult]) -> Callable[..., RunResult]:
+def _outside_any_loop(fn: Callable[P, RunResult]) -> Callable[P, RunResult]:
     """Called from code already inside an event loop (Jupyter, an async app), run ``fn`` in a
     worker thread with a loop of its own: the run drives its rows with ``asyncio.run``."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> RunResult:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> RunResult:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -59,12 +64,26 @@ def _outside_any_loop(fn: Callable[..., RunResult]) -> Callable[..., RunResult]:
         with ThreadPoolExecutor(1, thread_name_prefix="flowkit-run") as pool:
             return pool.submit(fn, *args, **kwargs).result()
 
+    wrapper.__signature__ = _signature(fn)  # type: ignore[attr-defined]
     return wrapper
 
 
-async def arun(*args: Any, **kwargs: Any) -> RunResult:
-    """``await flowkit.arun(flow, data, ...)``: :func:`run` without blocking the caller's loop."""
-    return await asyncio.to_thread(run.__wrapped__, *args, **kwargs)  # type: ignore[attr-defined]
+def _awaitable(fn: Callable[P, RunResult]) -> Callable[P, Coroutine[Any, Any, RunResult]]:
+    """``fn`` in a worker thread, awaited: the caller's loop keeps turning meanwhile. The
+    signature (for ``help()`` and IDEs) is ``fn``'s."""
+
+    @functools.wraps(fn)
+    async def awaitable(*args: P.args, **kwargs: P.kwargs) -> RunResult:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    awaitable.__signature__ = _signature(fn)  # type: ignore[attr-defined]
+    return awaitable
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``fn``'s signature with its annotations as types, not strings, so ``help()`` reads
+    ``concurrency: int = 16`` rather than ``concurrency: 'int' = 16``."""
+    return inspect.signature(fn, eval_str=True)
 
 
 @_outside_any_loop
@@ -77,74 +96,77 @@ def run(
     concurrency: int = 16,
     limit: int | None = None,
     use_cache: bool = True,
-    refresh: list[str] | None = None,
+    refresh: list[str] | tuple[str, ...] = (),
     cache_dir: str | os.PathLike[str] | None = None,
     output: str | os.PathLike[str] | None = None,
     name: str | None = None,
     runs_root: str | os.PathLike[str] = "runs",
     model: str | None = None,
     connection: str | None = None,
+    embedding_model: str | None = None,
     timeout: float | None = None,
-    settings: Any = None,
-    on_progress: Callable[[Stats], None] | None = None,
-    backend: str = "local",
+    backend: Backend = "local",
     workers: int = 2,
     scheduler: str | None = None,
     chunk_size: int = 512,
     strict: bool = False,
     target: str | None = None,
-    embedding_model: str | None = None,
     overwrite: bool = False,
-    trace: str = "compact",
+    trace: Trace = "compact",
+    settings: Settings | None = None,
+    on_progress: Callable[[Stats], None] | None = None,
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
     ``data`` is a data file's path, a pandas DataFrame or a list of dicts (written to the run
-    folder as ``data.jsonl``, so the run can be resumed). With ``strict`` a bad data row stops
-    the run before anything runs; otherwise bad rows are recorded as such and the good rows run.
+    folder as ``data.jsonl``, so the run can be resumed). The keyword options are the fields of
+    :class:`flowkit.runs.config.RunConfig` (each documented there); ``settings`` (model
+    connections, instead of flowkit.yaml and the environment) and ``on_progress`` (called with
+    live counts) are objects no run folder can keep. With ``strict`` a bad data row stops the
+    run before anything runs; otherwise bad rows are recorded as such and the good rows run.
     With ``target`` (``module:function`` or an app flow) the app is called per row first and
     ``flow`` judges its answers (flowkit.flow.target). A run folder that already holds anything
     is refused unless ``overwrite`` is given (which replaces its run files only). ``trace`` is
     what traces.jsonl keeps: ``"full"``, or ``"compact"`` (python nodes' successes without
     their inputs; see README, Traces).
     """
-    if trace not in TRACE_LEVELS:
-        raise UsageError(f"trace {trace!r} must be one of: {', '.join(TRACE_LEVELS)}")
+    given = locals()
+    config = RunConfig.of(
+        **{
+            key: os.fspath(value) if isinstance(value, os.PathLike) else value
+            for key, value in given.items()
+            if key in RunConfig.model_fields
+        }
+    )
+    return run_configured(flow, data, config, settings=settings, on_progress=on_progress)
+
+
+arun = _awaitable(run.__wrapped__)  # type: ignore[attr-defined]
+arun.__name__ = arun.__qualname__ = "arun"
+arun.__doc__ = """``await flowkit.arun(flow, data, ...)``: :func:`run` without blocking the caller's
+    loop (the run goes on in a worker thread); the same parameters and result."""
+
+
+def run_configured(
+    flow: Flow | str | os.PathLike[str],
+    data: Any,
+    config: RunConfig,
+    *,
+    settings: Settings | None = None,
+    on_progress: Callable[[Stats], None] | None = None,
+) -> RunResult:
+    """:func:`run` with its options as one :class:`RunConfig` (how the CLI calls it)."""
     flow = flow if isinstance(flow, Flow) else load_flow(flow)
-    run_dir = Path(output) if output else new_run_dir(Path(runs_root), flow.name, name)
+    run_dir = (
+        Path(config.output)
+        if config.output
+        else new_run_dir(Path(config.runs_root), flow.name, config.name)
+    )
     # In-memory rows are written into the folder, so it is claimed first; a data file's run
     # claims it only once everything has been checked.
-    lock = claim_run_dir(run_dir, overwrite=overwrite) if is_in_memory(data) else None
+    lock = claim_run_dir(run_dir, overwrite=config.overwrite) if is_in_memory(data) else None
     with _data_file(data, run_dir, lock) as data_path:
-        return _start(
-            flow,
-            data_path,
-            run_dir,
-            mapping=mapping,
-            prior_run=prior_run,
-            concurrency=concurrency,
-            limit=limit,
-            use_cache=use_cache,
-            refresh=refresh,
-            cache_dir=cache_dir,
-            name=name,
-            runs_root=Path(runs_root),
-            model=model,
-            connection=connection,
-            timeout=timeout,
-            settings=settings,
-            on_progress=on_progress,
-            backend=backend,
-            workers=workers,
-            scheduler=scheduler,
-            chunk_size=chunk_size,
-            strict=strict,
-            target=target,
-            embedding_model=embedding_model,
-            lock=lock,
-            overwrite=overwrite,
-            trace=trace,
-        )
+        return _start(flow, data_path, run_dir, config, settings, on_progress, lock)
 
 
 @contextlib.contextmanager
@@ -174,96 +196,66 @@ def _start(
     flow: Flow,
     data_path: Path,
     run_dir: Path,
-    *,
-    mapping: dict[str, str] | None,
-    prior_run: str | os.PathLike[str] | None,
-    concurrency: int,
-    limit: int | None,
-    use_cache: bool,
-    refresh: list[str] | None,
-    cache_dir: str | os.PathLike[str] | None,
-    name: str | None,
-    runs_root: Path,
-    model: str | None,
-    connection: str | None,
-    timeout: float | None,
-    settings: Any,
+    config: RunConfig,
+    settings: Settings | None,
     on_progress: Callable[[Stats], None] | None,
-    backend: str,
-    workers: int,
-    scheduler: str | None,
-    chunk_size: int,
-    strict: bool,
-    target: str | None,
-    embedding_model: str | None,
-    lock: Any,
-    overwrite: bool,
-    trace: str,
+    lock: BinaryIO | None,
 ) -> RunResult:
-    if target is not None and flow.target is None:
-        flow = with_target(flow, target, data_path)
-    prior = _prior_run(prior_run, runs_root) if prior_run is not None else None
-    job = make_job(
-        flow,
-        data_path,
-        Mapping(flow, mapping, prior),
-        RunOptions(
-            concurrency=concurrency,
-            use_cache=use_cache,
-            refresh=frozenset(refresh or ()),
-            timeout=timeout,
-        ),
-        settings,
-        limit=limit,
-        cache_dir=str(Path(cache_dir).resolve()) if cache_dir else None,
-        model=model,
-        connection=connection,
-        backend=backend,
-        workers=workers,
-        scheduler=scheduler,
-        chunk_size=chunk_size,
-        on_progress=on_progress,
-        embedding_model=embedding_model,
+    if config.target is not None and flow.target is None:
+        flow = with_target(flow, config.target, data_path)
+    prior = _prior_run(config.prior_run, Path(config.runs_root)) if config.prior_run else None
+    # Written down as a resume (from any working directory) will need them.
+    config = config.model_copy(
+        update={
+            "prior_run": str(prior.resolve()) if prior else None,
+            "cache_dir": str(Path(config.cache_dir).resolve()) if config.cache_dir else None,
+        }
     )
-    if strict:
-        check_every_row(data_path, job.maps, limit)
-    invocation = {
-        "flows": list(flow.sources),
-        "data": str(data_path.resolve()),
-        "data_fingerprint": data_fingerprint(data_path),
-        "mapping": mapping or {},
-        "prior_run": str(prior.resolve()) if prior else None,
-        "timeout": timeout,
-        "model": model,
-        "connection": connection,
-        "cache_dir": job.cache_dir,
-        "scheduler": scheduler,
-        "chunk_size": chunk_size,
-        "settings_object": settings is not None,
-        "target": target,
-        "target_dir": flow.target.base if flow.target else None,
-        "embedding_model": embedding_model,
-    }
+    job = make_job(
+        flow, data_path, Mapping(flow, config.mapping or None, prior), config, settings, on_progress
+    )
+    if config.strict:
+        check_every_row(data_path, job.maps, config.limit)
     info = {
-        "name": name or run_dir.name,
+        "name": config.name or run_dir.name,
         "flow": {"name": flow.name, "path": display(flow.path), "hash": flow.content_hash},
         "data": {"path": display(data_path)},
         "mapping": job.maps.as_dict(),
+        "config": config.model_dump(mode="json"),
+        # "options" and "invocation" as flowkit 0.1.0 wrote them: `show`, `runs` and reports
+        # read them, and they say what the run read.
         "options": {
-            "concurrency": concurrency,
-            "limit": limit,
-            "cache": use_cache,
+            "concurrency": config.concurrency,
+            "limit": config.limit,
+            "cache": config.use_cache,
             "refresh": sorted(job.options.refresh),
-            "backend": backend,
-            "workers": workers if backend != "local" else 1,
-            "trace": trace,
+            "backend": config.backend,
+            "workers": config.worker_count,
+            "trace": config.trace,
         },
         "flowkit_version": __version__,
         "notices": job.maps.notices,
-        "invocation": invocation,
+        "invocation": {
+            "flows": list(flow.sources),
+            "data": str(data_path.resolve()),
+            "data_fingerprint": data_fingerprint(data_path),
+            "mapping": config.mapping or {},
+            "prior_run": config.prior_run,
+            "timeout": config.timeout,
+            "model": config.model,
+            "connection": config.connection,
+            "cache_dir": config.cache_dir,
+            "scheduler": config.scheduler,
+            "chunk_size": config.chunk_size,
+            "settings_object": settings is not None,
+            "target": config.target,
+            "target_dir": flow.target.base if flow.target else None,
+            "embedding_model": config.embedding_model,
+        },
+        "judging": judging(job.flow),
     }
     if lock is None:
-        lock = claim_run_dir(run_dir, overwrite=overwrite)
+        lock = claim_run_dir(run_dir, overwrite=config.overwrite)
     return execute(job, RunWriter(run_dir, info, lock=lock), kept=None)
 
 
@@ -282,13 +274,18 @@ def resume(
     *,
     runs_root: str | os.PathLike[str] = "runs",
     concurrency: int | None = None,
-    settings: Any = None,
+    allow_changes: bool = False,
+    settings: Settings | None = None,
     on_progress: Callable[[Stats], None] | None = None,
 ) -> RunResult:
     """Finish an interrupted or partly failed run in its own folder.
 
     Rows that finished are kept; failed, bad and missing rows run again; the aggregates are
-    recomputed over all rows. The flow and the data must be what the run used.
+    recomputed over all rows. The flow and the data must be what the run used, and so must each
+    model-calling node's model, params and prompt as today's configuration binds them (the run's
+    own options are reused; ``concurrency`` may differ). A change is refused, naming it, unless
+    ``allow_changes``: then every row runs again in the folder, the cache answering each
+    unchanged node, so only the changed nodes (and what reads them) call anything.
     """
     run_dir = resolve_run_dir(run, Path(runs_root))
     with claimed(run_dir):  # read run.json under the claim: another resume may just have ended
@@ -302,7 +299,9 @@ def resume(
         # --overwrite on this folder would otherwise clear it under the resume.
         lock = lock_run_dir(run_dir)
         try:
-            return _resume(run_dir, info, where, concurrency, settings, on_progress, lock)
+            return _resume(
+                run_dir, info, where, concurrency, allow_changes, settings, on_progress, lock
+            )
         finally:
             lock.close()  # the run's writer closes it when the run ends; this, after a refusal
 
@@ -312,7 +311,8 @@ def _resume(
     info: dict[str, Any],
     where: str,
     concurrency: int | None,
-    settings: Any,
+    allow_changes: bool,
+    settings: Settings | None,
     on_progress: Callable[[Stats], None] | None,
     lock: BinaryIO,
 ) -> RunResult:
@@ -321,47 +321,41 @@ def _resume(
         raise UsageError(f"{where} does not record how it was started, so it cannot be resumed")
     if inv.get("settings_object") and settings is None:
         raise UsageError(f"{where} was given a settings object; pass it to resume() again")
+    config = recorded_config(info)
+    # What the run was started with stays on record (a folder from before "config" gains it);
+    # a resume's own concurrency is how this resume runs, not what the run is.
+    info.setdefault("config", config.model_dump(mode="json"))
+    if concurrency is not None:
+        config = RunConfig.of(**{**config.model_dump(), "concurrency": concurrency})
     flow = load_flows(inv["flows"])
-    if inv.get("target"):
-        flow = with_target(flow, inv["target"], Path(inv["data"]), inv.get("target_dir"))
-    if flow.content_hash != info["flow"]["hash"]:
-        raise UsageError(
-            f"{where}: flow {flow.name!r} changed since the run (nodes, prompts or code)",
-            hint="a resume must finish what was started; start a new run — the cache keeps "
-            "every unchanged node free",
-        )
+    if config.target:
+        flow = with_target(flow, config.target, Path(inv["data"]), inv.get("target_dir"))
     data_path = Path(inv["data"])
     if not data_path.is_file() or data_fingerprint(data_path) != inv["data_fingerprint"]:
         raise UsageError(
             f"{where}: data file {inv['data']} is missing or changed since the run",
             hint="restore the data the run read, or start a new run",
         )
-    opts = info["options"]
-    prior = Path(inv["prior_run"]) if inv.get("prior_run") else None
+    prior = Path(config.prior_run) if config.prior_run else None
     job = make_job(
-        flow,
-        data_path,
-        Mapping(flow, inv.get("mapping") or None, prior),
-        RunOptions(
-            concurrency=concurrency or opts["concurrency"],
-            use_cache=opts["cache"],
-            refresh=frozenset(opts["refresh"]),
-            timeout=inv.get("timeout"),
-        ),
-        settings,
-        limit=opts["limit"],
-        cache_dir=inv.get("cache_dir"),
-        model=inv.get("model"),
-        connection=inv.get("connection"),
-        backend=opts["backend"],
-        workers=opts["workers"],
-        scheduler=inv.get("scheduler"),
-        chunk_size=inv.get("chunk_size") or 512,
-        on_progress=on_progress,
-        embedding_model=inv.get("embedding_model"),
+        flow, data_path, Mapping(flow, config.mapping or None, prior), config, settings, on_progress
     )
+    now = judging(job.flow)
+    # A run.json from before "judging" was recorded has only the flow hash to go by.
+    changed = changes(info["judging"], now) if "judging" in info else {}
+    flow_changed = flow.content_hash != info["flow"]["hash"]
+    if (changed or flow_changed) and not allow_changes:
+        raise refusal(where, flow.name, changed, config.use_cache)
     previous = {k: info.get(k) for k in ("status", "started", "ended", "counts")}
-    info["resumes"] = [*info.get("resumes", []), {"previous": previous, "at": iso(time.time())}]
+    record: dict[str, Any] = {"previous": previous, "at": iso(time.time())}
+    if changed or flow_changed:
+        record["changes"] = {"nodes": changed, "flow": flow_changed}
+        notice = rerun_notice(flow.name, changed, config.use_cache)
+        info["notices"] = [*info.get("notices", []), notice]
+        info["flow"] = {**info["flow"], "hash": flow.content_hash}
+        info["judging"] = now
+        job.keep_rows = False
+    info["resumes"] = [*info.get("resumes", []), record]
     for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
         info.pop(stale, None)
     return execute(job, RunWriter(run_dir, info, resuming=True, lock=lock), kept=run_dir)

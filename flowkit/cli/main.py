@@ -39,6 +39,12 @@ def main() -> None:
     metavar="RUN",
     help="Finish RUN in its folder: keep its finished rows, rerun failed and missing ones.",
 )
+@click.option(
+    "--allow-changes",
+    is_flag=True,
+    help="With --resume: go on although a node's model, params or prompt changed since the "
+    "run; every row runs again, the cache answering each unchanged node.",
+)
 @click.option("--flow", "flow_opt", metavar="FLOW", help="The flow, as an option (as `pf run`).")
 @click.option(
     "-f",
@@ -155,6 +161,7 @@ def run(
     flows: tuple[str, ...],
     data: str | None,
     resume_run: str | None,
+    allow_changes: bool,
     flow_opt: str | None,
     run_file: str | None,
     column_mapping: tuple[str, ...],
@@ -191,11 +198,12 @@ def run(
     With --resume RUN, finish an earlier run instead: its flow, data and options are reused.
     """
     from flowkit.api import resume as resume_flow
-    from flowkit.api import run as run_flow
+    from flowkit.api import run_configured
     from flowkit.cli.run_end import exit_if_valueless, report_end
     from flowkit.flow.loader import load_flows
     from flowkit.inspect.gates import check_gate_names, check_gates, parse_gate
     from flowkit.inspect.show import count_rows, progress_display
+    from flowkit.runs.config import RunConfig, recorded_config
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
     parsed_gates = [parse_gate(g) for g in gates]
@@ -215,15 +223,18 @@ def run(
     if resume_run is not None:
         _only_with_resume(click.get_current_context(), flows, data)
         info = read_run_info(resolve_run_dir(resume_run))
-        limit = info.get("options", {}).get("limit")
+        limit = recorded_config(info).limit
         total = count_rows(Path(info.get("invocation", {}).get("data", "")), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = resume_flow(
                 resume_run,
                 concurrency=concurrency if _given("concurrency") else None,
+                allow_changes=allow_changes,
                 on_progress=on_progress,
             )
     else:
+        if allow_changes:
+            raise UsageError("--allow-changes goes with --resume RUN only")
         if not flows or data is None:
             raise UsageError(
                 "run needs a FLOW and --data (or --resume RUN)",
@@ -238,33 +249,31 @@ def run(
         check_gate_names(parsed_gates, flow)
         for note in notes:
             err_console.print(note, highlight=False)
+        config = RunConfig.of(
+            mapping=mapping or None,
+            prior_run=prior_run,
+            concurrency=concurrency,
+            limit=limit,
+            use_cache=not no_cache,
+            refresh=refresh,
+            cache_dir=cache_dir,
+            output=output,
+            name=name,
+            model=model,
+            connection=connection,
+            embedding_model=embedding_model,
+            timeout=timeout,
+            backend=backend,
+            workers=workers,
+            scheduler=scheduler,
+            strict=strict,
+            target=target,
+            overwrite=overwrite,
+            trace=trace_level,
+        )
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
-            result = run_flow(
-                flow,
-                data,
-                mapping=mapping,
-                prior_run=prior_run,
-                concurrency=concurrency,
-                limit=limit,
-                use_cache=not no_cache,
-                refresh=list(refresh),
-                cache_dir=cache_dir,
-                output=output,
-                name=name,
-                model=model,
-                connection=connection,
-                timeout=timeout,
-                on_progress=on_progress,
-                backend=backend,
-                workers=workers,
-                scheduler=scheduler,
-                strict=strict,
-                overwrite=overwrite,
-                trace=trace_level,
-                target=target,
-                embedding_model=embedding_model,
-            )
+            result = run_configured(flow, data, config, on_progress=on_progress)
     report_end(result)
     if otel:  # before the gates, so a failing CI run is exported too
         from flowkit.inspect.otel import export_run
@@ -295,12 +304,16 @@ _RUN_DEFINING = (
     "output",
     "name",
     "model",
+    "embedding_model",
     "connection",
+    "target",
     "timeout",
     "backend",
     "workers",
     "scheduler",
     "strict",
+    "overwrite",
+    "trace_level",
 )
 
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunOptions:
-    """How to run, as opposed to what: none of it enters a cache key."""
+    """How to run, as opposed to what: none of it enters a cache key. The engine's share of a
+    run's options (``flowkit.runs.config.RunConfig.run_options``); fixed for the whole run."""
 
     concurrency: int = 16
     use_cache: bool = True

@@ -1,5 +1,7 @@
 """A run's life: the job, the run folder under ``runs/<run-id>/``, resuming, scale-out.
 
+- ``config``: ``RunConfig``, every option of a run, typed and frozen, from the CLI and
+  ``flowkit.run`` to the job, the workers, run.json and a resume.
 - ``job``: checks before the folder exists, streaming rows through the engine, aggregating,
   and closing the folder with a true status.
 - ``result``: ``RunResult``, what a run returns (rows, ``to_pandas()``, notebook display).
@@ -10,6 +12,8 @@
 - ``summary``: what `show` says about the traces, tallied as the run writes them.
 - ``space``: a full disk under the run folder: the space kept in hand to record it.
 - ``resume``: keeping the finished rows of an earlier run and rerunning the rest.
+- ``judging``: what identifies each model-calling node's judging (model, params, prompt), so a
+  resume refuses to mix two judges.
 - ``backends``: joblib backends (loky, Dask, Ray) whose workers send results to the driver.
 
 Imports point down to ``flowkit.engine``, ``flowkit.data``, ``flowkit.flow``, ``flowkit.cache``

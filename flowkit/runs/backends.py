@@ -23,8 +23,7 @@ from typing import Any
 
 from flowkit.cache.importpath import importable
 from flowkit.errors import UsageError
-
-BACKENDS = ("local", "loky", "threading", "multiprocessing", "dask", "ray")
+from flowkit.runs.config import RunConfig
 
 
 @dataclass
@@ -32,12 +31,9 @@ class WorkerJob:
     """Everything a worker needs, in picklable form (no compiled flow, no secrets)."""
 
     flows: tuple[str, ...]
-    options: Any
-    model: str | None
-    connection: str | None
-    cache_dir: str | None
+    config: RunConfig
+    """The run's options: its model options, cache, backend and workers."""
     run_id: str
-    workers: int
     flow_hash: str = ""
     """The driver's flow content hash: a worker that loads anything else must not run it."""
     target: Any = None
@@ -126,19 +122,25 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     from flowkit.engine.prepare import needs_settings, prepare_nodes
 
     flow = _load(job)
+    config, options = job.config, job.config.run_options()
     settings = None
     if needs_settings(flow):
         from flowkit.llm.config import load_settings
 
-        settings = _share(load_settings(model=job.model, connection=job.connection), job.workers)
-    ctx = RunContext(job.options, settings)
+        loaded = load_settings(
+            model=config.model,
+            connection=config.connection,
+            embedding_model=config.embedding_model,
+        )
+        settings = _share(loaded, config.workers)
+    ctx = RunContext(options, settings)
     prepare_nodes(flow, ctx)
     cache = None
-    if job.options.use_cache:
-        directory = Path(job.cache_dir) if job.cache_dir else default_cache_dir()
+    if options.use_cache:
+        directory = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
         cache = Cache(directory, flush_every=2**62, flush_seconds=math.inf)
     writer = MemoryWriter(job.run_id)
-    executor = Executor(flow, job.options, cache, writer, ctx)
+    executor = Executor(flow, options, cache, writer, ctx)
     try:
         with importable(flow.import_path):
             asyncio.run(_run(executor, rows))
@@ -205,24 +207,14 @@ def _parallel_config(backend: str, scheduler: str | None) -> Any:
     return joblib.parallel_config(backend=backend), None
 
 
-def run_distributed(
-    executor: Any,
-    rows: Iterable[Any],
-    job: WorkerJob,
-    *,
-    backend: str,
-    scheduler: str | None,
-    chunk_size: int,
-) -> None:
-    """Send ``rows`` to joblib workers in chunks and fold their results into ``executor``."""
-
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
-    config, client = _parallel_config(backend, scheduler)
+def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob) -> None:
+    """Send ``rows`` to joblib workers in chunks (``job.config``'s backend, scheduler and
+    chunk size) and fold their results into ``executor``."""
+    parallel, client = _parallel_config(job.config.backend, job.config.scheduler)
     writer, cache, stats = executor.writer, executor.cache, executor.stats
     try:
-        with config:
-            chunks = _chunks(rows, chunk_size)
+        with parallel:
+            chunks = _chunks(rows, job.config.chunk_size)
             for result in _results(job, chunks):
                 _fold(result, writer, cache, executor, stats)
                 executor._tick()
@@ -239,12 +231,12 @@ def _results(job: WorkerJob, chunks: Iterator[list[Any]]) -> Iterator[ChunkResul
     tasks = (joblib.delayed(run_chunk)(job, chunk) for chunk in chunks)
     try:
         parallel = joblib.Parallel(
-            n_jobs=job.workers, return_as="generator", pre_dispatch="2*n_jobs"
+            n_jobs=job.config.workers, return_as="generator", pre_dispatch="2*n_jobs"
         )
     except ValueError:
         # Ray's joblib backend returns whole lists only: hand it a window of chunks at a time.
-        window = 2 * job.workers
-        with joblib.Parallel(n_jobs=job.workers) as batches:
+        window = 2 * job.config.workers
+        with joblib.Parallel(n_jobs=job.config.workers) as batches:
             while part := list(itertools.islice(tasks, window)):
                 yield from batches(part)
         return

@@ -28,6 +28,7 @@ from flowkit.engine.prepare import needs_settings, prepare_nodes, walk_nodes
 from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, display
 from flowkit.flow.graph import Flow
 from flowkit.llm.memory import remembering
+from flowkit.runs.config import RunConfig
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
@@ -50,52 +51,52 @@ class Job:
     flow: Flow
     data_path: Path
     maps: Mapping
+    config: RunConfig
     options: RunOptions
     ctx: RunContext
     settings: Any
-    limit: int | None
-    cache_dir: str | None
-    model: str | None
-    connection: str | None
-    backend: str
-    workers: int
-    scheduler: str | None
-    chunk_size: int
     on_progress: Callable[[Stats], None] | None
-    embedding_model: str | None = None
+    keep_rows: bool = True
+    """A resume keeps the rows that finished; one with changes allowed runs every row again."""
 
 
 def make_job(
     flow: Flow,
     data_path: Path,
     maps: Mapping,
-    options: RunOptions,
+    config: RunConfig,
     settings: Any,
-    **rest: Any,
+    on_progress: Callable[[Stats], None] | None = None,
 ) -> Job:
     """Check everything that can be checked before the run folder exists."""
-    if options.concurrency < 1:
-        raise UsageError("--concurrency must be at least 1")
-    if rest["backend"] != "local" and settings is not None:
+    if config.backend != "local" and settings is not None:
         raise UsageError(
             "a settings object cannot be sent to worker processes; configure "
             "endpoints through the environment or flowkit.yaml"
         )
     maps.check(peek_columns(data_path))
-    if settings is None and needs_settings(flow):
-        from flowkit.llm.config import load_settings
-
-        settings = load_settings(
-            model=rest["model"],
-            connection=rest["connection"],
-            embedding_model=rest.get("embedding_model"),
-        )
-    elif settings is not None and rest.get("embedding_model"):
-        settings = settings.model_copy(update={"default_embedding_model": rest["embedding_model"]})
+    settings = _settings(flow, config, settings)
+    options = config.run_options()
     ctx = RunContext(options, settings)
     prepare_nodes(flow, ctx)
     _check_refresh(flow, options.refresh)
-    return Job(flow, data_path, maps, options, ctx, settings, **rest)
+    return Job(flow, data_path, maps, config, options, ctx, settings, on_progress)
+
+
+def _settings(flow: Flow, config: RunConfig, settings: Any) -> Any:
+    """The model settings: the object given, else flowkit.yaml and the environment, with the
+    run's model options applied (loaded only when the flow calls a model)."""
+    if settings is None and needs_settings(flow):
+        from flowkit.llm.config import load_settings
+
+        return load_settings(
+            model=config.model,
+            connection=config.connection,
+            embedding_model=config.embedding_model,
+        )
+    if settings is not None and config.embedding_model:
+        return settings.model_copy(update={"default_embedding_model": config.embedding_model})
+    return settings
 
 
 def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
@@ -123,7 +124,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         if job.on_progress is not None:
             job.on_progress(stats)
 
-    cache_dir = Path(job.cache_dir) if job.cache_dir else default_cache_dir()
+    cache_dir = Path(job.config.cache_dir) if job.config.cache_dir else default_cache_dir()
     remembered: list[str] = []  # endpoints that opened where their last run left off
     try:
         if options.use_cache:
@@ -131,13 +132,13 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         executor = Executor(flow, options, cache, writer, job.ctx, progress)
         done: set[int] = set()
         if kept is not None:
-            done = prepare(kept, flow, executor)
+            done = prepare(kept, flow, executor, keep=job.keep_rows)
             writer.resume_after(done)
         ready = True
         # Endpoints open where their last run left off, and this run's findings are kept for
         # the next (``flowkit.llm.memory``), beside the cache.
         with remembering(cache_dir, notes=remembered):
-            rows = _mapped_rows(job.data_path, job.maps, job.limit, done)
+            rows = _mapped_rows(job.data_path, job.maps, job.config.limit, done)
             _run_rows(job, executor, writer, rows)
         status = COMPLETED
     except KeyboardInterrupt:
@@ -198,30 +199,15 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
 def _run_rows(
     job: Job, executor: Executor, writer: RunWriter, rows: Iterator[tuple[int, Any, Any]]
 ) -> None:
-    if job.backend == "local":
+    if job.config.backend == "local":
         asyncio.run(_drive(executor, rows))
         return
     from flowkit.runs.backends import WorkerJob, run_distributed
 
     worker_job = WorkerJob(
-        job.flow.sources,
-        job.options,
-        job.model,
-        job.connection,
-        job.cache_dir,
-        writer.run_id,
-        job.workers,
-        job.flow.content_hash,
-        job.flow.target,
+        job.flow.sources, job.config, writer.run_id, job.flow.content_hash, job.flow.target
     )
-    run_distributed(
-        executor,
-        rows,
-        worker_job,
-        backend=job.backend,
-        scheduler=job.scheduler,
-        chunk_size=job.chunk_size,
-    )
+    run_distributed(executor, rows, worker_job)
 
 
 def check_every_row(path: Path, maps: Mapping, limit: int | None) -> None:

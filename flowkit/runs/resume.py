@@ -47,9 +47,10 @@ class _Row:
     """Trace records (qualified node name → record) of the nodes the aggregates read."""
 
 
-def prepare(run_dir: Path, flow: Flow, executor: Executor) -> set[int]:
+def prepare(run_dir: Path, flow: Flow, executor: Executor, *, keep: bool = True) -> set[int]:
     """Keep the finished rows of ``run_dir``: rewrite its files to them, feed their values to
-    the executor's aggregates and their counts to its stats; return the kept lines."""
+    the executor's aggregates and their counts to its stats; return the kept lines. Without
+    ``keep`` (a resume with changes allowed) no row is kept: every row runs again."""
     outputs, traces = run_dir / "outputs.jsonl", run_dir / "traces.jsonl"
     top = set(flow.row_order)
     needed, sub_paths = _needed(executor.aggregates)
@@ -73,7 +74,7 @@ def prepare(run_dir: Path, flow: Flow, executor: Executor) -> set[int]:
             row.top_nodes += 1
         if node in needed or node in sub_paths:
             row.records[node] = rec
-    kept = {line for line, row in rows.items() if row.top_nodes == len(top)}
+    kept = {line for line, row in rows.items() if keep and row.top_nodes == len(top)}
 
     _rewrite(outputs, kept, sort=True)
     stats = executor.stats

@@ -133,14 +133,34 @@ def test_ray_runs_a_python_flow_as_a_local_run_does(tmp_path: Path, workdir: Pat
 
 
 def test_a_worker_refuses_a_flow_that_differs_from_the_drivers(tmp_path: Path) -> None:
-    from flowkit.engine.context import RunOptions
     from flowkit.errors import UsageError
     from flowkit.flow.loader import load_flow
     from flowkit.runs.backends import WorkerJob, _load
+    from flowkit.runs.config import RunConfig
 
     flow = load_flow("f1_score")
-    job = WorkerJob(flow.sources, RunOptions(), None, None, None, "r", 2, flow.content_hash)
+    job = WorkerJob(flow.sources, RunConfig(), "r", flow.content_hash)
     assert _load(job).content_hash == flow.content_hash
-    stale = WorkerJob(flow.sources, RunOptions(), None, None, None, "r", 2, "0" * 64)
+    stale = WorkerJob(flow.sources, RunConfig(), "r", "0" * 64)
     with pytest.raises(UsageError, match="got different nodes, prompts or code than the driver"):
         _load(stale)
+
+
+def test_workers_use_the_runs_model_options(llm_server: LocalServer, workdir: Path) -> None:
+    # The workers read the same RunConfig as the driver: --embedding-model reaches them too.
+    data = write_jsonl(workdir / "qa.jsonl", _qa_rows(6))
+    result = flowkit.run(
+        "embedding_similarity",
+        data,
+        output="threads",
+        backend="threading",
+        workers=2,
+        chunk_size=2,
+        embedding_model="emb-x",
+    )
+    models = {
+        t["llm"]["model"] for t in read_jsonl(result.run_dir / "traces.jsonl") if t.get("llm")
+    }
+    assert models == {"emb-x"}
+    judging = read_json(result.run_dir / "run.json")["judging"]
+    assert {entry["model"] for entry in judging.values()} == {"emb-x"}

@@ -228,8 +228,9 @@ def test_resume_refuses_a_changed_flow_or_data_or_a_live_run(project: Path) -> N
         flowkit.resume("r1")
     assert str(changed.value) == (
         "run 'r1': flow 'flaky' changed since the run (nodes, prompts or code)\n"
-        "  hint: a resume must finish what was started; start a new run — the cache keeps "
-        "every unchanged node free"
+        "  hint: a resume must finish what was started; --allow-changes (allow_changes=True) "
+        "reruns every row in this folder, the cache answering each unchanged node; or start "
+        "a new run"
     )
     nodes.write_text(original)
 

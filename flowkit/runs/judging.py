@@ -1,0 +1,129 @@
+"""What identifies each model-calling node's judging, so a resume can refuse to mix two judges.
+
+A run records, per node that calls a model, the model it was bound to, its params and a hash of
+its prompt text (run.json ``"judging"``). A resume binds the flow again with today's
+configuration (flowkit.yaml, the environment, the run's own ``--model``) and compares: rows
+judged by ``gpt-4o-mini`` and rows judged by ``gpt-4o`` must not be averaged into one metric
+without a word. :func:`judging` is the one place that reads a prepared node; :func:`changes`
+says what differs, one readable phrase per change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from flowkit.engine.plan import ENDPOINT_KINDS
+from flowkit.engine.prepare import walk_nodes
+from flowkit.errors import UsageError
+from flowkit.flow.graph import Flow
+
+Judging = dict[str, dict[str, Any]]
+"""Qualified node name → its ``model``, ``params`` and ``prompt`` (sha256 of the text)."""
+
+
+def judging(flow: Flow) -> Judging:
+    """Each model-calling node of a prepared ``flow`` (endpoints bound) and what judges with it.
+
+    A node calls a model when its kind is an endpoint kind, or when its cache key names the
+    model it reaches (a Prompt Flow tool's chat).
+    """
+    out: Judging = {}
+    for _, node, qual in walk_nodes(flow):
+        parts = getattr(node, "key_parts", None) or {}
+        if node.kind not in ENDPOINT_KINDS and "model" not in parts:
+            continue
+        entry: dict[str, Any] = {"model": parts.get("model")}
+        params = getattr(node.spec, "params", None)
+        if isinstance(params, dict):
+            entry["params"] = _readable_params(params)
+        if "prompt" in parts:
+            entry["prompt"] = _sha256(parts["prompt"])
+        out[qual] = entry
+    return out
+
+
+def changes(before: Judging, now: Judging) -> dict[str, list[str]]:
+    """Per node whose judging differs, what changed: ``model gpt-4o-mini -> gpt-4o``."""
+    out: dict[str, list[str]] = {}
+    for node in sorted(before.keys() | now.keys()):
+        old, new = before.get(node), now.get(node)
+        if old is None:
+            out[node] = ["calls a model now and did not in the run"]
+            continue
+        if new is None:
+            out[node] = ["no longer calls a model"]
+            continue
+        what: list[str] = []
+        if old.get("model") != new.get("model"):
+            what.append(f"model {old.get('model')} -> {new.get('model')}")
+        old_params, new_params = old.get("params") or {}, new.get("params") or {}
+        for key in sorted(old_params.keys() | new_params.keys()):
+            if old_params.get(key, _UNSET) != new_params.get(key, _UNSET):
+                what.append(
+                    f"param {key} {_shown(old_params.get(key, _UNSET))} -> "
+                    f"{_shown(new_params.get(key, _UNSET))}"
+                )
+        if old.get("prompt") != new.get("prompt"):
+            what.append("prompt text changed")
+        if what:
+            out[node] = what
+    return out
+
+
+def describe(changed: dict[str, list[str]]) -> list[str]:
+    """One line per changed node: ``node 'judge': model gpt-4o-mini -> gpt-4o``."""
+    return [f"node {node!r}: {', '.join(what)}" for node, what in changed.items()]
+
+
+def refusal(where: str, flow: str, changed: dict[str, list[str]], cached: bool) -> UsageError:
+    """The refusal of a resume whose judging (or, where nothing names it, flow) changed."""
+    if changed:
+        message = f"{where}: the judging changed since the run; its rows would mix two judges:"
+        message += "".join(f"\n  {line}" for line in describe(changed))
+    else:
+        message = f"{where}: flow {flow!r} changed since the run (nodes, prompts or code)"
+    cost = (
+        "the cache answering each unchanged node"
+        if cached
+        else "and, as this run keeps no cache (--no-cache), every node of every row is "
+        "called again"
+    )
+    return UsageError(
+        message,
+        hint=f"a resume must finish what was started; --allow-changes (allow_changes=True) "
+        f"reruns every row in this folder, {cost}; or start a new run",
+    )
+
+
+def rerun_notice(flow: str, changed: dict[str, list[str]], cached: bool) -> str:
+    """What run.json's notices say of a resume that was allowed changes."""
+    what = "; ".join(describe(changed)) if changed else f"flow {flow!r} changed"
+    how = (
+        "the cache answered each unchanged node"
+        if cached
+        else "every node was called again (the run keeps no cache)"
+    )
+    return f"resumed with changes ({what}): every row ran again, {how}"
+
+
+_UNSET = object()
+
+
+def _shown(value: Any) -> str:
+    return "(unset)" if value is _UNSET else json.dumps(value, sort_keys=True)
+
+
+def _readable_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The params as written, but headers (which may carry keys) only as a hash."""
+    shown = {k: v for k, v in params.items() if k != "extra_headers"}
+    if "extra_headers" in params:
+        text = json.dumps(params["extra_headers"], sort_keys=True, default=str)
+        shown["extra_headers"] = "sha256:" + _sha256(text)[:16]
+    return json.loads(json.dumps(shown, sort_keys=True, default=str))
+
+
+def _sha256(text: Any) -> str:
+    data = text if isinstance(text, str) else json.dumps(text, sort_keys=True, default=str)
+    return hashlib.sha256(data.encode()).hexdigest()
