@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from flowkit.engine.plan import ENDPOINT_KINDS
+from flowkit.engine.plan import calls_endpoint
 from flowkit.engine.prepare import walk_nodes
 from flowkit.errors import UsageError
 from flowkit.flow.graph import Flow
@@ -32,7 +32,7 @@ def judging(flow: Flow) -> Judging:
     out: Judging = {}
     for _, node, qual in walk_nodes(flow):
         parts = getattr(node, "key_parts", None) or {}
-        if node.kind not in ENDPOINT_KINDS and "model" not in parts:
+        if not calls_endpoint(node) and "model" not in parts:
             continue
         entry: dict[str, Any] = {"model": parts.get("model")}
         params = getattr(node.spec, "params", None)
