@@ -27,7 +27,7 @@ from flowkit.engine.executor import Executor
 from flowkit.engine.prepare import needs_settings, prepare_nodes, walk_nodes
 from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, display
 from flowkit.flow.graph import Flow
-from flowkit.llm.memory import remembering
+from flowkit.llm.session import run_session
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
@@ -134,9 +134,10 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             done = prepare(kept, flow, executor)
             writer.resume_after(done)
         ready = True
-        # Endpoints open where their last run left off, and this run's findings are kept for
-        # the next (``flowkit.llm.memory``), beside the cache.
-        with remembering(cache_dir, notes=remembered):
+        # The run's own schedulers and clients (``flowkit.llm.session``); endpoints open where
+        # their last run left off, and this run's findings are kept for the next, beside the
+        # cache (``flowkit.llm.memory``).
+        with run_session(cache_dir, notes=remembered):
             rows = _mapped_rows(job.data_path, job.maps, job.limit, done)
             _run_rows(job, executor, writer, rows)
         status = COMPLETED
