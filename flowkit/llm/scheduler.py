@@ -43,8 +43,8 @@ from flowkit.llm.endpoint import Limits
 from flowkit.llm.memory import Recalled
 from flowkit.llm.pacing import Pacer
 from flowkit.llm.ratelimits import parse_rate_headers
-from flowkit.llm.shared import DeclaredBudget
 from flowkit.llm.retry import Failure, Verdict, backoff, classify
+from flowkit.llm.shared import DeclaredBudget
 from flowkit.llm.stalls import Stalled, StallWatch
 from flowkit.llm.stats import Attempted, SchedulerStats, T
 
@@ -352,4 +352,3 @@ class Scheduler:
             self.stats.connection_errors += 1
         elif kind is Failure.MALFORMED:
             self.stats.malformed += 1
-

@@ -15,9 +15,9 @@ from flowkit.llm import clients, memory
 from flowkit.llm.client import chat
 from flowkit.llm.endpoint import Endpoint, Limits
 from flowkit.llm.memory import TTL, EndpointMemory, Recalled
-from flowkit.llm.session import run_session
 from flowkit.llm.pacing import Pacer
 from flowkit.llm.ratelimits import Quota, RateHeaders
+from flowkit.llm.session import run_session
 from flowkit.testing.server import LocalServer
 
 
