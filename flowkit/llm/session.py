@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING
 
 from flowkit.llm.memory import FILE, EndpointMemory
 from flowkit.llm.shared import PROCESS, DeclaredBudget, SharedEndpoints, address
-from flowkit.llm.usage import UsageTracker
 
 if TYPE_CHECKING:
     from flowkit.llm.clients import ClientPool
     from flowkit.llm.endpoint import Endpoint
     from flowkit.llm.scheduler import Scheduler
+    from flowkit.llm.usage import UsageTracker
 
 
 class LlmSession:
@@ -58,8 +58,6 @@ class LlmSession:
     ) -> None:
         self.memory = memory
         self.shared = shared
-        self.usage = UsageTracker()
-        """Tokens of every call made through this session, per connection and model."""
         self.noted: set[str] = set()
         """Configuration notes already said in this run (``config``)."""
         self.closed = False
@@ -67,6 +65,18 @@ class LlmSession:
         self._schedulers: dict[tuple[tuple[str, ...], str, int], Scheduler] = {}
         self._budgets: dict[tuple[str, ...], DeclaredBudget | None] = {}
         self._clients: ClientPool | None = None
+        self._usage: UsageTracker | None = None
+
+    @property
+    def usage(self) -> UsageTracker:
+        """Tokens of every call made through this session, per connection and model."""
+        if self._usage is None:
+            from flowkit.llm.usage import UsageTracker
+
+            with self._lock:
+                if self._usage is None:
+                    self._usage = UsageTracker()
+        return self._usage
 
     @property
     def clients(self) -> ClientPool:

@@ -24,10 +24,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from flowkit.llm.budget import TokenBucket
-from flowkit.llm.endpoint import Endpoint
-from flowkit.llm.pacing import HEADER_MARGIN
+
+if TYPE_CHECKING:  # a run opens its session whether or not it calls a model: stay light
+    from flowkit.llm.endpoint import Endpoint
 
 
 class SharedBucket:
@@ -106,6 +108,8 @@ class SharedEndpoints:
         self._buckets: dict[tuple[object, ...], SharedBucket] = {}
 
     def _bucket(self, where: tuple[str, ...], what: str, per_minute: int) -> SharedBucket:
+        from flowkit.llm.pacing import HEADER_MARGIN  # paced as a pacer paces a known limit
+
         key = (*where, what, per_minute)
         with self._lock:
             found = self._buckets.get(key)
