@@ -6,14 +6,17 @@ declared rate. Real HTTP to the local test server."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import flowkit
+import flowkit.runs.job
 from flowkit.llm import memory
 from flowkit.llm.client import chat
 from flowkit.llm.endpoint import Endpoint, Limits
@@ -28,6 +31,9 @@ from flowkit.llm.session import (
 )
 from flowkit.llm.shared import SharedEndpoints
 from flowkit.testing.server import LocalServer, serve
+from tests.support import REPO
+
+JUDGE = REPO / "tests" / "fixtures" / "promptflow" / "judge"
 
 
 def _endpoint(base_url: str, **limits: Any) -> Endpoint:
@@ -125,16 +131,41 @@ def test_calls_outside_any_run_use_the_default_session(llm_server: LocalServer) 
     assert default_session().schedulers() == []
 
 
-def test_a_flows_model_calls_go_through_its_runs_session(
-    llm_server: LocalServer, tmp_path: Path
+@pytest.fixture
+def run_sessions(monkeypatch: pytest.MonkeyPatch) -> list[LlmSession]:
+    """The sessions of the runs the test makes, kept for a look after the run."""
+    kept: list[LlmSession] = []
+
+    @contextlib.contextmanager
+    def keeping(*args: Any, **kwargs: Any) -> Iterator[LlmSession]:
+        with run_session(*args, **kwargs) as session:
+            kept.append(session)
+            yield session
+
+    monkeypatch.setattr(flowkit.runs.job, "run_session", keeping)
+    return kept
+
+
+def test_every_model_call_of_a_flow_goes_through_its_runs_session(
+    llm_server: LocalServer, run_sessions: list[LlmSession]
 ) -> None:
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"context": "c", "answer": "a"}) + "\n" for _ in range(3)))
+    # llm and prompt nodes, an embedding tool, and a python tool that asks the model itself
+    # through promptflow.tools.aoai from a worker thread with its own event loop.
     reset_default_session()
     fixture = current_session()
-    flowkit.run("groundedness", rows, use_cache=False, cache_dir=tmp_path / "cache")
+    result = flowkit.run(JUDGE, JUDGE / "data.jsonl", use_cache=False)
+    assert result.counts["failed"] == 0
+    (session,) = run_sessions
     assert fixture.schedulers() == [] and default_session().schedulers() == []
-    assert llm_server.stats()["chat_completions"] == 3
+    by_model: dict[str, int] = {}
+    for scheduler in session.schedulers():
+        by_model[scheduler.model] = by_model.get(scheduler.model, 0) + scheduler.stats.calls
+    stats = llm_server.stats()
+    assert by_model["flowkit-test"] == stats["chat_completions"]
+    assert sum(by_model.values()) == stats["chat_completions"] + stats["embeddings"]
+    # The run's loop has one, and each tool thread (its own loop) one of its own.
+    assert len([s for s in session.schedulers() if s.model == "flowkit-test"]) > 1
+    assert session.closed
 
 
 # -- endpoint memory: per model, merged ------------------------------------------------------
