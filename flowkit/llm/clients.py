@@ -213,8 +213,9 @@ class ClientPool:
                     for key in [k for k in self._clients if k[1] == loop_id]:
                         del self._clients[key]
             elif not loop.is_running():
-                # Another thread may start it meanwhile: then it closes them itself.
-                with contextlib.suppress(RuntimeError):
+                # Another thread may start it meanwhile (then it closes them itself); closing
+                # is best-effort either way: the run is over.
+                with contextlib.suppress(Exception):
                     loop.run_until_complete(self._close_loop_clients(loop_id))
 
 

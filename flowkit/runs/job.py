@@ -27,7 +27,7 @@ from flowkit.engine.executor import Executor
 from flowkit.engine.prepare import needs_settings, prepare_nodes, walk_nodes
 from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, display
 from flowkit.flow.graph import Flow
-from flowkit.llm.session import run_session
+from flowkit.llm.session import current_session, run_session
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
@@ -99,8 +99,15 @@ def make_job(
 
 
 def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
-    """Stream the rows through the executor, aggregate, and close the folder honestly."""
-    with importable(job.flow.import_path):
+    """Stream the rows through the executor, aggregate, and close the folder honestly.
+
+    The run's model calls, aggregates' included, go through its own session
+    (``flowkit.llm.session``: schedulers, clients, endpoint memory); endpoints open where their
+    last run left off, and its findings are kept for the next beside the cache
+    (``flowkit.llm.memory``).
+    """
+    cache_dir = Path(job.cache_dir) if job.cache_dir else default_cache_dir()
+    with importable(job.flow.import_path), run_session(cache_dir):
         return _execute(job, writer, kept=kept)
 
 
@@ -124,7 +131,9 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             job.on_progress(stats)
 
     cache_dir = Path(job.cache_dir) if job.cache_dir else default_cache_dir()
-    remembered: list[str] = []  # endpoints that opened where their last run left off
+    memory = current_session().memory
+    # Endpoints that opened where their last run left off (noted as they open).
+    remembered: list[str] = memory.notes if memory is not None else []
     try:
         if options.use_cache:
             cache = Cache(cache_dir)
@@ -134,12 +143,8 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             done = prepare(kept, flow, executor)
             writer.resume_after(done)
         ready = True
-        # The run's own schedulers and clients (``flowkit.llm.session``); endpoints open where
-        # their last run left off, and this run's findings are kept for the next, beside the
-        # cache (``flowkit.llm.memory``).
-        with run_session(cache_dir, notes=remembered):
-            rows = _mapped_rows(job.data_path, job.maps, job.limit, done)
-            _run_rows(job, executor, writer, rows)
+        rows = _mapped_rows(job.data_path, job.maps, job.limit, done)
+        _run_rows(job, executor, writer, rows)
         status = COMPLETED
     except KeyboardInterrupt:
         status = INTERRUPTED

@@ -31,7 +31,7 @@ from flowkit.llm.session import (
 )
 from flowkit.llm.shared import SharedEndpoints
 from flowkit.testing.server import LocalServer, serve
-from tests.support import REPO
+from tests.support import REPO, write
 
 JUDGE = REPO / "tests" / "fixtures" / "promptflow" / "judge"
 
@@ -166,6 +166,43 @@ def test_every_model_call_of_a_flow_goes_through_its_runs_session(
     # The run's loop has one, and each tool thread (its own loop) one of its own.
     assert len([s for s in session.schedulers() if s.model == "flowkit-test"]) > 1
     assert session.closed
+
+
+def test_a_runs_python_nodes_and_aggregates_see_its_session(
+    tmp_path: Path, run_sessions: list[LlmSession]
+) -> None:
+    # What a function calls ``flowkit.llm.chat`` in finds: its run's session, whether it runs
+    # in a worker thread (sync) or as an aggregate after the rows.
+    write(
+        tmp_path / "nodes.py",
+        """
+        from flowkit.llm.session import current_session
+
+        def where(x):
+            return id(current_session())
+
+        def seen(values):
+            return {"sessions": len(set(values)), "same": float(values[0] == id(current_session()))}
+        """,
+    )
+    flow = write(
+        tmp_path / "flow.yaml",
+        """
+        name: where
+        inputs: {x: {type: integer}}
+        outputs: {s: ${n.output}}
+        nodes:
+          - {name: n, type: python, source: nodes.py, function: where, inputs: {x: ${inputs.x}}}
+          - {name: m, type: aggregate, source: nodes.py, function: seen,
+             inputs: {values: ${n.output}}}
+        """,
+    )
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"x": i}) + "\n" for i in range(4)))
+    result = flowkit.run(flow, rows, use_cache=False, cache_dir=tmp_path / "cache")
+    (session,) = run_sessions
+    assert result.metrics == {"where.sessions": 1, "where.same": 1.0}
+    assert {r["outputs"]["s"] for r in result.rows()} == {id(session)}
 
 
 # -- endpoint memory: per model, merged ------------------------------------------------------
