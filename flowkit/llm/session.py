@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flowkit.llm.memory import FILE, EndpointMemory
-from flowkit.llm.shared import PROCESS, DeclaredBudget, SharedEndpoints, address
+from flowkit.llm.shared import PROCESS, DeclaredBudget, SharedEndpoints
 
 if TYPE_CHECKING:
     from flowkit.llm.clients import ClientPool
@@ -63,7 +63,8 @@ class LlmSession:
         self.closed = False
         self._lock = threading.Lock()
         self._schedulers: dict[tuple[tuple[str, ...], str, int], Scheduler] = {}
-        self._budgets: dict[tuple[str, ...], DeclaredBudget | None] = {}
+        # Without shared budgets, the session's own: its per-thread schedulers share them.
+        self._own = SharedEndpoints()
         self._clients: ClientPool | None = None
         self._usage: UsageTracker | None = None
 
@@ -90,16 +91,9 @@ class LlmSession:
         return self._clients
 
     def _declared(self, endpoint: Endpoint) -> DeclaredBudget | None:
-        """The declared budgets of ``endpoint``: the shared ones, or this session's own (which
-        its per-thread schedulers share). Called with the lock held."""
-        if not endpoint.limits.rpm and not endpoint.limits.tpm:
-            return None
-        if self.shared is not None:
-            return self.shared.budget(endpoint)
-        key = (*address(endpoint), str(endpoint.limits.rpm), str(endpoint.limits.tpm))
-        if key not in self._budgets:
-            self._budgets[key] = SharedEndpoints().budget(endpoint)
-        return self._budgets[key]
+        """The declared budgets of ``endpoint`` (None if it declares none): the shared ones,
+        or this session's own."""
+        return (self.shared if self.shared is not None else self._own).budget(endpoint)
 
     def scheduler_for(self, endpoint: Endpoint, model: str | None = None) -> Scheduler:
         """The scheduler of ``endpoint`` and ``model`` (default: the endpoint's) for this
