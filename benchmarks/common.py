@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 import flowkit
-from flowkit.llm import load_settings, reset_schedulers
+from flowkit.llm import load_settings
 
 
 def write_rows(path: Path, rows: int) -> Path:
@@ -49,7 +49,6 @@ def run_groundedness(
     (folder / "flowkit.yaml").write_text(
         f"default_model: flowkit-test\nconnections:\n  local: {json.dumps(connection)}\n"
     )
-    reset_schedulers()  # a scheduler left from an earlier run would keep the limit it learned
     start = time.perf_counter()
     result = flowkit.run(
         "groundedness",

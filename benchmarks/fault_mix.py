@@ -17,14 +17,30 @@ accounted for, scores equal.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from common import load_average, raw_ceiling, run_groundedness, spread, write_rows
 
-from flowkit.llm import all_schedulers
+import flowkit.runs.job
+from flowkit.llm.session import LlmSession, run_session
 from flowkit.testing.server import ServerConfig, serve_subprocess
+
+sessions: list[LlmSession] = []
+"""Each run's model-calling session, kept for its schedulers' counters after the run."""
+
+
+@contextlib.contextmanager
+def _kept_session(*args: Any, **kwargs: Any) -> Iterator[LlmSession]:
+    with run_session(*args, **kwargs) as session:
+        sessions.append(session)
+        yield session
+
+
+flowkit.runs.job.run_session = _kept_session  # type: ignore[assignment]
 
 FAULTS = ServerConfig(
     latency=0.005,
@@ -69,7 +85,7 @@ def main() -> None:
                 )
                 got = scores(result)
                 scored = {line: s for line, s in got.items() if s is not None}
-                snap = all_schedulers()[0].snapshot()
+                snap = sessions[-1].schedulers()[0].snapshot()
                 rates.append(args.rows / elapsed)
                 notes.append(
                     f"run {run + 1}: {args.rows / elapsed:.0f} rows/s, "

@@ -21,7 +21,7 @@ import textwrap
 from pathlib import Path
 
 import flowkit
-from flowkit.llm import load_settings, reset_schedulers
+from flowkit.llm import load_settings
 from flowkit.testing.server import ServerConfig, serve_subprocess
 
 FLOW = """
@@ -69,7 +69,6 @@ def write_project(root: Path, base_url: str, rows: int) -> None:
 def calls_of_run(root: Path, srv: object, name: str) -> int:
     """Run the flow once (same cache every time); return the model calls it made."""
     srv.reset()  # type: ignore[attr-defined]
-    reset_schedulers()
     result = flowkit.run(
         root / "flow.yaml",
         root / "rows.jsonl",

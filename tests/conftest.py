@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from flowkit.llm import reset_schedulers
+from flowkit.llm.session import LlmSession, using
+from flowkit.llm.shared import SharedEndpoints
 from flowkit.testing.server import LocalServer, ServerConfig, serve
 
 
@@ -49,9 +50,19 @@ def _server() -> Iterator[LocalServer]:
 
 
 @pytest.fixture
+def llm_session() -> Iterator[LlmSession]:
+    """The model calls a test makes itself (``chat``/``embed`` outside ``flowkit.run``) in a
+    session of their own, as one run's would be; each ``flowkit.run`` has its own anyway."""
+    session = LlmSession(shared=SharedEndpoints())
+    with using(session):
+        yield session
+    session.close()
+
+
+@pytest.fixture
 def llm_server(
-    _server: LocalServer, workdir: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[LocalServer]:
+    _server: LocalServer, workdir: Path, monkeypatch: pytest.MonkeyPatch, llm_session: LlmSession
+) -> LocalServer:
     """The local test server, with the environment pointing flowkit at it and fresh counters."""
     for var in ("AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_API_KEY", "OPENAI_API_VERSION"):
         monkeypatch.delenv(var, raising=False)
@@ -59,6 +70,4 @@ def llm_server(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-local-test")
     monkeypatch.setenv("FLOWKIT_MODEL", "flowkit-test")
     _server.reset()
-    reset_schedulers()
-    yield _server
-    reset_schedulers()
+    return _server

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import flowkit
-from flowkit.llm import reset_schedulers
 from flowkit.testing.server import LocalServer
 from tests.support import write, write_jsonl
 
@@ -88,11 +87,9 @@ def pointed_at(server: LocalServer) -> Iterator[None]:
         OPENAI_API_KEY="sk-local-test",
         FLOWKIT_MODEL="flowkit-test",
     )
-    reset_schedulers()
     try:
         yield
     finally:
-        reset_schedulers()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

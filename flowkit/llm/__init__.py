@@ -3,14 +3,19 @@
 ``load_settings`` merges environment, ``flowkit.yaml`` and CLI options; ``Settings.check``
 validates a node's configuration before any row runs and returns its ``Endpoint`` (``endpoint``:
 a connection, its limits and prices; ``projectfile``: reading ``flowkit.yaml``);
-``chat`` / ``embed`` call it through one shared client (``clients``; a chat request is built
-once per shape and reused, ``prepared``) and one ``Scheduler`` per endpoint (adaptive
-concurrency, RPM/TPM budgets, retries; ``stats``: what it counts); ``UsageTracker`` sums
-tokens and costs.
+``chat`` / ``embed`` call it through the current run's ``LlmSession`` (``session``: its
+schedulers, clients, endpoint memory and usage, found through the ``session.current`` context
+variable the run sets; outside a run, a default session): one client per endpoint
+(``clients``; a chat request is built once per shape and reused, ``prepared``) and one
+``Scheduler`` per endpoint and model (adaptive concurrency, RPM/TPM budgets, retries;
+``stats``: what it counts); ``UsageTracker`` sums tokens and costs.
+Runs in one process share each endpoint's declared ``rpm`` / ``tpm`` through a
+``SharedEndpoints`` (``shared``), which sessions join by default.
 The scheduler (admission, retries, early stop) composes ``pacing`` (request and token paces,
 slow start, learning limits from headers and 429s; ``memory`` keeps what it learned between
-runs), ``stalls`` (the learned stall deadline),
-``budget`` (token buckets), ``ratelimits`` (header parsing) and ``retry`` (what a failure means).
+runs, per endpoint and model, merged with what other runs saved), ``stalls`` (the learned stall
+deadline), ``budget`` (token buckets), ``ratelimits`` (header parsing) and ``retry`` (what a
+failure means).
 
 Names are imported on first use (PEP 562): ``flowkit.llm.usage`` prices tokens for every run,
 and must not load the openai SDK (most of a python-only run's start-up) on the way.
@@ -29,6 +34,7 @@ _WHERE = {
     "EmbedResult": "client",
     "Endpoint": "endpoint",
     "Limits": "endpoint",
+    "LlmSession": "session",
     "PRICES_AS_OF": "usage",
     "PROJECT_FILE": "config",
     "Price": "endpoint",
@@ -36,20 +42,24 @@ _WHERE = {
     "Scheduler": "scheduler",
     "SchedulerStats": "stats",
     "Settings": "config",
+    "SharedEndpoints": "shared",
     "Tally": "usage",
     "UsageTracker": "usage",
     "aclose_clients": "clients",
-    "all_schedulers": "scheduler",
+    "all_schedulers": "session",
     "chat": "client",
     "clients_created": "clients",
     "cost_usd": "usage",
+    "current_session": "session",
+    "default_session": "session",
     "embed": "client",
     "get_client": "clients",
     "load_settings": "config",
     "parse_retry_after": "retry",
     "price_for": "usage",
-    "reset_schedulers": "scheduler",
-    "scheduler_for": "scheduler",
+    "reset_default_session": "session",
+    "run_session": "session",
+    "scheduler_for": "session",
 }
 
 __all__ = sorted(_WHERE)

@@ -1,5 +1,6 @@
-"""Chat and embedding calls: one request through the endpoint's scheduler on the shared SDK
-client (``clients``), the reply checked and turned into a ``ChatResult`` / ``EmbedResult``.
+"""Chat and embedding calls: one request through the endpoint's scheduler on the SDK client
+of the current run's session (``session``; outside a run, the default session), the reply
+checked and turned into a ``ChatResult`` / ``EmbedResult``.
 
 The SDK's own retries are disabled (``max_retries=0``): the endpoint's
 :class:`~flowkit.llm.scheduler.Scheduler` retries, so it can see every 429 and adapt.
@@ -18,11 +19,11 @@ from openai._constants import RAW_RESPONSE_HEADER
 
 from flowkit.llm.clients import aclose_clients as aclose_clients
 from flowkit.llm.clients import clients_created as clients_created
-from flowkit.llm.clients import get_client
 from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 from flowkit.llm.prepared import post_chat
 from flowkit.llm.retry import connection_cause
-from flowkit.llm.scheduler import Scheduler, scheduler_for
+from flowkit.llm.scheduler import Scheduler
+from flowkit.llm.session import current_session
 
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 _RAW = {RAW_RESPONSE_HEADER: "true"}  # makes the client return the response, headers and all
@@ -226,8 +227,9 @@ async def chat(
     secrets = request_secrets(endpoint, params)
     node_timeout = params.pop("timeout", None)
     kwargs = request_params(endpoint, model, params)
-    sched = scheduler or scheduler_for(endpoint)
-    client = await get_client(endpoint)
+    session = current_session()
+    sched = scheduler or session.scheduler_for(endpoint, model)
+    client = await session.clients.get(endpoint)
     if timeout is None:
         timeout = node_timeout if node_timeout is not None else endpoint.limits.timeout
     attempt_timeout = float(timeout)
@@ -275,11 +277,13 @@ async def chat(
     # A server that echoes the request's headers must not get them recorded.
     texts = masked([m.get("content") or "" for m in messages_out], secrets)
     first = choices[0] if choices else {}
+    usage = _usage(response.get("usage"))
+    session.usage.record(endpoint.connection, model, usage)
     return ChatResult(
         text=texts[0] if texts else "",
         texts=texts,
         finish_reason=first.get("finish_reason"),
-        usage=_usage(response.get("usage")),
+        usage=usage,
         model=response.get("model") or model,
         top_logprobs=_first_top_logprobs(first),
         attempts=done.attempts,
@@ -305,8 +309,9 @@ async def embed(
         raise ValueError("batch_size must be at least 1")
     if not texts:
         return EmbedResult([], {"prompt_tokens": 0, "total_tokens": 0})
-    sched = scheduler or scheduler_for(endpoint)
-    client = await get_client(endpoint)
+    session = current_session()
+    sched = scheduler or session.scheduler_for(endpoint, model)
+    client = await session.clients.get(endpoint)
     attempt_timeout = timeout if timeout is not None else endpoint.limits.timeout
 
     create = client.embeddings.with_raw_response.create
@@ -344,4 +349,6 @@ async def embed(
         if response.usage is not None:
             prompt += response.usage.prompt_tokens or 0
             total += response.usage.total_tokens or 0
-    return EmbedResult(vectors, {"prompt_tokens": prompt, "total_tokens": total})
+    usage = {"prompt_tokens": prompt, "total_tokens": total}
+    session.usage.record(endpoint.connection, model, usage)
+    return EmbedResult(vectors, usage)

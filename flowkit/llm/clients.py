@@ -1,14 +1,17 @@
-"""The shared SDK clients: one per endpoint and event loop, on the SDK's aiohttp transport
-with a pool sized to the endpoint's in-flight limit.
+"""The SDK clients of a session: one per endpoint and event loop, on the SDK's aiohttp
+transport with a pool sized to the endpoint's in-flight limit.
 
 Creating an ``openai.AsyncOpenAI`` is measurably expensive (its transport reads the system
-certificate store), so a process keeps one per endpoint, and every client shares one TLS
-context, which :func:`warm_up` starts building on a thread while a run is being prepared.
+certificate store), so a session (``session``: one per run) keeps one per endpoint in a
+:class:`ClientPool`, and every client of the process shares one TLS context, which
+:func:`warm_up` starts building on a thread while a run is being prepared. A client's prepared
+request templates (``prepared``) live and die with it.
 But a client's connection pool is bound to the event loop it first ran in — reusing it from a
-later ``asyncio.run`` fails with "Event loop is closed" — so the cache is keyed by endpoint
-*and* running loop. Each loop gets a tiny async-generator guard: ``asyncio.run`` finalises
-live async generators before closing the loop, and the guard's ``finally`` closes that loop's
-clients there, so no socket outlives its loop.  :func:`aclose_clients` does the same explicitly.
+later ``asyncio.run`` fails with "Event loop is closed" — so the pool is keyed by endpoint
+*and* running loop. Each loop gets a tiny async-generator guard per pool: ``asyncio.run``
+finalises live async generators before closing the loop, and the guard's ``finally`` closes
+that loop's clients there, so no socket outlives its loop. :func:`aclose_clients` (the current
+session's clients of the running loop) and :meth:`ClientPool.close` do the same explicitly.
 """
 
 from __future__ import annotations
@@ -28,14 +31,8 @@ from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 
 Client = openai.AsyncOpenAI
 
-# Worker threads (the threading backend) each run their own loop, hence the lock; it is
-# only ever held for dictionary bookkeeping, never across an await.
-_lock = threading.Lock()
-_clients: dict[tuple[tuple[str, ...], int], Client] = {}
-# Loop id -> (weak ref to the loop, its guard). The guard only knows the id, so holding it
-# here does not keep the loop alive.
-_loops: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], AsyncIterator[None]]] = {}
 _created = 0
+_counted = threading.Lock()
 _tls_lock = threading.Lock()  # held while the TLS context is built: a second caller waits
 _tls: list[Any] = []  # the shared TLS context, once built (None: the SDK's own default)
 _warming = False
@@ -44,37 +41,6 @@ _warming = False
 def clients_created() -> int:
     """How many SDK clients this process has built (for tests and benchmarks)."""
     return _created
-
-
-async def _loop_guard(loop_id: int) -> AsyncIterator[None]:
-    try:
-        yield
-    finally:
-        with _lock:
-            _loops.pop(loop_id, None)
-        await _close_loop_clients(loop_id)
-
-
-async def _close_loop_clients(loop_id: int) -> None:
-    with _lock:
-        doomed = [_clients.pop(k) for k in list(_clients) if k[1] == loop_id]
-    for client in doomed:
-        await client.close()
-
-
-def _forget_dead_loops(current: asyncio.AbstractEventLoop) -> None:
-    """Drop clients of loops that ended without finalising (e.g. closed by hand).
-
-    Their sockets cannot be closed from another loop; dropping the reference is all that
-    is safe.  A dead loop's id may also be reused by ``current``, hence the identity check.
-    Called with ``_lock`` held.
-    """
-    for loop_id, (ref, _guard) in list(_loops.items()):
-        loop = ref()
-        if loop is None or loop.is_closed() or (loop_id == id(current) and loop is not current):
-            del _loops[loop_id]
-            for key in [k for k in _clients if k[1] == loop_id]:
-                del _clients[key]
 
 
 def _tls_context() -> Any:
@@ -154,37 +120,117 @@ def _build(endpoint: Endpoint) -> Client:
     )
 
 
+LoopRef = weakref.ref[asyncio.AbstractEventLoop]
+
+
+class ClientPool:
+    """The clients of one session, per endpoint and event loop."""
+
+    def __init__(self) -> None:
+        # Tool threads (Prompt Flow tools' model calls) and the threading backend each run
+        # their own loop, hence the lock; it is only ever held for dictionary bookkeeping,
+        # never across an await.
+        self._lock = threading.Lock()
+        self._clients: dict[tuple[tuple[str, ...], int], Client] = {}
+        # Loop id -> (weak ref to the loop, its guard). The guard only knows the id, so
+        # holding it here does not keep the loop alive.
+        self._loops: dict[int, tuple[LoopRef, AsyncIterator[None]]] = {}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._clients)
+
+    async def _loop_guard(self, loop_id: int) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._loops.pop(loop_id, None)
+            await self._close_loop_clients(loop_id)
+
+    async def _close_loop_clients(self, loop_id: int) -> None:
+        with self._lock:
+            doomed = [self._clients.pop(k) for k in list(self._clients) if k[1] == loop_id]
+        for client in doomed:
+            await client.close()
+
+    def _forget_dead_loops(self, current: asyncio.AbstractEventLoop) -> None:
+        """Drop clients of loops that ended without finalising (e.g. closed by hand).
+
+        Their sockets cannot be closed from another loop; dropping the reference is all that
+        is safe. A dead loop's id may also be reused by ``current``, hence the identity check.
+        Called with the lock held.
+        """
+        for loop_id, (ref, _guard) in list(self._loops.items()):
+            loop = ref()
+            if loop is None or loop.is_closed() or (loop_id == id(current) and loop is not current):
+                del self._loops[loop_id]
+                for key in [k for k in self._clients if k[1] == loop_id]:
+                    del self._clients[key]
+
+    async def get(self, endpoint: Endpoint) -> Client:
+        """The client for ``endpoint`` in the running event loop, created on first use."""
+        global _created
+        loop = asyncio.get_running_loop()
+        key = (endpoint.identity(), id(loop))
+        guard: AsyncIterator[None] | None = None
+        with self._lock:
+            client = self._clients.get(key)
+            if client is not None:
+                return client
+            known = self._loops.get(id(loop))
+            if known is None or known[0]() is not loop:
+                self._forget_dead_loops(loop)
+                guard = self._loop_guard(id(loop))
+                self._loops[id(loop)] = (weakref.ref(loop), guard)
+        if guard is not None:
+            # Starting it registers it with the loop, which finalises it before closing.
+            await guard.__anext__()
+        client = _build(endpoint)  # may wait for the TLS context: outside the lock
+        with self._lock:
+            kept = self._clients.setdefault(key, client)
+        if kept is not client:
+            await client.close()
+        else:
+            with _counted:
+                _created += 1
+        return kept
+
+    async def aclose(self) -> None:
+        """Close every client of the running loop; later calls in it build new ones."""
+        await self._close_loop_clients(id(asyncio.get_running_loop()))
+
+    def close(self) -> None:
+        """Close the clients of loops that are not running (a finished run's tool threads
+        keep theirs idle); a loop that is running closes its own as it ends (its guard), and
+        those of closed loops are dropped."""
+        with self._lock:
+            loops = {i: ref() for i, (ref, _guard) in self._loops.items()}
+        for loop_id, loop in loops.items():
+            if loop is None or loop.is_closed():
+                with self._lock:
+                    self._loops.pop(loop_id, None)
+                    for key in [k for k in self._clients if k[1] == loop_id]:
+                        del self._clients[key]
+            elif not loop.is_running():
+                # Another thread may start it meanwhile (then it closes them itself); closing
+                # is best-effort either way: the run is over.
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(self._close_loop_clients(loop_id))
+
+
 async def get_client(endpoint: Endpoint) -> Client:
-    """The client for ``endpoint`` in the running event loop, created on first use."""
-    global _created
-    loop = asyncio.get_running_loop()
-    key = (endpoint.identity(), id(loop))
-    guard: AsyncIterator[None] | None = None
-    with _lock:
-        client = _clients.get(key)
-        if client is not None:
-            return client
-        known = _loops.get(id(loop))
-        if known is None or known[0]() is not loop:
-            _forget_dead_loops(loop)
-            guard = _loop_guard(id(loop))
-            _loops[id(loop)] = (weakref.ref(loop), guard)
-    if guard is not None:
-        # Starting it registers it with the loop, which finalises it before closing.
-        await guard.__anext__()
-    client = _build(endpoint)  # may wait for the TLS context: outside the lock
-    with _lock:
-        kept = _clients.setdefault(key, client)
-        if kept is client:
-            _created += 1
-    if kept is not client:
-        await client.close()
-    return kept
+    """The client for ``endpoint`` in the running event loop, from the current session's pool
+    (``session``), created on first use."""
+    from flowkit.llm.session import current_session
+
+    return await current_session().clients.get(endpoint)
 
 
 async def aclose_clients() -> None:
-    """Close every client of the running loop (``asyncio.run`` also does this on exit).
-
-    Later calls in the same loop simply build new clients.
+    """Close the current session's clients of the running loop (``asyncio.run`` also does this
+    on exit). Later calls in the same loop simply build new clients.
     """
-    await _close_loop_clients(id(asyncio.get_running_loop()))
+    from flowkit.llm.session import current_session
+
+    await current_session().clients.aclose()

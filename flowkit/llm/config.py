@@ -178,16 +178,17 @@ class Settings(BaseModel):
         )
 
 
-_noted: set[str] = set()
-
-
 def _note_once(message: str) -> None:
-    """Say it at the start of the run (once per process, however many nodes share it).
+    """Say it at the start of the run, once per session (``session``: the run's when the run
+    checks its nodes inside it, else the process's default one), however many nodes share it.
 
     Logged at WARNING on ``flowkit.llm``: with no logging set up, Python prints it to stderr.
     """
-    if message not in _noted:
-        _noted.add(message)
+    from flowkit.llm.session import current_session
+
+    noted = current_session().noted
+    if message not in noted:
+        noted.add(message)
         logging.getLogger("flowkit.llm").warning("note: %s", message)
 
 

@@ -26,8 +26,8 @@ class Limits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     concurrency: int = Field(16, ge=1)
-    """Most requests in flight at once; a connection that does not set it takes the run's
-    ``--concurrency``."""
+    """Most requests in flight at once to each model (each has its own scheduler); a
+    connection that does not set it takes the run's ``--concurrency``."""
     rpm: int | None = Field(None, ge=1)
     """Requests-per-minute budget, or None for no budget."""
     tpm: int | None = Field(None, ge=1)
@@ -162,12 +162,13 @@ class Endpoint(BaseModel):
         }
 
     def identity(self) -> tuple[str, ...]:
-        """Process-local key for sharing clients and schedulers across nodes and rows.
+        """Process-local key for sharing a run's clients and schedulers across nodes and rows.
 
-        The model is left out so every node on one connection shares one client and one
-        scheduler; a digest of the key is included so two settings objects with different
-        keys for the same URL (tests, multi-tenant tools) never share a client. The limits
-        come last: ``memory`` keys what an endpoint took by the rest.
+        The model is left out so every node on one connection shares one client (schedulers
+        are per identity and model, ``session``); a digest of the key is included so two
+        settings objects with different keys for the same URL (tests, multi-tenant tools) never
+        share a client. The limits come last: ``memory`` keys what an endpoint took by the rest
+        (and the model).
         """
         # Asked on every request: remembered per object (frozen, so the answer never changes;
         # not in the object itself, where ``model_copy`` would carry it to a changed copy).

@@ -4,17 +4,24 @@ it out again.
 An endpoint that sends no rate-limit headers starts slow on every run (see ``pacing``): one
 request, then a window that doubles per round trip, and on a rate-limited one a few 429s before
 a pace is learned. That is five round trips at concurrency 32 and seven at 128: 14 s on a
-judge that answers in 2 s. Each run therefore ends by writing, per endpoint, the in-flight window
-it reached without an overload 429, or the request pace it learned from overload 429s, and the
-next run within ``TTL`` opens there: at that window (still growing if its concurrency is higher),
-or at that pace (still probing up). If the endpoint has changed meanwhile, its 429s correct the
-pace as they would have anyway. Endpoints that send the headers need nothing remembered: their
-first reply sets the pace.
+judge that answers in 2 s. Each run therefore ends by writing, per endpoint and model, the
+in-flight window it reached without an overload 429, or the request pace it learned from
+overload 429s, and the next run within ``TTL`` opens there: at that window (still growing if its
+concurrency is higher), or at that pace (still probing up). If the endpoint has changed
+meanwhile, its 429s correct the pace as they would have anyway. Endpoints that send the headers
+need nothing remembered: their first reply sets the pace.
 
 The file is ``endpoints.json`` in the cache folder: JSON, versioned, keyed by a digest of the
-endpoint's identity (connection, URL, a digest of the key), with the URL shown without
-credentials. Never a key. A memory that cannot be read or written is ignored: it only saves
-time.
+endpoint's identity (connection, URL, a digest of the key) *and the model called*: providers
+limit each model (each Azure deployment) on its own, so a pace learned from one model's 429s
+must not slow another. The URL and model are shown, never credentials or a key. Saving merges
+with what is on disk under a file lock (read, merge, write): runs that overlap, in threads or in
+processes, each add what they learned, the newest finding per endpoint and model winning, and
+a run that ends later never erases what another saved. A memory that cannot be read or written
+is ignored: it only saves time.
+
+Each run holds its own memory in its session (``session``), never in a module global: two runs
+that overlap in one process each open from, and save to, their own.
 
 This module imports nothing that loads the SDK: a run opens and closes the memory whether or
 not the flow calls a model.
@@ -23,10 +30,12 @@ not the flow calls a model.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -61,10 +70,10 @@ class Remembers(Protocol):
     def recall(self, found: Recalled) -> None: ...
 
 
-def _digest(identity: tuple[str, ...]) -> str:
+def _digest(identity: tuple[str, ...], model: str) -> str:
     # ``Endpoint.identity`` ends with the limits the endpoint is driven at; what the endpoint
     # took does not depend on them, so a run at another concurrency finds it too.
-    return hashlib.sha256("\x00".join(identity[:-1]).encode()).hexdigest()[:24]
+    return hashlib.sha256("\x00".join((*identity[:-1], model)).encode()).hexdigest()[:24]
 
 
 def _age(seconds: float) -> str:
@@ -79,44 +88,66 @@ def _shown(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def _read(path: Path) -> dict[str, dict[str, Any]]:
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and data.get("version") == VERSION:
+            found = data.get("endpoints")
+            if isinstance(found, dict):
+                return {k: v for k, v in found.items() if isinstance(v, dict)}
+    return {}
+
+
+def _at(entry: dict[str, Any]) -> float:
+    at = entry.get("at", 0)
+    return float(at) if isinstance(at, int | float) else 0.0
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold ``path``'s lock file (``flock``: released by the kernel if the process dies) while
+    the file is read, merged and written, so two runs saving at once do not lose either's."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 class EndpointMemory:
-    """The remembered endpoints of one cache folder, for one run."""
+    """The remembered endpoints of one cache folder, for one run (its session holds it)."""
 
     def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self._clock = clock
         self._entries: dict[str, dict[str, Any]] | None = None
-        self._attached: dict[tuple[str, ...], Remembers] = {}
+        # Per endpoint and model, the schedulers that used it: one per thread with its own
+        # event loop (Prompt Flow tools' model calls), the run's own first.
+        self._attached: dict[str, tuple[str, list[Remembers]]] = {}
+        self._lock = threading.Lock()
         self.notes: list[str] = []
-        """One sentence per endpoint that opened where an earlier run left it (this file's, or
-        this process's): a run that starts faster, or at a lower pace, than a first run would
-        must say why."""
+        """One sentence per endpoint and model that opened where an earlier run left it: a run
+        that starts faster, or at a lower pace, than a first run would must say why."""
 
     def _load(self) -> dict[str, dict[str, Any]]:
         if self._entries is None:
-            self._entries = {}
-            with contextlib.suppress(OSError, ValueError):
-                data = json.loads(self.path.read_text())
-                if isinstance(data, dict) and data.get("version") == VERSION:
-                    found = data.get("endpoints")
-                    if isinstance(found, dict):
-                        self._entries = {k: v for k, v in found.items() if isinstance(v, dict)}
+            self._entries = _read(self.path)
         return self._entries
 
-    def attach(self, identity: tuple[str, ...], scheduler: Remembers, *, new: bool) -> None:
-        """Note ``scheduler`` as used by this run; a ``new`` one opens where its endpoint's last
-        run left off."""
-        if identity in self._attached:  # asked on every call: the common case returns here
-            return
-        self._attached[identity] = scheduler
-        if not new:
-            # It already holds what this process learned (a notebook's second run).
-            held = scheduler.remembered()
-            if held is not None and (held.window or held.rate):
-                self._say(scheduler, held, "as this process's last run left it")
-            return
-        entry = self._load().get(_digest(identity))
-        if entry is None or self._clock() - float(entry.get("at", 0)) > TTL:
+    def attach(self, identity: tuple[str, ...], model: str, scheduler: Remembers) -> None:
+        """Note ``scheduler`` (new, for ``model`` on the endpoint of ``identity``) as used by
+        this run; it opens where that endpoint and model's last run left off."""
+        key = _digest(identity, model)
+        with self._lock:
+            known = self._attached.get(key)
+            if known is not None:
+                known[1].append(scheduler)
+            else:
+                self._attached[key] = (model, [scheduler])
+            entry = self._load().get(key)
+        if entry is None or self._clock() - _at(entry) > TTL:
             return
         window, rate = entry.get("window"), entry.get("rpm")
         found = Recalled(
@@ -125,46 +156,67 @@ class EndpointMemory:
         )
         if found.window or found.rate:
             scheduler.recall(found)
-            age = _age(self._clock() - float(entry.get("at", 0)))
-            self._say(
-                scheduler,
-                found,
-                f"as its last run ({age} ago) left it; kept in {self.path} (delete the file to "
-                "find endpoints out afresh)",
-            )
+            if known is None:  # one note per endpoint and model, however many threads
+                age = _age(self._clock() - _at(entry))
+                self._say(
+                    scheduler,
+                    model,
+                    found,
+                    f"as its last run ({age} ago) left it; kept in {self.path} (delete the file "
+                    "to find endpoints out afresh)",
+                )
 
-    def _say(self, scheduler: Remembers, found: Recalled, why: str) -> None:
+    def _say(self, scheduler: Remembers, model: str, found: Recalled, why: str) -> None:
         what = (
             f"{found.window} requests in flight"
             if found.window
             else f"{found.rate:.0f} requests a minute"
         )
-        self.notes.append(f"{_shown(scheduler.url)} opened at {what}, {why}")
+        self.notes.append(f"{_shown(scheduler.url)} ({model}) opened at {what}, {why}")
+
+    def _findings(self, now: float) -> dict[str, dict[str, Any] | None]:
+        """Per key, what this run learned (None: forget the entry); keys it learned nothing
+        about are left out, so a short or failed run keeps what an earlier run found."""
+        found: dict[str, dict[str, Any] | None] = {}
+        with self._lock:
+            attached = list(self._attached.items())
+        for key, (model, schedulers) in attached:
+            for scheduler in schedulers:  # the first that learned anything speaks for the run
+                learned = scheduler.remembered()
+                if learned is None:
+                    continue
+                if not learned.window and not learned.rate:
+                    found[key] = None  # headers now pace it, or it was declared unlimited
+                else:
+                    found[key] = {
+                        "url": _shown(scheduler.url),
+                        "model": model,
+                        "window": learned.window,
+                        "rpm": None if learned.rate is None else round(learned.rate, 3),
+                        "at": round(now, 3),
+                    }
+                break
+        return found
 
     def save(self) -> None:
-        """Write what the attached schedulers learned (an endpoint whose headers now set its
-        pace is forgotten; one that learned nothing keeps its entry); entries past ``TTL`` are
-        dropped."""
-        if not self._attached:
-            return
+        """Merge what the attached schedulers learned into the file (an endpoint whose headers
+        now set its pace is forgotten; one that learned nothing keeps its entry); entries
+        other runs wrote are kept, the newest finding per key wins, and entries past ``TTL``
+        are dropped."""
         now = self._clock()
-        entries = {k: v for k, v in self._load().items() if now - float(v.get("at", 0)) <= TTL}
-        for identity, scheduler in self._attached.items():
-            key = _digest(identity)
-            learned = scheduler.remembered()
-            if learned is None:
-                continue  # a short run, or a failed one, keeps what an earlier run found
-            if not learned.window and not learned.rate:
-                entries.pop(key, None)  # headers now pace it, or it was declared unlimited
-                continue
-            entries[key] = {
-                "url": _shown(scheduler.url),
-                "window": learned.window,
-                "rpm": None if learned.rate is None else round(learned.rate, 3),
-                "at": round(now, 3),
-            }
-        with contextlib.suppress(OSError):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        findings = self._findings(now)
+        if not findings:
+            return
+        with contextlib.suppress(OSError), _locked(self.path):
+            # Read again under the lock: another run may have saved since this one started.
+            entries = {k: v for k, v in _read(self.path).items() if now - _at(v) <= TTL}
+            for key, entry in findings.items():
+                if key in entries and _at(entries[key]) > now:
+                    continue  # a later finding (another run's clock ran ahead of this one)
+                if entry is None:
+                    entries.pop(key, None)
+                else:
+                    entries[key] = entry
             text = json.dumps({"version": VERSION, "endpoints": entries}, indent=1)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".endpoints-")
             try:
@@ -175,27 +227,3 @@ class EndpointMemory:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
-
-
-active: EndpointMemory | None = None
-"""The memory of the run in progress (the scheduler registry attaches to it), or None."""
-
-
-@contextlib.contextmanager
-def remembering(
-    folder: Path | None, notes: list[str] | None = None
-) -> Iterator[EndpointMemory | None]:
-    """Within: schedulers open where their endpoint's last run left off; after: what they
-    learned is written to ``folder``/endpoints.json, and ``notes`` gets a sentence for each
-    endpoint that opened from it. ``folder`` None remembers nothing."""
-    global active
-    memory = EndpointMemory(folder / FILE) if folder is not None else None
-    previous, active = active, memory
-    try:
-        yield memory
-    finally:
-        active = previous
-        if memory is not None:
-            if notes is not None:
-                notes.extend(memory.notes)
-            memory.save()

@@ -19,16 +19,25 @@ holds the endpoint back. A fast endpoint without limits reaches full concurrency
 round trips; an rpm-capped one sees a handful of rejections at the start instead of a burst of
 ``concurrency``. A connection with ``slow_start: false`` (a self-hosted server without rate
 limits) starts at its concurrency.
+
+The configured ``rpm`` / ``tpm`` may be drawn from a :class:`~flowkit.llm.shared.DeclaredBudget`
+instead of the pacer's own buckets: then every run of the process that uses the endpoint draws
+from the same budget, and the pacer's own buckets hold only the paces headers and 429s taught
+this run (see ``shared``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import TYPE_CHECKING
 
 from flowkit.llm.budget import Clock, Sleep, TokenBucket
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.ratelimits import RateHeaders
+
+if TYPE_CHECKING:
+    from flowkit.llm.shared import DeclaredBudget
 
 HEADER_MARGIN = 0.97
 """Fraction of a known limit (configured or from headers) to pace at: the client's and the
@@ -58,11 +67,21 @@ measurable gained at 100 ms)."""
 class Pacer:
     """The paces of one endpoint (token buckets) and its slow-start window.
 
-    ``window`` is the span rpm/tpm and header limits count over.
+    ``window`` is the span rpm/tpm and header limits count over; ``declared``, where the
+    configured rpm/tpm are drawn from when they are shared with other runs.
     """
 
-    def __init__(self, limits: Limits, *, window: float, clock: Clock, sleep: Sleep) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        *,
+        window: float,
+        clock: Clock,
+        sleep: Sleep,
+        declared: DeclaredBudget | None = None,
+    ) -> None:
         self.limits = limits
+        self.declared = declared
         self.window = window
         self._clock = clock
         self._sleep = sleep
@@ -160,6 +179,9 @@ class Pacer:
         meanwhile holds the buckets too)."""
         if self._learned is not None:
             self.repace()  # the probe moves the learned rate with time
+        shared = self.declared
+        if shared is not None:
+            await self._draw(shared, tokens)
         if self._rpm is not None:
             await self._rpm.acquire(1)
         if self._tpm is not None and tokens > 0:
@@ -170,10 +192,26 @@ class Pacer:
                     self._rpm.adjust(-1)
                 raise
 
+    async def _draw(self, shared: DeclaredBudget, tokens: int) -> None:
+        """Wait for the declared budgets shared with other runs."""
+        if shared.rpm is not None:
+            await shared.rpm.acquire(1)
+        if shared.tpm is not None and tokens > 0:
+            try:
+                await shared.tpm.acquire(tokens)
+            except asyncio.CancelledError:
+                if shared.rpm is not None:
+                    shared.rpm.adjust(-1)
+                raise
+        # A server-requested pause that began while this request waited holds it too.
+        await self.pause_over()
+
     def charge(self, tokens: int) -> None:
         """Charge ``tokens`` more to the token pace (a negative count gives them back)."""
         if self._tpm is not None and tokens:
             self._tpm.adjust(tokens)
+        if self.declared is not None and self.declared.tpm is not None and tokens:
+            self.declared.tpm.adjust(tokens)
 
     # -- feedback ------------------------------------------------------------------------
 
@@ -261,6 +299,10 @@ class Pacer:
         for bucket in (self._rpm, self._tpm):
             if bucket is not None:
                 bucket.hold_until(until)
+        if self.declared is not None:  # the quota is shared: every run on it waits
+            for shared in (self.declared.rpm, self.declared.tpm):
+                if shared is not None:
+                    shared.hold_for(seconds)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -271,9 +313,18 @@ class Pacer:
         growth = CLIMB if self._measured_cut else PROBE
         return self._learned * (1.0 + growth * steps)
 
+    def _own_paces(self) -> tuple[float | None, float | None]:
+        """The paces this pacer's own buckets hold: all of them, or with declared budgets
+        shared, only those headers and 429s taught it."""
+        if self.declared is None:
+            return self.rate(), self.token_rate()
+        learned = [r for r in (self._header_rpm, self._probed()) if r]
+        return (min(learned) if learned else None), self._header_tpm
+
     def repace(self) -> None:
         """Make the buckets follow the current paces (creating them when a pace appears)."""
-        for attr, rate in (("_rpm", self.rate()), ("_tpm", self.token_rate())):
+        own_rpm, own_tpm = self._own_paces()
+        for attr, rate in (("_rpm", own_rpm), ("_tpm", own_tpm)):
             bucket: TokenBucket | None = getattr(self, attr)
             if rate is None:
                 continue

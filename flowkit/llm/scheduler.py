@@ -1,4 +1,9 @@
-"""One scheduler per endpoint, shared by every node, row and flow of the process.
+"""One scheduler per endpoint and model in a run, shared by every node and row of the run.
+
+A run's session (``session``) holds its schedulers: two runs never share one, but their
+declared ``rpm`` / ``tpm`` budgets are shared through ``shared`` so that runs in one process
+together stay under them. Providers limit each model (each Azure deployment) on its own, so
+learned paces are per model too.
 
 It drives an endpoint at its real limit without storming it. Requests in flight are bounded by
 the connection's ``concurrency``; on top of that the *rate* of requests and of tokens is paced
@@ -27,20 +32,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 
 from flowkit.errors import EndpointError
-from flowkit.llm import memory
 from flowkit.llm.budget import Clock, Sleep
-from flowkit.llm.endpoint import Endpoint, Limits
+from flowkit.llm.endpoint import Limits
 from flowkit.llm.memory import Recalled
 from flowkit.llm.pacing import Pacer
 from flowkit.llm.ratelimits import parse_rate_headers
 from flowkit.llm.retry import Failure, Verdict, backoff, classify
+from flowkit.llm.shared import DeclaredBudget
 from flowkit.llm.stalls import Stalled, StallWatch
 from flowkit.llm.stats import Attempted, SchedulerStats, T
 
@@ -59,6 +63,8 @@ class Scheduler:
 
     ``window`` (the span rpm/tpm and header limits count over), ``clock``, ``sleep``, ``rng``
     and ``stall_floor`` are injectable so tests can compress a minute into seconds.
+    ``declared``: where the configured rpm/tpm are drawn from when other runs share them
+    (``shared``); None paces them here alone.
     """
 
     def __init__(
@@ -72,9 +78,12 @@ class Scheduler:
         sleep: Sleep = asyncio.sleep,
         rng: Callable[[], float] = random.random,
         stall_floor: float = 1.0,
+        model: str = "",
+        declared: DeclaredBudget | None = None,
     ) -> None:
         self.name = name
         self.url = url
+        self.model = model
         self.limits = limits
         self.stats = SchedulerStats()
         self.window = window
@@ -82,7 +91,7 @@ class Scheduler:
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
-        self._pacer = Pacer(limits, window=window, clock=clock, sleep=sleep)
+        self._pacer = Pacer(limits, window=window, clock=clock, sleep=sleep, declared=declared)
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -142,6 +151,7 @@ class Scheduler:
         """Counters plus the limits in force, for run records and progress."""
         return {
             "endpoint": self.name,
+            "model": self.model,
             **asdict(self.stats),
             "limit": self.limit,
             "rpm": self.rate(),
@@ -342,40 +352,3 @@ class Scheduler:
             self.stats.connection_errors += 1
         elif kind is Failure.MALFORMED:
             self.stats.malformed += 1
-
-
-_lock = threading.Lock()
-_schedulers: dict[tuple[tuple[str, ...], int], Scheduler] = {}
-
-
-def scheduler_for(endpoint: Endpoint) -> Scheduler:
-    """The scheduler of ``endpoint`` for this thread (created on first use).
-
-    Normally that is one per endpoint for the whole process.  The threading backend runs
-    an event loop per worker thread, and each worker is given its share of the budgets
-    (``flowkit.runs.backends``), so each thread gets its own scheduler, as each process would.
-    """
-    identity = endpoint.identity()
-    key = (identity, threading.get_ident())
-    with _lock:
-        found = _schedulers.get(key)
-        new = found is None
-        if found is None:
-            found = _schedulers[key] = Scheduler(
-                endpoint.limits, name=endpoint.connection, url=endpoint.url
-            )
-        if memory.active is not None:
-            memory.active.attach(identity, found, new=new)
-    return found
-
-
-def all_schedulers() -> list[Scheduler]:
-    """Every scheduler created so far, for run summaries."""
-    with _lock:
-        return list(_schedulers.values())
-
-
-def reset_schedulers() -> None:
-    """Forget every scheduler and its learned limit (between independent runs, in tests)."""
-    with _lock:
-        _schedulers.clear()

@@ -4,7 +4,9 @@ A tool parameter annotated with a connection class gets, instead of the connecti
 object with `api_key`, `api_base`, `api_type`, `api_version`, built from flowkit's configuration
 (the connection of that name if flowkit.yaml defines one, else the default connection). Nothing
 is written anywhere. Chat calls made with such an object (`promptflow.tools.aoai.chat` and kin)
-go through flowkit.llm's scheduler: rate-limited, retried and counted like an llm node's.
+go through flowkit.llm's scheduler: rate-limited, retried and counted like an llm node's, in the
+running flow's own session (``flowkit.llm.session``: the tool's thread runs in a copy of the
+node's context, and the task made for each call copies the thread's).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ _tool_loops: list[asyncio.AbstractEventLoop] = []
 @atexit.register
 def _close_tool_loops() -> None:
     """Close the tool threads' loops and the SDK clients they hold: those threads outlive every
-    run, and a client left open makes aiohttp complain on the user's terminal at exit."""
+    run, and a client left open makes aiohttp complain on the user's terminal at exit. (A run's
+    session closes its own clients on these loops when the run ends; what is left here is the
+    default session's, of calls made outside any run.)"""
     from flowkit.llm.client import aclose_clients
 
     while _tool_loops:

@@ -6,8 +6,11 @@ produced: output rows, trace lines, new cache entries, aggregate columns and cou
 alone writes the run folder and the cache, so both stay coherent whatever the backend; chunks
 come back in order, so outputs.jsonl stays in input order with a bounded buffer.
 
-Rate limits: each worker runs its own scheduler per endpoint, so a connection's `rpm`, `tpm`
-and `concurrency` are divided evenly between the workers (see ``_share``).
+Rate limits: each worker (a process, or a thread of the threading backend) runs the run's model
+calls in its own session (``flowkit.llm.session``), kept across its chunks, with its own
+schedulers; a connection's `rpm`, `tpm` and `concurrency` are divided evenly between the workers
+(see ``_share``), so worker sessions do not join the process's shared budgets. What a worker's
+endpoints learn is merged into the cache folder's endpoint memory after each chunk.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import itertools
 import math
 import socket
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,12 +118,34 @@ def _share(settings: Any, workers: int) -> Any:
     return settings.model_copy(update={"connections": conns})
 
 
+_sessions: dict[int, tuple[str, Any]] = {}
+
+
+def _session(job: WorkerJob, cache_dir: Path) -> Any:
+    """This worker's model-calling session for ``job``'s run: one per process, or per thread of
+    the threading backend, kept for the run's later chunks (their endpoints go on where the last
+    chunk left them). A worker's session of an earlier run is closed."""
+    from flowkit.llm.memory import FILE, EndpointMemory
+    from flowkit.llm.session import LlmSession
+
+    thread = threading.get_ident()
+    held = _sessions.get(thread)
+    if held is not None and held[0] == job.run_id:
+        return held[1]
+    session = LlmSession(memory=EndpointMemory(cache_dir / FILE), shared=None)
+    _sessions[thread] = (job.run_id, session)
+    if held is not None:
+        held[1].close()
+    return session
+
+
 def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     """Run one chunk of mapped rows in this worker; return everything it produced."""
     from flowkit.cache.store import Cache, default_cache_dir
     from flowkit.engine.context import RunContext
     from flowkit.engine.executor import Executor
     from flowkit.engine.prepare import needs_settings, prepare_nodes
+    from flowkit.llm.session import using
 
     flow = _load(job)
     config, options = job.config, job.config.run_options()
@@ -136,16 +162,18 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     ctx = RunContext(options, settings)
     prepare_nodes(flow, ctx)
     cache = None
+    directory = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
     if options.use_cache:
-        directory = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
         cache = Cache(directory, flush_every=2**62, flush_seconds=math.inf)
     writer = MemoryWriter(job.run_id)
     executor = Executor(flow, options, cache, writer, ctx)
+    session = _session(job, directory)
     try:
-        with importable(flow.import_path):
+        with importable(flow.import_path), using(session):
             asyncio.run(_run(executor, rows))
     finally:
         ctx.threads.shutdown(wait=False)
+        session.memory.save()  # merged with what other workers and runs saved
     result = ChunkResult(
         writer.rows,
         writer.traces,

@@ -27,7 +27,7 @@ from flowkit.engine.executor import Executor
 from flowkit.engine.prepare import needs_settings, prepare_nodes, walk_nodes
 from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, display
 from flowkit.flow.graph import Flow
-from flowkit.llm.memory import remembering
+from flowkit.llm.session import current_session, run_session
 from flowkit.runs.config import RunConfig
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
@@ -100,8 +100,15 @@ def _settings(flow: Flow, config: RunConfig, settings: Any) -> Any:
 
 
 def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
-    """Stream the rows through the executor, aggregate, and close the folder honestly."""
-    with importable(job.flow.import_path):
+    """Stream the rows through the executor, aggregate, and close the folder honestly.
+
+    The run's model calls, aggregates' included, go through its own session
+    (``flowkit.llm.session``: schedulers, clients, endpoint memory); endpoints open where their
+    last run left off, and its findings are kept for the next beside the cache
+    (``flowkit.llm.memory``).
+    """
+    cache_dir = Path(job.config.cache_dir) if job.config.cache_dir else default_cache_dir()
+    with importable(job.flow.import_path), run_session(cache_dir):
         return _execute(job, writer, kept=kept)
 
 
@@ -125,7 +132,9 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             job.on_progress(stats)
 
     cache_dir = Path(job.config.cache_dir) if job.config.cache_dir else default_cache_dir()
-    remembered: list[str] = []  # endpoints that opened where their last run left off
+    memory = current_session().memory
+    # Endpoints that opened where their last run left off (noted as they open).
+    remembered: list[str] = memory.notes if memory is not None else []
     try:
         if options.use_cache:
             cache = Cache(cache_dir)
@@ -135,11 +144,8 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             done = prepare(kept, flow, executor, keep=job.keep_rows)
             writer.resume_after(done)
         ready = True
-        # Endpoints open where their last run left off, and this run's findings are kept for
-        # the next (``flowkit.llm.memory``), beside the cache.
-        with remembering(cache_dir, notes=remembered):
-            rows = _mapped_rows(job.data_path, job.maps, job.config.limit, done)
-            _run_rows(job, executor, writer, rows)
+        rows = _mapped_rows(job.data_path, job.maps, job.config.limit, done)
+        _run_rows(job, executor, writer, rows)
         status = COMPLETED
     except KeyboardInterrupt:
         status = INTERRUPTED

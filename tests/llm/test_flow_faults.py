@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import flowkit
-from flowkit.llm import load_settings, reset_schedulers
+from flowkit.llm import load_settings
 from flowkit.testing.server import ServerConfig, serve
 
 ROWS = 500
@@ -52,7 +52,6 @@ def test_faulty_endpoint_loses_no_rows_and_changes_no_scores(tmp_path: Path) -> 
     faults = ServerConfig(
         rate_429=0.15, rate_500=0.05, rate_timeout=0.02, retry_after=0.0, timeout_delay=5.0, seed=11
     )
-    reset_schedulers()
     with serve(faults) as srv:
         faulty = flowkit.run(
             "groundedness",
@@ -63,7 +62,6 @@ def test_faulty_endpoint_loses_no_rows_and_changes_no_scores(tmp_path: Path) -> 
             output=tmp_path / "faulty",
         )
         stats = srv.stats()
-    reset_schedulers()
     with serve(ServerConfig()) as clean_srv:
         clean = flowkit.run(
             "groundedness",

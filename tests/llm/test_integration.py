@@ -21,9 +21,9 @@ from flowkit.llm import (
     embed,
     get_client,
     load_settings,
-    reset_schedulers,
     scheduler_for,
 )
+from flowkit.llm.session import LlmSession
 from flowkit.testing.server import LocalServer, ServerConfig, serve
 
 FAST = Limits(concurrency=16, timeout=5, max_retries=6, backoff_base=0.01, backoff_max=0.05)
@@ -36,12 +36,9 @@ def server() -> Iterator[LocalServer]:
 
 
 @pytest.fixture(autouse=True)
-def fresh(server: LocalServer) -> Iterator[None]:
+def fresh(server: LocalServer, llm_session: LlmSession) -> None:
     server.configure(rate_429=0.0, rate_500=0.0, rate_timeout=0.0, retry_after=0.2, api_key=None)
     server.reset()
-    reset_schedulers()
-    yield
-    reset_schedulers()
 
 
 def endpoint(server: LocalServer, limits: Limits = FAST, **kw: Any) -> Endpoint:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import flowkit
-from flowkit.llm import Endpoint, Limits, load_settings, reset_schedulers
+from flowkit.llm import Endpoint, Limits, load_settings
 from flowkit.llm.client import chat
 from flowkit.llm.scheduler import Scheduler
 from flowkit.testing.server import ServerConfig, serve, serve_subprocess
@@ -151,8 +151,8 @@ def test_a_wrong_key_stops_the_run_early(tmp_path: Path) -> None:
 
 
 def _run_at_40(project: Path) -> None:
-    """``groundedness`` over the project's rows at --concurrency 40, cache off, fresh schedulers."""
-    reset_schedulers()
+    """``groundedness`` over the project's rows at --concurrency 40, cache off (a run's
+    schedulers are its own)."""
     flowkit.run(
         "groundedness",
         project / "rows.jsonl",

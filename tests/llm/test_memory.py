@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import flowkit
-from flowkit.llm import clients, memory, reset_schedulers
+from flowkit.llm import clients, memory
 from flowkit.llm.client import chat
 from flowkit.llm.endpoint import Endpoint, Limits
-from flowkit.llm.memory import TTL, EndpointMemory, Recalled, remembering
+from flowkit.llm.memory import TTL, EndpointMemory, Recalled
 from flowkit.llm.pacing import Pacer
 from flowkit.llm.ratelimits import Quota, RateHeaders
+from flowkit.llm.session import run_session
 from flowkit.testing.server import LocalServer
 
 
@@ -99,22 +100,20 @@ def test_the_file_round_trips_expires_and_holds_no_credentials(tmp_path: Path) -
     clock = Clock()
     identity = ("judge", "https://gw.example/v1", "digest-of-key")
     first = EndpointMemory(path, clock=clock)
-    first.attach(identity, FakeScheduler(Recalled(24, None)), new=True)
+    first.attach(identity, "judge-1", FakeScheduler(Recalled(24, None)))
     first.save()
     text = path.read_text()
     assert "pw" not in text and "user" not in text and "digest-of-key" not in text
     (entry,) = json.loads(text)["endpoints"].values()
     assert entry["url"] == "https://gw.example/v1" and entry["window"] == 24
+    assert entry["model"] == "judge-1"
 
     later = FakeScheduler(None)
-    EndpointMemory(path, clock=clock).attach(identity, later, new=True)
+    EndpointMemory(path, clock=clock).attach(identity, "judge-1", later)
     assert later.recalled == [Recalled(24, None)]
-    running = FakeScheduler(None)  # a scheduler this process already drove keeps its own state
-    EndpointMemory(path, clock=clock).attach(identity, running, new=False)
-    assert running.recalled == []
     clock.now += TTL + 1
     stale = FakeScheduler(None)
-    EndpointMemory(path, clock=clock).attach(identity, stale, new=True)
+    EndpointMemory(path, clock=clock).attach(identity, "judge-1", stale)
     assert stale.recalled == []
 
 
@@ -122,10 +121,10 @@ def test_a_run_at_another_concurrency_finds_what_the_last_one_learned(tmp_path: 
     path = tmp_path / "endpoints.json"
     address = ("judge", "openai", "https://gw.example/v1", "", "", "digest-of-key")
     first = EndpointMemory(path)
-    first.attach((*address, '{"concurrency":32}'), FakeScheduler(Recalled(32, None)), new=True)
+    first.attach((*address, '{"concurrency":32}'), "m", FakeScheduler(Recalled(32, None)))
     first.save()
     wider = FakeScheduler(None)
-    EndpointMemory(path).attach((*address, '{"concurrency":128}'), wider, new=True)
+    EndpointMemory(path).attach((*address, '{"concurrency":128}'), "m", wider)
     assert wider.recalled == [Recalled(32, None)]
 
 
@@ -135,20 +134,20 @@ def test_an_endpoint_paced_by_headers_now_is_forgotten_and_a_bad_file_ignored(
     path = tmp_path / "endpoints.json"
     identity = ("judge", "https://gw.example/v1", "k")
     first = EndpointMemory(path)
-    first.attach(identity, FakeScheduler(Recalled(None, 600.0)), new=True)
+    first.attach(identity, "m", FakeScheduler(Recalled(None, 600.0)))
     first.save()
     short = EndpointMemory(path)  # a run that learned nothing keeps what was kept
-    short.attach(identity, FakeScheduler(None), new=True)
+    short.attach(identity, "m", FakeScheduler(None))
     short.save()
     (entry,) = json.loads(path.read_text())["endpoints"].values()
     assert entry["rpm"] == 600.0
     second = EndpointMemory(path)
-    second.attach(identity, FakeScheduler(Recalled(None, None)), new=True)
+    second.attach(identity, "m", FakeScheduler(Recalled(None, None)))
     second.save()
     assert json.loads(path.read_text())["endpoints"] == {}
     path.write_text("{not json")
     fresh = FakeScheduler(None)
-    EndpointMemory(path).attach(identity, fresh, new=True)
+    EndpointMemory(path).attach(identity, "m", fresh)
     assert fresh.recalled == []
 
 
@@ -162,7 +161,6 @@ def _peak(server: LocalServer, folder: Path | None, calls: int) -> int:
         base_url=server.base_url,
         limits=Limits(concurrency=32, max_retries=0),
     )
-    reset_schedulers()  # as a new process would start
     server.reset()
 
     async def body() -> None:
@@ -173,7 +171,7 @@ def _peak(server: LocalServer, folder: Path | None, calls: int) -> int:
         assert all(r.text for r in await asyncio.gather(*asks))
         await clients.aclose_clients()
 
-    with remembering(folder):
+    with run_session(folder):  # a run's session: its own schedulers, as a new process's
         asyncio.run(body())
     return server.stats()["max_in_flight"]
 
@@ -212,9 +210,7 @@ def test_a_run_that_opens_from_memory_says_so(llm_server: LocalServer, tmp_path:
         "".join(json.dumps({"context": f"c{i}", "answer": f"a{i}"}) + "\n" for i in range(40))
     )
 
-    def run(new_process: bool = True) -> Any:
-        if new_process:
-            reset_schedulers()
+    def run() -> Any:
         return flowkit.run(
             "groundedness", rows, cache_dir=tmp_path / "cache", use_cache=False, concurrency=16
         )
@@ -225,12 +221,10 @@ def test_a_run_that_opens_from_memory_says_so(llm_server: LocalServer, tmp_path:
     (note,) = [n for n in second.info["notices"] if "last run" in n]
     where = tmp_path / "cache" / memory.FILE
     assert note == (
-        f"{llm_server.base_url} opened at 16 requests in flight, as its last run (0 min ago) "
-        f"left it; kept in {where} (delete the file to find endpoints out afresh)"
+        f"{llm_server.base_url} (flowkit-test) opened at 16 requests in flight, as its last run "
+        f"(0 min ago) left it; kept in {where} (delete the file to find endpoints out afresh)"
     )
     kept = json.loads((second.run_dir / "run.json").read_text())
     assert note in kept["notices"]  # the run folder says why this run started at full speed
-    third = run(new_process=False)  # a notebook's next run: the process holds the endpoint
-    assert [n for n in third.info["notices"] if "last run" in n] == [
-        f"{llm_server.base_url} opened at 16 requests in flight, as this process's last run left it"
-    ]
+    third = run()  # a notebook's next run, in the same process, opens from the file alike
+    assert [n for n in third.info["notices"] if "last run" in n] == [note]
