@@ -1,6 +1,8 @@
 """The row-independent part of a node's cache key: its spec (less what cannot change its
-result, such as its name, wiring and cache settings), what its kind adds (``key_parts``), and the
-environment variables it declares with ``cache: {env: [...]}``.
+result, such as its name, wiring, cache settings and whether it runs in a thread), what its
+kind adds at load (``key_parts``: code, prompt, sub-flow, and the environment variables it
+declares with ``cache: {env: [...]}``), and what a run adds (the model; see
+flowkit.engine.prepare).
 
 ``flowkit.cache.store`` completes it with the row's inputs (``node_key``).
 """
@@ -9,20 +11,28 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from flowkit.cache.canonical import canonical_bytes
-from flowkit.flow.graph import Node
+from flowkit.flow.graph import EMPTY, Node
 from flowkit.flow.spec import CacheSpec
 from flowkit.flow.use import PATH_FIELDS
 
-_KEY_EXCLUDE = {"name", "inputs", "when", "cache", "description", *PATH_FIELDS}
+_KEY_EXCLUDE = {"name", "inputs", "when", "cache", "description", "blocking", *PATH_FIELDS}
 
 
-def static_key(node: Node) -> str:
-    """The part of a node's cache key that does not depend on the row."""
+def declared_env(spec: Any) -> dict[str, Any]:
+    """The key part of the environment variables the node declares (read once, at load: the
+    run uses the environment it was started in); empty when it declares none."""
+    if isinstance(spec.cache, CacheSpec) and spec.cache.env:
+        return {"env": {var: os.environ.get(var) for var in spec.cache.env}}
+    return {}
+
+
+def static_key(node: Node, run_parts: Mapping[str, Any] = EMPTY) -> str:
+    """The part of a node's cache key that does not depend on the row: with ``run_parts``,
+    this run's (see flowkit.engine.bound)."""
     spec = node.spec.model_dump(mode="json", exclude=_KEY_EXCLUDE)
-    parts = {"spec": spec, **node.key_parts}
-    if isinstance(node.spec.cache, CacheSpec) and node.spec.cache.env:
-        # Read once, at load: the run uses the environment it was started in.
-        parts["env"] = {var: os.environ.get(var) for var in node.spec.cache.env}
+    parts = {"spec": spec, **node.key_parts, **run_parts}
     return hashlib.sha256(canonical_bytes(parts)).hexdigest()
