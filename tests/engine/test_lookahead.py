@@ -8,9 +8,9 @@ from typing import Any
 
 import flowkit
 from flowkit.cache.store import Cache, node_key
+from flowkit.engine.bound import BoundFlow
 from flowkit.engine.context import RunContext, RunOptions
 from flowkit.engine.lookahead import Lookahead
-from flowkit.engine.bound import BoundFlow
 from flowkit.engine.prepare import bind
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flows
