@@ -7,7 +7,8 @@
 - ``node_key``: the row-independent part of a node's cache key (``static_key``).
 - ``use``: merging ``use:`` nodes; ``wiring``: reference and output checks.
 - ``spec_messages``: pydantic's complaints turned into ``file:LINE: node 'x': …``.
-- ``graph``: the loaded flow and its DAG (networkx); ``templates``: sandboxed Jinja2 prompts.
+- ``graph``: the loaded flow and its DAG (networkx), frozen values any number of runs share;
+  ``templates``: sandboxed Jinja2 prompts.
 - ``builtin``: finding the built-in flows by name.
 - ``target``: ``--target``, a metric flow preceded by a node that calls the user's app.
 
