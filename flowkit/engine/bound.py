@@ -134,12 +134,10 @@ class BoundFlow:
 def slow_notices(bound: BoundFlow) -> list[str]:
     """One notice per inline python node whose calls averaged over ``SLOW_CALL_SECONDS``."""
     notices = []
-    seen: set[str] = set()
     for node in bound.walk():
         timing = node.timing
-        if node.is_async or not timing.calls or node.qual in seen:
+        if node.is_async or not timing.calls:
             continue
-        seen.add(node.qual)
         mean = timing.seconds / timing.calls
         if mean > SLOW_CALL_SECONDS:
             notices.append(

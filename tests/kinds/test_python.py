@@ -145,6 +145,21 @@ def test_a_slow_sync_function_stays_inline_for_the_whole_run_and_is_named(
     assert "8 calls" in notices[0] and "`blocking: true`" in notices[0]
 
 
+def test_slow_calls_on_workers_are_told_by_the_driver_once(project: Path) -> None:
+    flow = load_flow(
+        flow_with(
+            project,
+            "{name: n, type: python, source: nodes.py, function: slow, inputs: {x: ${inputs.x}}}",
+        )
+    )
+    result = run(
+        project, flow, rows=6, use_cache=False, backend="threading", workers=2, chunk_size=2
+    )
+    notices = [n for n in result.info["notices"] if "'n'" in n]
+    assert len(notices) == 1
+    assert "6 calls" in notices[0]
+
+
 def test_a_fast_sync_function_gets_no_notice(project: Path) -> None:
     flow = load_flow(
         flow_with(
