@@ -15,7 +15,7 @@ from flowkit.engine.context import RunContext
 from flowkit.engine.plan import ENDPOINT_KINDS
 from flowkit.errors import UsageError
 from flowkit.flow.graph import Flow, Node
-from flowkit.flow.node_key import static_key
+from flowkit.flow.node_key import declared_env, static_key
 
 
 def walk_nodes(flow: Flow, prefix: str = "") -> Iterator[tuple[Flow, Node, str]]:
@@ -52,7 +52,9 @@ def _bind(flow: Flow, ctx: RunContext, prefix: str, problems: list[str]) -> Boun
         except UsageError as err:
             problems.append(err.message)
             binding = kinds.Binding()
-        run_parts = MappingProxyType(dict(binding.key_parts))
+        # Declared environment variables are read again for each run: the function reads them
+        # when it runs, not when the flow was loaded (a notebook may change them in between).
+        run_parts = MappingProxyType({**binding.key_parts, **declared_env(node.spec)})
         nodes[node.name] = BoundNode(
             node,
             qual,

@@ -23,8 +23,8 @@ _KEY_EXCLUDE = {"name", "inputs", "when", "cache", "description", "blocking", *P
 
 
 def declared_env(spec: Any) -> dict[str, Any]:
-    """The key part of the environment variables the node declares (read once, at load: the
-    run uses the environment it was started in); empty when it declares none."""
+    """The key part of the environment variables the node declares, as they are now (read at
+    load for the flow's content hash, and again by each run for its keys); empty without."""
     if isinstance(spec.cache, CacheSpec) and spec.cache.env:
         return {"env": {var: os.environ.get(var) for var in spec.cache.env}}
     return {}

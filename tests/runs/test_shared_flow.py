@@ -22,7 +22,7 @@ import flowkit
 from flowkit.api import RunResult
 from flowkit.flow.graph import Flow, Node
 from flowkit.testing.server import LocalServer
-from tests.support import write_jsonl
+from tests.support import write, write_jsonl
 
 ROWS = [
     {"context": f"Fact {i}: the sky is {i}.", "answer": f"The sky is {i}.", "question": "Sky?"}
@@ -180,3 +180,35 @@ def test_a_loaded_flow_cannot_be_written_to(llm_server: LocalServer) -> None:
         flow.nodes["judge"] = judge  # type: ignore[index]
     with pytest.raises(FrozenInstanceError):
         judge.impl.template = None
+
+
+def test_each_run_of_one_loaded_flow_keys_on_the_environment_it_runs_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path / "nodes.py", "import os\n\ndef env(x):\n    return os.environ.get('FK_VAR')\n")
+    flow = flowkit.load_flow(
+        write(
+            tmp_path / "f.yaml",
+            """
+            name: f
+            inputs: {x: {type: integer}}
+            outputs: {w: ${n.output}}
+            nodes:
+              - name: n
+                type: python
+                source: nodes.py
+                function: env
+                inputs: {x: ${inputs.x}}
+                cache: {env: [FK_VAR]}
+            """,
+        )
+    )
+    data = write_jsonl(tmp_path / "d.jsonl", [{"x": 1}])
+    seen = []
+    for value in ("a", "b", "a"):
+        monkeypatch.setenv("FK_VAR", value)
+        result = flowkit.run(flow, data, cache_dir=tmp_path / "c", runs_root=tmp_path / "r")
+        seen.append((next(result.rows())["outputs"]["w"], result.counts["cache_hits"]))
+    # The value the function reads when the run runs, never the one at load; the third run
+    # finds the first's result under the same key.
+    assert seen == [("a", 0), ("b", 0), ("a", 1)]
