@@ -38,10 +38,11 @@ class Plan:
 
     def endpoint_bound(self) -> bool:
         """Whether what the tree awaits is model calls only (llm and embedding nodes, which
-        their endpoints' schedulers hold to the endpoints' limits), and no user coroutine (an
-        app under test, which only the rows in flight bound)."""
+        their endpoints' schedulers hold to the endpoints' limits), and no user function that
+        waits (a coroutine, or a blocking function in a thread: an app under test, which only
+        the rows in flight bound)."""
         return any(n.kind in ENDPOINT_KINDS for n in self.tree) and not any(
-            getattr(n.impl, "is_coroutine", False) for n in self.tree
+            n.is_async and n.kind not in ENDPOINT_KINDS for n in self.tree
         )
 
 

@@ -214,6 +214,8 @@ def test_only_model_calls_earn_rows_beyond_the_concurrency(tmp_path: Path, nodes
     alone = "{name: n, type: python, source: nodes.py, function: ident, inputs: {x: ${inputs.x}}}"
     assert bound(judge, sync)  # a judge and plain functions: the scheduler bounds the waiting
     assert not bound(app, judge)  # an app under test (a coroutine): --concurrency bounds it
+    blocking = app.replace("function: nap,", "function: ident, blocking: true,")
+    assert not bound(blocking, judge)  # a sync app in threads: --concurrency bounds it too
     assert not bound(alone)  # nothing waits at all
 
 
