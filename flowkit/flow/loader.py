@@ -52,8 +52,8 @@ class LoadContext:
         self.diagnostics: list[Diagnostic] = []
         self._stack: list[Path] = []
         self._loaded: dict[Path, Flow | None] = {}
-        self._raw: dict[int, YDict] = {}
-        self._file: dict[int, str] = {}
+        self._raw: dict[tuple[str, str], YDict] = {}
+        """Each node's YAML by (file, node name), for the line of a key in its messages."""
         self.broken: set[str] = set()
         """Nodes already reported as invalid: references to them raise no second error."""
 
@@ -64,20 +64,20 @@ class LoadContext:
     def where(self, node: Node, key: str | None = None) -> str:
         """``flow.yaml:LINE`` of the node (of its ``key`` when known), for messages that are
         reported at another file, such as a prompt's."""
-        raw = self._raw.get(id(node))
+        raw = self._raw.get((node.file, node.name))
         line = (line_of(raw, key) if raw is not None and key is not None else 0) or node.line
-        return f"{self._file.get(id(node), node.file)}:{line}"
+        return f"{node.file}:{line}"
 
     def error(self, node: Node, message: str, key: str | None = None, sub: Any = None) -> None:
         """Report against a node, at the line of ``key`` (and ``sub`` inside it) when known."""
-        raw = self._raw.get(id(node))
+        raw = self._raw.get((node.file, node.name))
         line = node.line
         if raw is not None and key is not None:
             line = line_of(raw, key) or line
             inner = raw.get(key)
             if sub is not None and isinstance(inner, (YDict, YList)):
                 line = line_of(inner, sub) or line
-        self.report(self._file.get(id(node), node.file), line, node.name, message)
+        self.report(node.file, line, node.name, message)
 
     # -- loading --------------------------------------------------------------------------
     @property
@@ -269,7 +269,7 @@ class LoadContext:
 
     def _compile(self, bare: Node, raw: YDict) -> Node:
         """The node with its references parsed; its kind compiles it next (``_compile_kind``)."""
-        self._raw[id(bare)], self._file[id(bare)] = raw, bare.file
+        self._raw[(bare.file, bare.name)] = raw
         spec = bare.spec
         inputs = tuple((p, *self._ref(bare, v, "inputs", p)) for p, v in spec.inputs.items())
         when = None
@@ -279,9 +279,7 @@ class LoadContext:
             except (RefSyntaxError, ValueError) as err:
                 self.error(bare, f"when: {err}", key="when")
         node = replace(bare, inputs=inputs, when=when)
-        node = replace(node, deps=frozenset(r.name for r in node.refs() if r.source == "node"))
-        self._rekey(bare, node)
-        return node
+        return replace(node, deps=frozenset(r.name for r in node.refs() if r.source == "node"))
 
     def _compile_kind(self, node: Node, base_dir: Path) -> Node:
         """Build the node complete from what its kind compiled (a frozen node is never edited
@@ -294,14 +292,7 @@ class LoadContext:
             return node
         parts = MappingProxyType({**compiled.key_parts, **declared_env(node.spec)})
         done = replace(node, impl=compiled.impl, key_parts=parts, is_async=compiled.is_async)
-        done = replace(done, static_key=static_key(done))
-        self._rekey(node, done)
-        return done
-
-    def _rekey(self, old: Node, new: Node) -> None:
-        """Messages about ``new`` point where those about ``old`` did."""
-        self._raw[id(new)] = self._raw.pop(id(old))
-        self._file[id(new)] = self._file.pop(id(old))
+        return replace(done, static_key=static_key(done))
 
     def _ref(self, node: Node, value: Any, key: str, sub: Any) -> tuple[Ref | None, Any]:
         try:
