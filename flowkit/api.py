@@ -252,7 +252,7 @@ def _start(
             "target_dir": flow.target.base if flow.target else None,
             "embedding_model": config.embedding_model,
         },
-        "judging": judging(job.flow),
+        "judging": judging(job.bound),
     }
     if lock is None:
         lock = claim_run_dir(run_dir, overwrite=config.overwrite)
@@ -340,7 +340,7 @@ def _resume(
     job = make_job(
         flow, data_path, Mapping(flow, config.mapping or None, prior), config, settings, on_progress
     )
-    now = judging(job.flow)
+    now = judging(job.bound)
     # A run.json from before "judging" was recorded has only the flow hash to go by.
     changed = changes(info["judging"], now) if "judging" in info else {}
     flow_changed = flow.content_hash != info["flow"]["hash"]

@@ -8,7 +8,9 @@
 - ``aggregation``: aggregate nodes over all rows.
 - ``collector``: Python's garbage collector, kept quiet while rows run.
 - ``context``: run options, counters and the run-time context kinds receive.
-- ``prepare``: binding run-time settings (the model endpoint) to every node before a row runs.
+- ``prepare``: binding the flow for one run (``bind``) before a row runs; ``bound``: what it
+  binds, ``BoundFlow``/``BoundNode`` (each node's endpoint, model, final cache key and mode, and
+  the run's timing of inline functions), owned by the run: the loaded flow is never written to.
 - ``records``: the typed, versioned trace records the engine emits.
 - ``sink``: ``RunSink``, the protocol the engine writes rows and records through.
 

@@ -83,4 +83,5 @@ class RunContext:
         self.flow_name = ""
         """The flow whose node is being prepared, for configuration messages."""
         self.batchers: dict[int, Any] = {}
-        """Per embedding node, the batcher collecting texts across rows."""
+        """Per embedding node (by its ``BoundNode``'s id, so per run), the batcher collecting
+        texts across rows."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowkit.cache.result_cache import MISS, ResultCache
 from flowkit.cache.store import node_key
+from flowkit.engine.bound import BoundFlow, BoundNode
 from flowkit.engine.collector import fewer_collections
 from flowkit.engine.context import RunContext, RunOptions, Stats
 from flowkit.engine.lookahead import Lookahead, Row
@@ -39,7 +40,6 @@ from flowkit.engine.scope import (
     subflow_invalid,
     value_or_none,
 )
-from flowkit.flow.graph import Flow, Node
 from flowkit.flow.spec import LATENCY_OUTPUT
 
 if TYPE_CHECKING:
@@ -60,11 +60,12 @@ YIELD_EVERY = 0.01
 
 class Executor:
     """Runs a flow over rows: a batch at a time, concurrently, each row's nodes in dependency
-    order. Each node is run by the executor's ``NodeRunner``."""
+    order. Each node is run by the executor's ``NodeRunner``. It runs the flow as bound for
+    this run (flowkit.engine.prepare.bind), never writing into the loaded flow."""
 
     def __init__(
         self,
-        flow: Flow,
+        flow: BoundFlow,
         options: RunOptions,
         cache: ResultCache | None,
         writer: RunSink,
@@ -95,15 +96,14 @@ class Executor:
     async def _run(self, rows: Iterable[Row]) -> None:
         top = self._plans[self.flow]
         feed = _Feed(rows, max(BATCH_ROWS, self.options.concurrency), self._lookahead.fetch)
-        # Nothing waits on I/O: each row runs to its end here, with no task and no coroutine
-        # unless a function turns out slow during it (then the rest of the rows go below).
-        while not top.waits() and (row := feed.next()) is not None:
-            rest = self._row_now(*row)
-            if rest is not None:
-                await rest
-            if self._between_rows():
-                await asyncio.sleep(0)
-        if top.waits():
+        # Nothing waits on I/O: each row runs to its end here, with no task and no coroutine.
+        # Whether anything waits is fixed before the first row (see flowkit.kinds.python).
+        if not top.waits():
+            while (row := feed.next()) is not None:
+                self._row_now(*row)
+                if self._between_rows():
+                    await asyncio.sleep(0)
+        else:
             await self._in_workers(feed, top)
         self._tick()
         feed.check()
@@ -165,28 +165,13 @@ class Executor:
             return
         self._end_row(line, inputs, await self.run_scope(self.flow, inputs, line, ""))
 
-    def _row_now(
-        self, line: int, inputs: dict[str, Any] | None, error: str | None
-    ) -> Coroutine[Any, Any, None] | None:
-        """Run a row whose nodes do not wait; return what is left to await if one came to."""
+    def _row_now(self, line: int, inputs: dict[str, Any] | None, error: str | None) -> None:
+        """Run a row whose nodes do not wait, to its end."""
         if inputs is None:
             self._bad_row(line, error)
-            return None
+            return
         scope = Scope(inputs)
-        stop = self._run_inline(self._plans[self.flow], scope, line, "", 0)
-        if stop is None:
-            self._end_row(line, inputs, scope)
-            return None
-        return self._finish_row(line, inputs, scope, stop)
-
-    async def _finish_row(
-        self,
-        line: int,
-        inputs: dict[str, Any],
-        scope: Scope,
-        stop: tuple[int, Coroutine[Any, Any, None]],
-    ) -> None:
-        await self._resume_inline(self._plans[self.flow], scope, line, "", stop)
+        self._run_inline(self._plans[self.flow], scope, line, "")
         self._end_row(line, inputs, scope)
 
     def _bad_row(self, line: int, error: str | None) -> None:
@@ -225,37 +210,23 @@ class Executor:
         for agg in self.aggregates:
             collect(agg, scope, line)
 
-    def _run_inline(
-        self, plan: Plan, scope: Scope, line: int, prefix: str, begin: int
-    ) -> tuple[int, Coroutine[Any, Any, None]] | None:
-        """Run the plan's nodes from ``begin`` in its order while none waits. The ready queue
-        would only replay that order; a node that does wait (a function found slow during this
-        very row) stops the loop, and its position and coroutine are returned."""
-        order = plan.order
-        for i in range(begin, len(order)):
-            coro = self.nodes.start(order[i], scope, line, prefix)
+    def _run_inline(self, plan: Plan, scope: Scope, line: int, prefix: str) -> None:
+        """Run the nodes of a plan none of whose nodes waits, in its order (the ready queue
+        would only replay it). A node's mode is fixed for the run, so none can start waiting."""
+        start = self.nodes.start
+        for node in plan.order:
+            coro = start(node, scope, line, prefix)
             if coro is not None:
-                return i, coro
-        return None
+                coro.close()
+                raise RuntimeError(f"node {prefix + node.name!r} waits in a plan that does not")
 
-    async def _resume_inline(
-        self,
-        plan: Plan,
-        scope: Scope,
-        line: int,
-        prefix: str,
-        stop: tuple[int, Coroutine[Any, Any, None]] | None,
-    ) -> None:
-        while stop is not None:
-            await stop[1]
-            stop = self._run_inline(plan, scope, line, prefix, stop[0] + 1)
-
-    async def run_scope(self, flow: Flow, inputs: dict[str, Any], line: int, prefix: str) -> Scope:
+    async def run_scope(
+        self, flow: BoundFlow, inputs: dict[str, Any], line: int, prefix: str
+    ) -> Scope:
         scope = Scope(inputs)
         plan = self._plans[flow]
         if not plan.waits():
-            stop = self._run_inline(plan, scope, line, prefix, 0)
-            await self._resume_inline(plan, scope, line, prefix, stop)
+            self._run_inline(plan, scope, line, prefix)
             return scope
         remaining = dict(plan.dep_counts)
         ready = list(plan.roots)
@@ -291,9 +262,16 @@ class Executor:
         return scope
 
     async def _subflow(
-        self, node: Node, scope: Scope, inputs: dict[str, Any], line: int, qual: str, start: float
+        self,
+        node: BoundNode,
+        scope: Scope,
+        inputs: dict[str, Any],
+        line: int,
+        qual: str,
+        start: float,
     ) -> None:
-        sub: Flow = node.impl
+        sub = node.sub
+        assert sub is not None
         sub_inputs = {n: s.default for n, s in sub.inputs.items() if not s.required}
         sub_inputs.update(inputs)
         began = time.perf_counter()
@@ -316,7 +294,7 @@ class Executor:
             self.nodes.done(node, scope, line, qual, OK, inputs, output, start=start)
 
     def _latency(
-        self, node: Node, inputs: dict[str, Any], child: Scope, began: float
+        self, node: BoundNode, inputs: dict[str, Any], child: Scope, began: float
     ) -> float | None:
         """A timed sub-flow's wall time in this row. When none of its nodes ran (all came from
         the cache) the time measured when they did is kept, as a cached callable's reply keeps
@@ -331,7 +309,7 @@ class Executor:
         hit = self.cache.get(key)
         return None if hit is MISS else hit[0]
 
-    def _waits(self, flow: Flow) -> bool:
+    def _waits(self, flow: BoundFlow) -> bool:
         """Whether any node in ``flow``'s tree awaits I/O (flow nodes inherit from their tree)."""
         return self._plans[flow].waits()
 

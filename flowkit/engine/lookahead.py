@@ -15,15 +15,15 @@ from typing import Any
 
 from flowkit.cache.result_cache import ResultCache
 from flowkit.cache.store import node_key
+from flowkit.engine.bound import BoundFlow, BoundNode
 from flowkit.engine.scope import Scope, when_holds
-from flowkit.flow.graph import Flow, Node
 
 Row = tuple[int, "dict[str, Any] | None", "str | None"]
 
 
 @dataclass(slots=True)
 class _Target:
-    node: Node
+    node: BoundNode
     qual: str
     plain: list[tuple[str, str | None, Any]] | None
     """(parameter, flow input, literal) when every input is a whole flow input or a literal,
@@ -38,7 +38,10 @@ class Lookahead:
     """Inputs and cache keys of a batch of rows' first nodes, and their cache entries."""
 
     def __init__(
-        self, flow: Flow, cache: ResultCache | None, refreshed: Callable[[Node, str], bool]
+        self,
+        flow: BoundFlow,
+        cache: ResultCache | None,
+        refreshed: Callable[[BoundNode, str], bool],
     ):
         self.cache = cache
         self._refreshed = refreshed
@@ -46,7 +49,7 @@ class Lookahead:
         self._ahead: tuple[dict[tuple[int, str], tuple[dict[str, Any], str]], ...] = ({}, {})
         self._targets = self._plan(flow, "") if cache is not None else []
 
-    def _plan(self, flow: Flow, prefix: str) -> list[_Target]:
+    def _plan(self, flow: BoundFlow, prefix: str) -> list[_Target]:
         targets = []
         for name in flow.row_order:
             node = flow.nodes[name]
@@ -57,8 +60,8 @@ class Lookahead:
             plain = None
             if node.when is None and not any(r.path for r in refs):
                 plain = [(p, r.name if r else None, v) for p, r, v in node.inputs]
-            if node.kind == "flow":
-                sub: Flow = node.impl
+            if node.sub is not None:
+                sub = node.sub
                 inner = self._plan(sub, qual + ".")
                 if inner:
                     defaults = {n: s.default for n, s in sub.inputs.items() if not s.required}

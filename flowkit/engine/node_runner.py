@@ -17,6 +17,7 @@ from flowkit import kinds
 from flowkit.cache.canonical import to_json_value
 from flowkit.cache.result_cache import MISS, ResultCache
 from flowkit.cache.store import node_key
+from flowkit.engine.bound import BoundFlow, BoundNode
 from flowkit.engine.context import RunContext, RunOptions, Stats
 from flowkit.engine.lookahead import Lookahead
 from flowkit.engine.records import (
@@ -30,23 +31,24 @@ from flowkit.engine.records import (
 )
 from flowkit.engine.scope import Scope, when_holds
 from flowkit.errors import EndpointError
-from flowkit.flow.graph import Flow, Node
 from flowkit.flow.refs import MissingValue
 from flowkit.kinds import NodeResult
 
 if TYPE_CHECKING:
     from flowkit.engine.sink import RunSink
 
-SubflowRunner = Callable[[Node, Scope, dict[str, Any], int, str, float], Coroutine[Any, Any, None]]
+SubflowRunner = Callable[
+    [BoundNode, Scope, dict[str, Any], int, str, float], Coroutine[Any, Any, None]
+]
 """Runs a flow node's sub-flow in a row: (node, scope, inputs, line, qualified name, start)."""
 
 
-def _all_skipped(node: Node, scope: Scope) -> bool:
+def _all_skipped(node: BoundNode, scope: Scope) -> bool:
     """Whether the node reads other nodes and every one of them was skipped in this row."""
     return bool(node.deps) and all(scope.status.get(d) == SKIPPED for d in node.deps)
 
 
-def _drop_skipped(node: Node, scope: Scope, inputs: dict[str, Any]) -> None:
+def _drop_skipped(node: BoundNode, scope: Scope, inputs: dict[str, Any]) -> None:
     """Leave out inputs read from skipped nodes where the function has a default for them."""
     defaults = getattr(node.impl, "defaults", ())
     for param, ref, _ in node.inputs:
@@ -55,7 +57,7 @@ def _drop_skipped(node: Node, scope: Scope, inputs: dict[str, Any]) -> None:
             del inputs[param]
 
 
-def refreshed(options: RunOptions, node: Node, qual: str) -> bool:
+def refreshed(options: RunOptions, node: BoundNode, qual: str) -> bool:
     """Whether ``--refresh`` names this node (by its own or its qualified name)."""
     return bool(options.refresh) and (qual in options.refresh or node.name in options.refresh)
 
@@ -73,7 +75,7 @@ class NodeRunner:
         stats: Stats,
         lookahead: Lookahead,
         subflow: SubflowRunner,
-        waits: Callable[[Flow], bool],
+        waits: Callable[[BoundFlow], bool],
     ) -> None:
         self.options, self.cache, self.writer, self.ctx = options, cache, writer, ctx
         self.stats = stats
@@ -82,7 +84,7 @@ class NodeRunner:
         self._waits = waits
 
     def start(
-        self, node: Node, scope: Scope, line: int, prefix: str
+        self, node: BoundNode, scope: Scope, line: int, prefix: str
     ) -> Coroutine[Any, Any, None] | None:
         """Run ``node`` now if it needs no waiting; otherwise return the coroutine that will."""
         qual = prefix + node.name
@@ -112,7 +114,7 @@ class NodeRunner:
             return None
         if node.kind == "flow":
             coro = self._subflow(node, scope, inputs, line, qual, start)
-            if self._waits(node.impl):
+            if self._waits(node.sub):  # type: ignore[arg-type]
                 return coro
             _drive_now(coro)
             return None
@@ -150,7 +152,7 @@ class NodeRunner:
 
     async def _run_async(
         self,
-        node: Node,
+        node: BoundNode,
         scope: Scope,
         inputs: dict[str, Any],
         line: int,
@@ -169,7 +171,7 @@ class NodeRunner:
 
     def _succeed(
         self,
-        node: Node,
+        node: BoundNode,
         scope: Scope,
         line: int,
         qual: str,
@@ -193,7 +195,7 @@ class NodeRunner:
 
     def _fail(
         self,
-        node: Node,
+        node: BoundNode,
         scope: Scope,
         line: int,
         qual: str,
@@ -208,7 +210,7 @@ class NodeRunner:
 
     def done(
         self,
-        node: Node,
+        node: BoundNode,
         scope: Scope,
         line: int,
         qual: str,

@@ -11,13 +11,14 @@ from itertools import pairwise
 from typing import Any
 
 from flowkit import kinds
+from flowkit.engine.bound import BoundFlow, BoundNode
 from flowkit.engine.records import OK, SKIPPED
 from flowkit.engine.scope import Scope
-from flowkit.flow.graph import Flow, Node
+from flowkit.flow.graph import Node
 from flowkit.flow.refs import MissingValue, Ref
 
 
-def calls_endpoint(node: Node) -> bool:
+def calls_endpoint(node: Node | BoundNode) -> bool:
     """Whether the node's kind calls a model endpoint (llm and embedding nodes, and any
     registered kind that says so)."""
     return kinds.get(node.kind).calls_endpoint
@@ -30,23 +31,24 @@ class Plan:
     roots: list[str]
     dep_counts: dict[str, int]
     dependents: dict[str, list[str]]
-    order: list[Node]
+    order: list[BoundNode]
     """The order nodes run in when none of them waits: the ready queue's order, first in
     first out, so a row that runs inline writes its trace records as a waiting one would."""
-    tree: list[Node]
+    tree: list[BoundNode]
     """The non-flow nodes of this flow and of its sub-flows."""
+    waiting: bool = False
+    """Whether any node of the tree awaits I/O: fixed for the run, as each node's mode is."""
 
     def waits(self) -> bool:
-        """Whether any node of the tree awaits I/O now. Not fixed: a python function that turns
-        out slow becomes a waiting node mid-run (see kinds.python)."""
-        return any(n.is_async for n in self.tree)
+        return self.waiting
 
     def endpoint_bound(self) -> bool:
         """Whether what the tree awaits is model calls only (llm and embedding nodes, which
-        their endpoints' schedulers hold to the endpoints' limits), and no user coroutine (an
-        app under test, which only the rows in flight bound)."""
+        their endpoints' schedulers hold to the endpoints' limits), and no user function that
+        waits (a coroutine, or a blocking function in a thread: an app under test, which only
+        the rows in flight bound)."""
         return any(calls_endpoint(n) for n in self.tree) and not any(
-            getattr(n.impl, "is_coroutine", False) for n in self.tree
+            n.is_async and not calls_endpoint(n) for n in self.tree
         )
 
 
@@ -55,8 +57,8 @@ class AggTask:
     """An aggregate node somewhere in the flow tree, and the per-row values it collects."""
 
     path: tuple[str, ...]
-    flow: Flow
-    node: Node
+    flow: BoundFlow
+    node: BoundNode
     row_refs: list[Ref]
     columns: list[tuple[Any, ...]] = field(default_factory=list)
     lines: array[int] = field(default_factory=lambda: array("q"))
@@ -82,21 +84,21 @@ class AggTask:
 class Plans:
     """The plans of a flow tree and its aggregate tasks."""
 
-    def __init__(self, flow: Flow) -> None:
+    def __init__(self, flow: BoundFlow) -> None:
         self.by_flow: dict[int, Plan] = {}
         self.aggregates: list[AggTask] = []
         self._add(flow, ())
 
-    def __getitem__(self, flow: Flow) -> Plan:
+    def __getitem__(self, flow: BoundFlow) -> Plan:
         return self.by_flow[id(flow)]
 
-    def _add(self, flow: Flow, path: tuple[str, ...]) -> list[Node]:
+    def _add(self, flow: BoundFlow, path: tuple[str, ...]) -> list[BoundNode]:
         """Plan ``flow`` and its sub-flows; return the non-flow nodes of its whole tree."""
-        tree: list[Node] = []
+        tree: list[BoundNode] = []
         for name in flow.row_order:
             node = flow.nodes[name]
-            if node.kind == "flow":
-                tree += self._add(node.impl, (*path, name))
+            if node.sub is not None:
+                tree += self._add(node.sub, (*path, name))
             else:
                 tree.append(node)
         if id(flow) not in self.by_flow:
@@ -113,7 +115,7 @@ class Plans:
         return tree
 
 
-def _schedule(flow: Flow, tree: list[Node]) -> Plan:
+def _schedule(flow: BoundFlow, tree: list[BoundNode]) -> Plan:
     counts = {n: len(flow.nodes[n].deps) for n in flow.row_order}
     dependents: dict[str, list[str]] = {n: [] for n in flow.row_order}
     for name in flow.row_order:
@@ -128,7 +130,7 @@ def _schedule(flow: Flow, tree: list[Node]) -> Plan:
             remaining[nxt] -= 1
             if remaining[nxt] == 0:
                 ready.append(nxt)
-    return Plan(roots, counts, dependents, order, tree)
+    return Plan(roots, counts, dependents, order, tree, any(n.is_async for n in tree))
 
 
 def collect(agg: AggTask, scope: Scope, line: int | None = None) -> None:

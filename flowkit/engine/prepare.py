@@ -1,21 +1,24 @@
-"""Before any row runs: bind each node's run-time settings (its model endpoint) and fix its
-static cache key. Shared by a local run and by each scale-out worker, so both prepare alike.
+"""Before any row runs: bind the flow for this run. Each node's kind says what the run makes
+of it (its model endpoint, the run-time part of its cache key); the result is the run's own
+``BoundFlow`` (flowkit.engine.bound), and the loaded flow is left as it was. Shared by a local
+run and by each scale-out worker, so both bind alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from types import MappingProxyType
 
 from flowkit import kinds
+from flowkit.engine.bound import BoundFlow, BoundNode
 from flowkit.engine.context import RunContext
 from flowkit.engine.plan import calls_endpoint
 from flowkit.errors import UsageError
-from flowkit.flow.graph import Flow
-from flowkit.flow.loader import static_key
+from flowkit.flow.graph import Flow, Node
+from flowkit.flow.node_key import declared_env, static_key
 
 
-def walk_nodes(flow: Flow, prefix: str = "") -> Iterator[tuple[Flow, Any, str]]:
+def walk_nodes(flow: Flow, prefix: str = "") -> Iterator[tuple[Flow, Node, str]]:
     """Every node of the flow tree with its owning flow and qualified name (`parent.child`)."""
     for node in flow.nodes.values():
         yield flow, node, prefix + node.name
@@ -23,24 +26,52 @@ def walk_nodes(flow: Flow, prefix: str = "") -> Iterator[tuple[Flow, Any, str]]:
             yield from walk_nodes(node.impl, f"{prefix}{node.name}.")
 
 
-def prepare_nodes(flow: Flow, ctx: RunContext) -> None:
-    """Bind model endpoints; report every node that lacks one together, before any row runs."""
+def bind(flow: Flow, ctx: RunContext) -> BoundFlow:
+    """The flow bound for the run ``ctx`` belongs to; every node that lacks an endpoint is
+    reported together, before any row runs (UsageError)."""
     problems: list[str] = []
-    for owner, node, _ in walk_nodes(flow):
-        ctx.flow_name = owner.name
-        try:
-            kinds.get(node.kind).prepare(node, ctx)
-        except UsageError as err:
-            problems.append(err.message)
+    bound = _bind(flow, ctx, "", problems)
     if problems:
         unique = list(dict.fromkeys(problems))
         raise UsageError("\n".join(unique))
-    for _, node, _ in walk_nodes(flow):
-        node.static_key = static_key(node)
     if needs_settings(flow):
         from flowkit.llm.clients import warm_up  # the SDK, only once a run calls a model
 
         warm_up()  # the first request need not wait for the certificate store
+    return bound
+
+
+def _bind(flow: Flow, ctx: RunContext, prefix: str, problems: list[str]) -> BoundFlow:
+    nodes: dict[str, BoundNode] = {}
+    for node in flow.nodes.values():
+        qual = prefix + node.name
+        sub = _bind(node.impl, ctx, qual + ".", problems) if node.kind == "flow" else None
+        ctx.flow_name = flow.name
+        try:
+            binding = kinds.get(node.kind).prepare(node, ctx)
+        except UsageError as err:
+            problems.append(err.message)
+            binding = kinds.Binding()
+        # Declared environment variables are read again for each run: the function reads them
+        # when it runs, not when the flow was loaded (a notebook may change them in between).
+        run_parts = MappingProxyType({**binding.key_parts, **declared_env(node.spec)})
+        nodes[node.name] = BoundNode(
+            node,
+            qual,
+            binding.endpoint,
+            run_parts,
+            static_key(node, run_parts) if run_parts else node.static_key,
+            node.is_async if binding.is_async is None else binding.is_async,
+            sub,
+            name=node.name,
+            kind=node.kind,
+            spec=node.spec,
+            impl=node.impl,
+            inputs=node.inputs,
+            when=node.when,
+            deps=node.deps,
+        )
+    return BoundFlow(flow, MappingProxyType(nodes))
 
 
 def needs_settings(flow: Flow) -> bool:

@@ -34,7 +34,7 @@ class Scope:
         return walk(base, ref.path, ref.text) if ref.path else base
 
 
-def when_holds(when: list[tuple[Ref, bool, Any]], scope: Scope) -> bool:
+def when_holds(when: tuple[tuple[Ref, bool, Any], ...], scope: Scope) -> bool:
     for ref, has_equals, expected in when:
         if ref.source == "node" and scope.status.get(ref.name) != OK:
             return False

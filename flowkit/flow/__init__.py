@@ -9,7 +9,8 @@
 - ``use``: merging ``use:`` nodes; ``wiring``: reference, output and metric-key checks.
 - ``declared``: the keys a node's function declares it returns (``@returns_keys``).
 - ``spec_messages``: pydantic's complaints turned into ``file:LINE: node 'x': …``.
-- ``graph``: the loaded flow and its DAG (networkx); ``templates``: sandboxed Jinja2 prompts.
+- ``graph``: the loaded flow and its DAG (networkx), frozen values any number of runs share;
+  ``templates``: sandboxed Jinja2 prompts.
 - ``builtin``: finding the built-in flows by name.
 - ``target``: ``--target``, a metric flow preceded by a node that calls the user's app.
 

@@ -1,6 +1,9 @@
 """The loaded flow as a DAG: compiled nodes, their dependencies and the order they run in.
 
-The loader builds these objects; the executor only reads them. networkx supplies the graph
+The loader builds these objects complete and nothing changes them afterwards: they are frozen
+values, so any number of runs (threads, tasks, processes) may share one loaded flow. What a run
+decides about a node (its endpoint, model, final cache key, whether it awaits) lives in the
+run's own binding, ``flowkit.engine.bound``. networkx supplies the graph
 algorithms (topological order, cycle finding) so none of that is hand-written here. It is
 imported when a flow is loaded, not with the package: its import alone costs 0.2-0.3 s, which
 commands that never load a flow (``--help``, ``show``, ``runs``) should not pay.
@@ -9,8 +12,10 @@ commands that never load a flow (``--help``, ``show``, ``runs``) should not pay.
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from flowkit.flow.refs import Ref
@@ -20,27 +25,36 @@ if TYPE_CHECKING:
     import networkx as nx
 
 
-@dataclass(slots=True)
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
-    """A node ready to run: references parsed, code imported, prompt compiled."""
+    """A node ready to run: references parsed, code imported, prompt compiled. Frozen: a run
+    reads it and binds what it decides in its own ``BoundNode`` (flowkit.engine.bound)."""
 
     name: str
     kind: str
     spec: Any
     file: str
     line: int
-    inputs: list[tuple[str, Ref | None, Any]]
+    inputs: tuple[tuple[str, Ref | None, Any], ...]
     """(parameter, reference or None, literal value when not a reference)."""
-    when: list[tuple[Ref, bool, Any]] | None = None
+    when: tuple[tuple[Ref, bool, Any], ...] | None = None
     """Conditions that must all hold: (reference, whether `equals` was given, the value(s))."""
     impl: Any = None
-    """What the node kind compiled: a callable, a prompt template, a sub-flow."""
-    key_parts: dict[str, Any] = field(default_factory=dict)
-    """Everything but the inputs that changes this node's result, for the cache key."""
+    """What the node kind compiled: a callable, a prompt template, a sub-flow. Never changed
+    by a run."""
+    key_parts: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
+    """Everything known at load, but the inputs, that changes this node's result (code,
+    prompt, sub-flow, declared environment variables), for the cache key."""
     static_key: str = ""
+    """The load-time part of the cache key (spec and ``key_parts``); a run that adds run-time
+    parts (the model) keys the node by its ``BoundNode.static_key`` instead."""
     deps: frozenset[str] = frozenset()
     is_async: bool = False
-    """Whether running it awaits I/O; such nodes become tasks so others proceed meanwhile."""
+    """Whether running it awaits I/O, as compiled (``async def``, a model call, a function
+    declared ``blocking``); such nodes become tasks so others proceed meanwhile."""
 
     @property
     def is_aggregate(self) -> bool:
@@ -52,17 +66,18 @@ class Node:
         return found
 
 
-@dataclass(slots=True, repr=False)
+@dataclass(frozen=True, slots=True, repr=False, eq=False)
 class Flow:
-    """A validated flow: spec, compiled nodes and execution order."""
+    """A validated flow: spec, compiled nodes and execution order. Frozen (see the module
+    docstring); compared by identity, as a loaded flow is one value."""
 
     spec: FlowSpec
     path: Path
-    nodes: dict[str, Node]
-    outputs: dict[str, Ref]
-    row_order: list[str]
+    nodes: Mapping[str, Node]
+    outputs: Mapping[str, Ref]
+    row_order: tuple[str, ...]
     """Per-row nodes in a topological order (ties broken by file order)."""
-    aggregate_order: list[str]
+    aggregate_order: tuple[str, ...]
     content_hash: str
     graph: nx.DiGraph
     """Edges run from a node to the nodes that consume its output."""
@@ -117,7 +132,7 @@ class Flow:
         )
 
 
-def when_clause(when: Any, ref_of: Any) -> list[tuple[Ref, bool, Any]] | None:
+def when_clause(when: Any, ref_of: Any) -> tuple[tuple[Ref, bool, Any], ...] | None:
     if when is None:
         return None
     out = []
@@ -126,10 +141,11 @@ def when_clause(when: Any, ref_of: Any) -> list[tuple[Ref, bool, Any]] | None:
             out.append((ref_of(cond), False, None))
         else:
             out.append((ref_of(cond.ref), "equals" in cond.model_fields_set, cond.equals))
-    return out
+    return tuple(out)
 
 
-def build_graph(nodes: dict[str, Node]) -> nx.DiGraph:
+def build_graph(nodes: Mapping[str, Node]) -> nx.DiGraph:
+    """The dependency graph, frozen (``nx.freeze``): a flow shared by runs is never edited."""
     import networkx as nx
 
     graph = nx.DiGraph()
@@ -137,7 +153,7 @@ def build_graph(nodes: dict[str, Node]) -> nx.DiGraph:
     graph.add_edges_from(
         (dep, name) for name, node in nodes.items() for dep in node.deps if dep in nodes
     )
-    return graph
+    return nx.freeze(graph)
 
 
 def find_cycle(graph: nx.DiGraph) -> list[str] | None:

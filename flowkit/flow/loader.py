@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError as PydanticError
@@ -20,7 +22,7 @@ from flowkit.errors import Diagnostic, ValidationError, display
 from flowkit.flow.builtin import resolve_flow_path
 from flowkit.flow.formats import foreign_file, translator
 from flowkit.flow.graph import Flow, Node, build_graph, find_cycle, ordered, when_clause
-from flowkit.flow.node_key import static_key
+from flowkit.flow.node_key import declared_env, static_key
 from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import (
     YamlSyntaxError,
@@ -47,8 +49,8 @@ class LoadContext:
         self.diagnostics: list[Diagnostic] = []
         self._stack: list[Path] = []
         self._loaded: dict[Path, Flow | None] = {}
-        self._raw: dict[int, YDict] = {}
-        self._file: dict[int, str] = {}
+        self._raw: dict[tuple[str, str], YDict] = {}
+        """Each node's YAML by (file, node name), for the line of a key in its messages."""
         self.broken: set[str] = set()
         """Nodes already reported as invalid: references to them raise no second error."""
 
@@ -59,20 +61,20 @@ class LoadContext:
     def where(self, node: Node, key: str | None = None) -> str:
         """``flow.yaml:LINE`` of the node (of its ``key`` when known), for messages that are
         reported at another file, such as a prompt's."""
-        raw = self._raw.get(id(node))
+        raw = self._raw.get((node.file, node.name))
         line = (line_of(raw, key) if raw is not None and key is not None else 0) or node.line
-        return f"{self._file.get(id(node), node.file)}:{line}"
+        return f"{node.file}:{line}"
 
     def error(self, node: Node, message: str, key: str | None = None, sub: Any = None) -> None:
         """Report against a node, at the line of ``key`` (and ``sub`` inside it) when known."""
-        raw = self._raw.get(id(node))
+        raw = self._raw.get((node.file, node.name))
         line = node.line
         if raw is not None and key is not None:
             line = line_of(raw, key) or line
             inner = raw.get(key)
             if sub is not None and isinstance(inner, (YDict, YList)):
                 line = line_of(inner, sub) or line
-        self.report(self._file.get(id(node), node.file), line, node.name, message)
+        self.report(node.file, line, node.name, message)
 
     # -- loading --------------------------------------------------------------------------
     @property
@@ -157,8 +159,6 @@ class LoadContext:
         position = {name: i for i, name in enumerate(nodes)}
         row = [n for n in nodes if not nodes[n].is_aggregate]
         agg = [n for n in nodes if nodes[n].is_aggregate]
-        for node in nodes.values():
-            node.static_key = static_key(node)
         digest = hashlib.sha256(
             canonical_bytes(
                 {
@@ -170,10 +170,10 @@ class LoadContext:
         return Flow(
             spec,
             path,
-            nodes,
-            outputs,
-            ordered(graph, row, position),
-            ordered(graph, agg, position),
+            MappingProxyType(nodes),
+            MappingProxyType(outputs),
+            tuple(ordered(graph, row, position)),
+            tuple(ordered(graph, agg, position)),
             digest,
             graph,
             import_path=tuple(dict.fromkeys(folders)),
@@ -261,26 +261,36 @@ class LoadContext:
                 if name:
                     self.broken.add(name)
                 continue
-            node = Node(spec.name, spec.type, spec, file, line, inputs=[])
-            self._raw[id(node)], self._file[id(node)] = raw, file
-            nodes[spec.name] = node
-            self._compile(node, path.parent)
+            node = self._compile(Node(spec.name, spec.type, spec, file, line, ()), raw)
+            nodes[spec.name] = self._compile_kind(node, path.parent)
         return nodes
 
-    def _compile(self, node: Node, base_dir: Path) -> None:
-        spec = node.spec
-        for param, value in spec.inputs.items():
-            node.inputs.append((param, *self._ref(node, value, "inputs", param)))
+    def _compile(self, bare: Node, raw: YDict) -> Node:
+        """The node with its references parsed; its kind compiles it next (``_compile_kind``)."""
+        self._raw[(bare.file, bare.name)] = raw
+        spec = bare.spec
+        inputs = tuple((p, *self._ref(bare, v, "inputs", p)) for p, v in spec.inputs.items())
+        when = None
         if spec.when is not None:
             try:
-                node.when = when_clause(spec.when, _must_ref)
+                when = when_clause(spec.when, _must_ref)
             except (RefSyntaxError, ValueError) as err:
-                self.error(node, f"when: {err}", key="when")
-        node.deps = frozenset(r.name for r in node.refs() if r.source == "node")
+                self.error(bare, f"when: {err}", key="when")
+        node = replace(bare, inputs=inputs, when=when)
+        return replace(node, deps=frozenset(r.name for r in node.refs() if r.source == "node"))
+
+    def _compile_kind(self, node: Node, base_dir: Path) -> Node:
+        """Build the node complete from what its kind compiled (a frozen node is never edited
+        afterwards), with the load-time part of its cache key."""
         # Kinds are an extension point that imports this package: looked up, not imported at top.
         from flowkit import kinds
 
-        kinds.get(node.kind).compile(node, base_dir, self)
+        compiled = kinds.get(node.kind).compile(node, base_dir, self)
+        if compiled is None:  # reported: the flow will not load
+            return node
+        parts = MappingProxyType({**compiled.key_parts, **declared_env(node.spec)})
+        done = replace(node, impl=compiled.impl, key_parts=parts, is_async=compiled.is_async)
+        return replace(done, static_key=static_key(done))
 
     def _ref(self, node: Node, value: Any, key: str, sub: Any) -> tuple[Ref | None, Any]:
         try:
@@ -346,8 +356,7 @@ def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     flow = ctx.build(raw, Path.cwd() / f"{name}.yaml", name)
     _raise(ctx, name)
     assert flow is not None
-    flow.sources = tuple(str(p) for p in paths)
-    return flow
+    return replace(flow, sources=tuple(str(p) for p in paths))
 
 
 def _raise(ctx: LoadContext, name: str) -> None:
@@ -394,5 +403,4 @@ def load_flow(flow: str | os.PathLike[str]) -> Flow:
         raise ValidationError(
             ctx.diagnostics or [Diagnostic(str(flow), 0, None, "flow failed to load")]
         )
-    loaded.sources = (str(path.resolve()),)
-    return loaded
+    return replace(loaded, sources=(str(path.resolve()),))

@@ -104,6 +104,8 @@ class PythonNode(NodeSpec):
     """`package.module:callable`, or a function name inside `source`."""
     source: PathText | None = None
     """A .py file relative to the flow file that defines `function`."""
+    blocking: bool = False
+    """The (sync) function waits on I/O: run it in a thread so other rows go on meanwhile."""
 
 
 class Message(_Spec):

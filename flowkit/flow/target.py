@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +186,8 @@ def with_target(
             "type": "python",
             "function": f"flowkit.flow.target:{call}",
             "description": f"Calls the app {target} and times it.",
+            # An app waits on its model or tools: a sync one runs in a thread, not inline.
+            "blocking": call == "call_target",
             "inputs": {
                 "flowkit_target": target,
                 "flowkit_code": code_fingerprint(fn),
@@ -232,6 +234,4 @@ def with_target(
     flow = ctx.build(raw, base / f"{name}.yaml", name)
     _raise(ctx, name)
     assert flow is not None
-    flow.sources = (metric_path,)
-    flow.target = Target(target, tuple(columns), str(base))
-    return flow
+    return replace(flow, sources=(metric_path,), target=Target(target, tuple(columns), str(base)))

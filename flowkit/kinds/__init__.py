@@ -2,17 +2,22 @@
 
 A kind owns its node's schema and traits: the pydantic model a node's YAML is validated with
 (``spec_model``), which of its fields name files relative to the flow file (``path_fields``),
-and whether it calls a model endpoint (``calls_endpoint``). It knows how to prepare a node at
-load time (import its code, compile its prompt, report what is wrong) and how to run it for one
-row. The loader and the executor look kinds up here by the node's `type`, so a kind registered
-with ``@register`` and nothing else is a node type like the built-in ones. An installed package
-offers kinds to the CLI through the ``flowkit.kinds`` entry-point group (``ENTRY_POINTS``).
+and whether it calls a model endpoint (``calls_endpoint``). It knows how to compile a node at
+load time (import its code, compile its prompt, report what is wrong), what a run makes of it
+(its endpoint and model), and how to run it for one row. Its methods return values and never
+write into the node: a loaded flow is frozen and shared by every run of it (see
+flowkit.flow.graph and flowkit.engine.bound). The loader and the executor look kinds up here by
+the node's `type`, so a kind registered with ``@register`` and nothing else is a node type like
+the built-in ones. An installed package offers kinds to the CLI through the ``flowkit.kinds``
+entry-point group (``ENTRY_POINTS``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from flowkit.errors import UsageError
@@ -20,9 +25,36 @@ from flowkit.errors import UsageError
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
+    from flowkit.engine.bound import BoundNode
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
     from flowkit.flow.spec import NodeSpec
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """What a kind compiled of a node at load time; the loader builds the node with it."""
+
+    impl: Any = None
+    """A callable, a prompt template, a sub-flow: whatever ``run`` needs besides the spec."""
+    key_parts: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """What else, known at load, changes the node's result (code, prompt): for its cache key."""
+    is_async: bool = False
+    """Whether running it awaits I/O (a task, or a thread for a blocking function)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """What one run makes of a node (see flowkit.engine.bound.BoundNode)."""
+
+    endpoint: Any = None
+    """The model endpoint the run's settings resolve for the node."""
+    key_parts: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """What the run adds to the node's cache key (the model; never the server address)."""
+    is_async: bool | None = None
+    """Whether this run awaits the node; None keeps the compiled ``Compiled.is_async``."""
 
 
 @dataclass(slots=True)
@@ -51,17 +83,19 @@ class Kind:
     """Whether running it calls a model endpoint: the run then loads the connection settings
     (``ctx.settings``) before ``prepare``, and bounds the rows in flight by the endpoints'."""
 
-    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
-        """Prepare ``node.impl``, ``node.key_parts`` and ``node.is_async``; report problems."""
+    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled | None:
+        """What the node compiles to; None after reporting its problems to ``ctx``."""
+        return Compiled()
 
-    def prepare(self, node: Node, ctx: Any) -> None:
-        """Bind run-time settings (the model endpoint) before any row runs; raise UsageError."""
+    def prepare(self, node: Node, ctx: Any) -> Binding:
+        """What a run (``ctx``) makes of the node before any row runs; raise UsageError."""
+        return Binding()
 
-    def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         """Run a node whose ``is_async`` is False, inline in the event loop's thread."""
         raise NotImplementedError
 
-    async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         """Run a node whose ``is_async`` is True; the executor makes it a task."""
         return self.run_sync(node, inputs, ctx)
 

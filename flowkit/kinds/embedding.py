@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowkit.flow.spec import EmbeddingNode
-from flowkit.kinds import Kind, NodeResult, register
+from flowkit.kinds import Binding, Compiled, Kind, NodeResult, register
 
 if TYPE_CHECKING:
+    from flowkit.engine.bound import BoundNode
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
 
@@ -21,9 +22,10 @@ BATCH_WAIT_SECONDS = 0.01
 
 
 class _Batcher:
-    """Collects texts for a short while, then embeds them in one request."""
+    """Collects texts for a short while, then embeds them in one request. One per bound node,
+    so per run (``RunContext.batchers``)."""
 
-    def __init__(self, node: Node, ctx: Any) -> None:
+    def __init__(self, node: BoundNode, ctx: Any) -> None:
         self.node, self.ctx = node, ctx
         self.queue: list[tuple[str, asyncio.Future[Any]]] = []
         self.timer: asyncio.TimerHandle | None = None
@@ -49,7 +51,7 @@ class _Batcher:
     async def _send(self, batch: list[tuple[str, asyncio.Future[Any]]]) -> None:
         from flowkit.llm.client import embed
 
-        endpoint = self.node.impl
+        endpoint = self.node.endpoint
         try:
             result = await embed(
                 endpoint,
@@ -75,12 +77,13 @@ class EmbeddingKind(Kind):
     spec_model = EmbeddingNode
     calls_endpoint = True
 
-    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
+    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled | None:
         if set(node.spec.inputs) != {"text"}:
             ctx.error(node, "an embedding node takes one input, 'text'", key="inputs")
-        node.is_async = True
+            return None
+        return Compiled(is_async=True)
 
-    def prepare(self, node: Node, ctx: Any) -> None:
+    def prepare(self, node: Node, ctx: Any) -> Binding:
         endpoint = ctx.settings.check_embedding(
             ctx.flow_name,
             node.name,
@@ -88,11 +91,9 @@ class EmbeddingKind(Kind):
             node.spec.model,
             ctx.options.concurrency,  # the endpoint's in-flight limit unless it sets one
         )
-        node.impl = endpoint
-        node.key_parts = {"model": endpoint.model}
-        ctx.batchers.pop(id(node), None)
+        return Binding(endpoint, {"model": endpoint.model})
 
-    async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         text = inputs["text"]
         if not isinstance(text, str):
             raise TypeError(f"embedding input 'text' must be a string, got {type(text).__name__}")
@@ -100,4 +101,6 @@ class EmbeddingKind(Kind):
         if batcher is None:
             batcher = ctx.batchers[id(node)] = _Batcher(node, ctx)
         vector, usage = await batcher.submit(text)
-        return NodeResult(vector, llm={"model": node.impl.model, "messages": [], "usage": usage})
+        return NodeResult(
+            vector, llm={"model": node.endpoint.model, "messages": [], "usage": usage}
+        )

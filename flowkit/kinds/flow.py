@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from flowkit.errors import did_you_mean, display, one_of
 from flowkit.flow.builtin import BUILTIN_PREFIX, builtin_flows
 from flowkit.flow.spec import LATENCY_OUTPUT, FlowNode
-from flowkit.kinds import Kind, register
+from flowkit.kinds import Compiled, Kind, register
 
 if TYPE_CHECKING:
     from flowkit.flow.graph import Node
@@ -28,7 +28,7 @@ class FlowKind(Kind):
     spec_model = FlowNode
     path_fields = ("flow",)
 
-    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
+    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled | None:
         target = node.spec.flow
         builtin = target.removeprefix(BUILTIN_PREFIX)
         path = base_dir / target
@@ -42,7 +42,7 @@ class FlowKind(Kind):
                 f"of that name{did_you_mean(target, [*nearby, *builtin_flows()])}",
                 key="flow",
             )
-            return
+            return None
         chain = ctx.chain
         if len(chain) >= MAX_NESTING:
             # Refused here, at the node that goes one level too deep: left to run out of stack,
@@ -56,13 +56,13 @@ class FlowKind(Kind):
                 f"({' → '.join(shown)} → {target}); flatten some of them",
                 key="flow",
             )
-            return
+            return None
         before = len(ctx.diagnostics)
         sub = ctx.load(path)
         if sub is None:
             if len(ctx.diagnostics) == before:
                 ctx.error(node, f"sub-flow {target!r} could not be loaded", key="flow")
-            return
+            return None
         for name in node.spec.inputs:
             if name not in sub.inputs:
                 ctx.error(
@@ -87,7 +87,5 @@ class FlowKind(Kind):
                 "`latency: true` would replace it; rename that output or drop `latency`",
                 key="latency",
             )
-        node.impl = sub
-        # Whether it waits is decided per call from the sub-flow's own nodes (executor._waits).
-        node.is_async = False
-        node.key_parts = {"flow": sub.content_hash}
+        # Whether it waits follows from the sub-flow's own nodes (executor._waits).
+        return Compiled(sub, {"flow": sub.content_hash}, is_async=False)

@@ -9,25 +9,28 @@ except for a reply cut off by the token limit, which comes as that dict with `fi
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowkit.errors import did_you_mean, one_of
 from flowkit.flow.spec import LlmNode
 from flowkit.flow.templates import PromptSyntaxError, from_file_text, from_messages
-from flowkit.kinds import Kind, NodeResult, register
+from flowkit.kinds import Binding, Compiled, Kind, NodeResult, register
 
 if TYPE_CHECKING:
+    from flowkit.engine.bound import BoundNode
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
 
 
+@dataclass(frozen=True, slots=True)
 class LlmImpl:
-    __slots__ = ("endpoint", "prompt_file", "rich_output", "template")
+    """The compiled prompt; the endpoint is the run's (``BoundNode.endpoint``)."""
 
-    def __init__(self, template: Any, prompt_file: str | None, rich_output: bool) -> None:
-        self.template, self.prompt_file, self.rich_output = template, prompt_file, rich_output
-        self.endpoint: Any = None
+    template: Any
+    prompt_file: str | None
+    rich_output: bool
 
 
 def compile_prompt(node: Node, base_dir: Path, ctx: LoadContext) -> Any:
@@ -84,10 +87,10 @@ class LlmKind(Kind):
     path_fields = ("prompt",)
     calls_endpoint = True
 
-    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
+    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled | None:
         template = compile_prompt(node, base_dir, ctx)
         if template is None:
-            return
+            return None
         check_variables(node, template.variables, ctx)
         each = node.spec.for_each
         if each is not None and each not in node.spec.inputs:
@@ -101,11 +104,11 @@ class LlmKind(Kind):
         rich = node.spec.output == "auto" and (
             int(params.get("n", 1) or 1) > 1 or bool(params.get("logprobs"))
         )
-        node.impl = LlmImpl(template, node.spec.prompt, rich)
-        node.is_async = True
-        node.key_parts = {"prompt": template.source}
+        return Compiled(
+            LlmImpl(template, node.spec.prompt, rich), {"prompt": template.source}, is_async=True
+        )
 
-    def prepare(self, node: Node, ctx: Any) -> None:
+    def prepare(self, node: Node, ctx: Any) -> Binding:
         spec = node.spec
         model = spec.model or (None if ctx.settings.default_model else spec.model_default)
         endpoint = ctx.settings.check(
@@ -115,12 +118,11 @@ class LlmKind(Kind):
             model,
             ctx.options.concurrency,  # the endpoint's in-flight limit unless it sets one
         )
-        node.impl.endpoint = endpoint
         # The model enters the key, the server address does not: a cache is meant to survive
         # moving between equivalent endpoints (see README, "Cache").
-        node.key_parts = {**node.key_parts, "model": endpoint.model}
+        return Binding(endpoint, {"model": endpoint.model})
 
-    async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         each = node.spec.for_each
         if each is None:
             output, meta = await _ask(node, inputs, ctx)
@@ -135,7 +137,7 @@ class LlmKind(Kind):
             for k, v in meta["usage"].items():
                 usage[k] = usage.get(k, 0) + v
         meta = {
-            "model": done[0][1]["model"] if done else node.impl.endpoint.model,
+            "model": done[0][1]["model"] if done else node.endpoint.model,
             "request": done[0][1]["request"] if done else None,
             "messages": [{"item": i, "messages": m["messages"]} for i, (_, m) in enumerate(done)],
             "usage": usage,
@@ -154,13 +156,13 @@ def _shown(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "extra_headers": {k: "****" for k in headers}}
 
 
-async def _ask(node: Node, inputs: dict[str, Any], ctx: Any) -> tuple[Any, dict[str, Any]]:
+async def _ask(node: BoundNode, inputs: dict[str, Any], ctx: Any) -> tuple[Any, dict[str, Any]]:
     """One rendered prompt, asked until readable (``retries_on_invalid``); (output, trace meta)."""
     from flowkit.llm.client import chat
 
     impl: LlmImpl = node.impl
     messages = impl.template.render(inputs)
-    endpoint = impl.endpoint
+    endpoint = node.endpoint
     params = dict(node.spec.params)
     usage: dict[str, int] = {}
     asked = 0

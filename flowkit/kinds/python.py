@@ -1,9 +1,12 @@
 """`python` and `aggregate` nodes: a user's function called with the node's inputs.
 
-Cheap functions (the usual metric code) run inline in the event loop's thread: handing each call
-to a thread would cost more than the call. A synchronous function that turns out to be slow
-(it waits on a network, say) is moved to a thread pool after a few calls, so it no longer holds
-up the other rows; `async def` functions are awaited.
+How a function runs is decided once, at load, and never changes during a run: `async def`
+functions are awaited; a sync function declared `blocking: true` (it waits on a network, a disk,
+a subprocess) runs in the run's thread pool, so other rows go on meanwhile; any other sync
+function (the usual metric code) runs inline in the event loop's thread, since handing each
+call to a thread would cost more than the call. `--target` apps and Prompt Flow tools are
+declared blocking by what builds their nodes. An inline function that proves slow is timed per
+run (in the run's binding, flowkit.engine.bound) and named in the run's notices.
 """
 
 from __future__ import annotations
@@ -18,29 +21,25 @@ from typing import TYPE_CHECKING, Any
 
 from flowkit.cache.fingerprint import ImportProblem, load_from_folder
 from flowkit.flow.spec import AggregateNode, PythonNode
-from flowkit.kinds import Kind, NodeResult, register
+from flowkit.kinds import Compiled, Kind, NodeResult, register
 from flowkit.kinds.calls import as_llm_meta, collecting_calls
 from flowkit.kinds.metric_log import collecting
 
 if TYPE_CHECKING:
+    from flowkit.engine.bound import BoundNode, CallTiming
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
 
-SLOW_CALL_SECONDS = 0.005
-"""A sync call slower than this on average is moved off the event loop's thread."""
-CALLS_BEFORE_JUDGING = 3
-
 
 class _Callable:
-    """The function plus what the executor learns about how long it takes."""
+    """The function and its signature, read once at load; never changed afterwards (it is
+    shared by every run of the flow)."""
 
-    __slots__ = ("calls", "defaults", "fn", "is_coroutine", "params", "seconds", "var_kw")
+    __slots__ = ("defaults", "fn", "is_coroutine", "params", "var_kw")
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
         self.is_coroutine = inspect.iscoroutinefunction(fn)
-        self.calls = 0
-        self.seconds = 0.0
         try:
             sig = inspect.signature(fn)
             self.params = {
@@ -54,13 +53,13 @@ class _Callable:
             self.params, self.var_kw, self.defaults = set(), True, set()
 
 
-def _compile_function(node: Node, base_dir: Path, ctx: LoadContext) -> None:
+def _compile_function(node: Node, base_dir: Path, ctx: LoadContext) -> Compiled | None:
     spec = node.spec
     try:
         loaded = load_from_folder(base_dir, spec.function, spec.source)
     except ImportProblem as err:
         ctx.error(node, str(err), key="source" if spec.source else "function")
-        return
+        return None
     fn = loaded.fn
     impl = _Callable(fn)
     if not impl.var_kw:
@@ -75,9 +74,9 @@ def _compile_function(node: Node, base_dir: Path, ctx: LoadContext) -> None:
                 key="inputs",
                 sub=name,
             )
-    node.impl = impl
-    node.is_async = impl.is_coroutine
-    node.key_parts = {"function": spec.function, "code": loaded.fingerprint}
+    parts = {"function": spec.function, "code": loaded.fingerprint}
+    blocking = bool(getattr(spec, "blocking", False))
+    return Compiled(impl, parts, is_async=impl.is_coroutine or blocking)
 
 
 def _own(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -93,13 +92,18 @@ def _own(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: (copy.deepcopy(v) if isinstance(v, (list, dict)) else v) for k, v in inputs.items()}
 
 
-def _call(impl: _Callable, inputs: dict[str, Any]) -> Any:
+def _invoke(impl: _Callable, inputs: dict[str, Any]) -> Any:
+    return impl.fn(**_own(inputs))
+
+
+def _call(impl: _Callable, inputs: dict[str, Any], timing: CallTiming) -> Any:
+    """An inline call, timed for the run's notices (see flowkit.engine.bound.slow_notices)."""
     start = time.perf_counter()
     try:
         return impl.fn(**_own(inputs))
     finally:
-        impl.calls += 1
-        impl.seconds += time.perf_counter() - start
+        timing.calls += 1
+        timing.seconds += time.perf_counter() - start
 
 
 @register
@@ -108,26 +112,23 @@ class PythonKind(Kind):
     spec_model = PythonNode
     path_fields = ("source",)
 
-    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
-        _compile_function(node, base_dir, ctx)
+    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled | None:
+        return _compile_function(node, base_dir, ctx)
 
-    def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
-        impl: _Callable = node.impl
+    def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         with collecting_calls(getattr(ctx, "settings", None)) as calls:
-            output = _call(impl, inputs)
-        if impl.calls == CALLS_BEFORE_JUDGING and impl.seconds / impl.calls > SLOW_CALL_SECONDS:
-            node.is_async = True
+            output = _call(node.impl, inputs, node.timing)
         return NodeResult(output, llm=as_llm_meta(calls))
 
-    async def run(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
         with collecting_calls(getattr(ctx, "settings", None)) as calls:
             if impl.is_coroutine:
                 output = await impl.fn(**_own(inputs))
-            else:
+            else:  # declared blocking: the run's threads
                 loop = asyncio.get_running_loop()
                 call = contextvars.copy_context().run
-                output = await loop.run_in_executor(ctx.threads, call, _call, impl, inputs)
+                output = await loop.run_in_executor(ctx.threads, call, _invoke, impl, inputs)
         return NodeResult(output, llm=as_llm_meta(calls))
 
 
@@ -139,11 +140,11 @@ class AggregateKind(Kind):
     spec_model = AggregateNode
     path_fields = ("source",)
 
-    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
-        _compile_function(node, base_dir, ctx)
-        node.is_async = False
+    def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled | None:
+        compiled = _compile_function(node, base_dir, ctx)
+        return None if compiled is None else Compiled(compiled.impl, compiled.key_parts)
 
-    def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
         with collecting() as logged:
             # Aggregates run after the rows' event loop has closed, so a coroutine gets its own.

@@ -268,6 +268,8 @@ class _Translation:
         items.update(source=str(source.get("path")), function=tool.name, inputs=inputs)
         if aggregate:
             items["metrics"] = "logged"
+        else:
+            items["blocking"] = True  # a tool calls a model or a service: a thread, not inline
         return items
 
     def llm(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:

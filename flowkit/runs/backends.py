@@ -52,6 +52,8 @@ class ChunkResult:
     aggregates: list[tuple[list[tuple[Any, ...]], Any, int, int]] = field(default_factory=list)
     """Per aggregate: its columns, their rows' lines, rows left out, rows skipped."""
     stats: Any = None
+    timings: dict[str, tuple[int, float]] = field(default_factory=dict)
+    """Inline python nodes' calls and seconds (flowkit.engine.bound.timings)."""
 
 
 class MemoryWriter:
@@ -78,7 +80,8 @@ _flows: dict[tuple[str, ...], Any] = {}
 
 
 def _load(job: WorkerJob) -> Any:
-    """Each worker process loads (and prepares) the flow once, then reuses it for every chunk."""
+    """Each worker process loads the flow once, then reuses it for every chunk (each chunk binds
+    it for itself: a frozen flow may be shared)."""
     from flowkit.flow.loader import load_flows
 
     # Keyed by the hash too: a long-lived worker (loky reuses its processes) must load an
@@ -142,9 +145,10 @@ def _session(job: WorkerJob, cache_dir: Path) -> Any:
 def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     """Run one chunk of mapped rows in this worker; return everything it produced."""
     from flowkit.cache.store import Cache, default_cache_dir
+    from flowkit.engine.bound import timings
     from flowkit.engine.context import RunContext
     from flowkit.engine.executor import Executor
-    from flowkit.engine.prepare import needs_settings, prepare_nodes
+    from flowkit.engine.prepare import bind, needs_settings
     from flowkit.llm.session import using
 
     flow = _load(job)
@@ -160,13 +164,13 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         )
         settings = _share(loaded, config.workers)
     ctx = RunContext(options, settings)
-    prepare_nodes(flow, ctx)
+    bound = bind(flow, ctx)  # this chunk's own binding: the cached flow is never written to
     cache = None
     directory = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
     if options.use_cache:
         cache = Cache(directory, flush_every=2**62, flush_seconds=math.inf)
     writer = MemoryWriter(job.run_id)
-    executor = Executor(flow, options, cache, writer, ctx)
+    executor = Executor(bound, options, cache, writer, ctx)
     session = _session(job, directory)
     try:
         with importable(flow.import_path), using(session):
@@ -180,6 +184,7 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         cache.take_pending() if cache else {},
         [(a.columns, a.lines, a.left_out, a.skipped) for a in executor.aggregates],
         executor.stats,
+        timings(bound),
     )
     if cache is not None:
         cache.close()
@@ -286,3 +291,6 @@ def _fold(result: ChunkResult, writer: Any, cache: Any, executor: Any, stats: An
         agg.left_out += left_out
         agg.skipped += skipped
     stats.merge(result.stats)
+    from flowkit.engine.bound import add_timings
+
+    add_timings(executor.flow, result.timings)

@@ -22,9 +22,10 @@ from flowkit.cache.store import Cache, default_cache_dir
 from flowkit.data.mapping import Mapping, RowError
 from flowkit.data.read import iter_rows, peek_columns
 from flowkit.engine.aggregation import run_aggregates
+from flowkit.engine.bound import BoundFlow, slow_notices
 from flowkit.engine.context import RunContext, RunOptions, Stats
 from flowkit.engine.executor import Executor
-from flowkit.engine.prepare import needs_settings, prepare_nodes, walk_nodes
+from flowkit.engine.prepare import bind, needs_settings, walk_nodes
 from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, display
 from flowkit.flow.graph import Flow
 from flowkit.llm.session import current_session, run_session
@@ -56,6 +57,8 @@ class Job:
     ctx: RunContext
     settings: Any
     on_progress: Callable[[Stats], None] | None
+    bound: BoundFlow
+    """The flow as this run binds it (its endpoints and models); the flow itself is shared."""
     keep_rows: bool = True
     """A resume keeps the rows that finished; one with changes allowed runs every row again."""
 
@@ -78,9 +81,9 @@ def make_job(
     settings = _settings(flow, config, settings)
     options = config.run_options()
     ctx = RunContext(options, settings)
-    prepare_nodes(flow, ctx)
+    bound = bind(flow, ctx)
     _check_refresh(flow, options.refresh)
-    return Job(flow, data_path, maps, config, options, ctx, settings, on_progress)
+    return Job(flow, data_path, maps, config, options, ctx, settings, on_progress, bound=bound)
 
 
 def _settings(flow: Flow, config: RunConfig, settings: Any) -> Any:
@@ -118,7 +121,8 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     The folder exists (status running) before this is called, so everything that can fail,
     opening the cache included, happens inside the block that closes it with a true status.
     """
-    flow, options = job.flow, job.options
+    flow, options = job.bound, job.options
+    assert flow is not None, "make_job binds the flow"
     cache: Cache | None = None
     executor: Executor | None = None
     status, metrics, agg_info = FAILED, None, {}
@@ -177,6 +181,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         finally:
             with _sigint_deferred():
                 notices = list(writer.info.get("notices") or ()) + remembered
+                notices += slow_notices(flow)
                 if cache is not None:
                     cache.close()
                     if cache.problem:  # the run went on without it: say why, once

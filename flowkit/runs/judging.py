@@ -14,33 +14,32 @@ import hashlib
 import json
 from typing import Any
 
+from flowkit.engine.bound import BoundFlow
 from flowkit.engine.plan import calls_endpoint
-from flowkit.engine.prepare import walk_nodes
 from flowkit.errors import UsageError
-from flowkit.flow.graph import Flow
 
 Judging = dict[str, dict[str, Any]]
 """Qualified node name → its ``model``, ``params`` and ``prompt`` (sha256 of the text)."""
 
 
-def judging(flow: Flow) -> Judging:
-    """Each model-calling node of a prepared ``flow`` (endpoints bound) and what judges with it.
+def judging(bound: BoundFlow) -> Judging:
+    """Each model-calling node of a run's bound flow and what judges with it.
 
-    A node calls a model when its kind is an endpoint kind, or when its cache key names the
-    model it reaches (a Prompt Flow tool's chat).
+    A node calls a model when its kind calls an endpoint, or when its run's key names the
+    model(s) it reaches (a Prompt Flow tool's chat).
     """
     out: Judging = {}
-    for _, node, qual in walk_nodes(flow):
-        parts = getattr(node, "key_parts", None) or {}
-        if not calls_endpoint(node) and "model" not in parts:
+    for node in bound.walk():
+        parts = {**node.node.key_parts, **node.run_parts}
+        if not calls_endpoint(node) and "model" not in parts and "models" not in parts:
             continue
-        entry: dict[str, Any] = {"model": parts.get("model")}
+        entry: dict[str, Any] = {"model": parts.get("model", parts.get("models"))}
         params = getattr(node.spec, "params", None)
         if isinstance(params, dict):
             entry["params"] = _readable_params(params)
         if "prompt" in parts:
             entry["prompt"] = _sha256(parts["prompt"])
-        out[qual] = entry
+        out[node.qual] = entry
     return out
 
 
@@ -87,8 +86,7 @@ def refusal(where: str, flow: str, changed: dict[str, list[str]], cached: bool) 
     cost = (
         "the cache answering each unchanged node"
         if cached
-        else "and, as this run keeps no cache (--no-cache), every node of every row is "
-        "called again"
+        else "and, as this run keeps no cache (--no-cache), every node of every row is called again"
     )
     return UsageError(
         message,

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from flowkit.data.jsonl import raw_records
+from flowkit.engine.bound import BoundFlow
 from flowkit.engine.context import Stats
 from flowkit.engine.executor import Executor
 from flowkit.engine.plan import AggTask, collect
 from flowkit.engine.records import OK
 from flowkit.engine.scope import Scope, has_invalid
-from flowkit.flow.graph import Flow
 
 
 def data_fingerprint(path: Path) -> dict[str, Any]:
@@ -47,7 +47,7 @@ class _Row:
     """Trace records (qualified node name → record) of the nodes the aggregates read."""
 
 
-def prepare(run_dir: Path, flow: Flow, executor: Executor, *, keep: bool = True) -> set[int]:
+def prepare(run_dir: Path, flow: BoundFlow, executor: Executor, *, keep: bool = True) -> set[int]:
     """Keep the finished rows of ``run_dir``: rewrite its files to them, feed their values to
     the executor's aggregates and their counts to its stats; return the kept lines. Without
     ``keep`` (a resume with changes allowed) no row is kept: every row runs again."""
@@ -103,7 +103,7 @@ def _needed(aggregates: list[AggTask]) -> tuple[set[str], set[str]]:
     return needed, paths
 
 
-def _scope(flow: Flow, row: _Row) -> Scope:
+def _scope(flow: BoundFlow, row: _Row) -> Scope:
     """The row's scope tree as the executor built it, holding only what aggregates read."""
     root = Scope(row.inputs or {})
     # Parents before children: a sub-flow's scope exists once its node's record is placed.
@@ -115,13 +115,16 @@ def _scope(flow: Flow, row: _Row) -> Scope:
             child = scope.children.get(step)
             if child is None:
                 break
-            scope, owner = child, owner.nodes[step].impl
+            sub = owner.nodes[step].sub
+            if sub is None:
+                break
+            scope, owner = child, sub
         else:
             scope.status[name] = rec.get("status", "")
             scope.values[name] = rec.get("output")
             node = owner.nodes.get(name)
-            if node is not None and node.kind == "flow" and rec.get("status") == OK:
-                sub: Flow = node.impl
+            if node is not None and node.sub is not None and rec.get("status") == OK:
+                sub = node.sub
                 inputs = {n: s.default for n, s in sub.inputs.items() if not s.required}
                 inputs.update(rec.get("inputs") or {})
                 scope.children[name] = Scope(inputs)

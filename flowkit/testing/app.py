@@ -46,6 +46,7 @@ class Core:
         self.chat_completions = self.embeddings = self.prompt_tokens = self.completion_tokens = 0
         self.by_endpoint: Counter[str] = Counter()
         self.by_status: Counter[str] = Counter()
+        self.by_model: Counter[str] = Counter()  # chat and embedding requests per model asked
         self.faults: Counter[str] = Counter()
         self.prompts: dict[str, int] = {}  # chat prompt hash -> admitted attempts
         self.inputs: dict[str, int] = {}  # same for embedding inputs
@@ -56,6 +57,7 @@ class Core:
             "requests": self.requests,
             "by_endpoint": dict(self.by_endpoint),
             "by_status": dict(self.by_status),
+            "by_model": dict(self.by_model),
             "faults": dict(self.faults),
             "chat_completions": self.chat_completions,
             "embeddings": self.embeddings,
@@ -206,6 +208,7 @@ class Core:
         if body.get("stream"):
             raise ApiError(400, "the flowkit test server does not support stream=true")
         model = _model(request, body)
+        self.by_model[model] += 1
         n = _int_param(body, "n", 1, 1, 128)
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
         limit = _int_param({"max_tokens": limit}, "max_tokens", 0, 1, 10**6) or None
@@ -292,6 +295,7 @@ class Core:
     async def _embed(self, request: web.Request) -> web.Response:
         body = await _read_body(request)
         model = _model(request, body)
+        self.by_model[model] += 1
         texts = replies.embedding_inputs(body.get("input"))
         dim = _int_param(body, "dimensions", self.config.embedding_dim, 1, 4096)
         fmt = body.get("encoding_format") or "float"

@@ -14,6 +14,7 @@ import pytest
 
 import flowkit
 from flowkit.api import RunResult
+from flowkit.engine.context import RunContext, RunOptions
 from flowkit.engine.plan import Plans
 from flowkit.flow.loader import compose, load_flow
 from flowkit.testing.server import LocalServer
@@ -97,7 +98,7 @@ def test_nodes_run_in_dependency_order_whatever_the_file_order(tmp_path: Path, n
         """,
     )
     flow = load_flow(flow_path)
-    assert flow.row_order == ["a", "b", "c"]
+    assert flow.row_order == ("a", "b", "c")
     result = run(flow, write_jsonl(tmp_path / "d.jsonl", rows_of(2)), tmp_path)
     assert [r["outputs"]["y"] for r in result.rows()] == [110, 111]
     order = [(t["line"], t["node"]) for t in result.traces()]
@@ -194,8 +195,15 @@ def test_only_model_calls_earn_rows_beyond_the_concurrency(tmp_path: Path, nodes
             "name: b\ninputs: {x: {type: integer}}\noutputs: {y: ${n.output}}\nnodes:\n"
             + "".join(f"  - {line}\n" for line in node_lines),
         )
-        loaded = load_flow(flow)
-        return Plans(loaded)[loaded].endpoint_bound()
+        from flowkit.engine.prepare import bind
+        from flowkit.llm.config import load_settings
+
+        env = {"OPENAI_BASE_URL": "http://127.0.0.1:9", "OPENAI_API_KEY": "k"}
+        settings = load_settings(tmp_path, model="m", env=env)
+        ctx = RunContext(RunOptions(), settings)
+        bound_flow = bind(load_flow(flow), ctx)
+        ctx.threads.shutdown()
+        return Plans(bound_flow)[bound_flow].endpoint_bound()
 
     judge = (
         '{name: j, type: llm, messages: [{role: user, content: "{{ x }}"}], '
@@ -206,10 +214,12 @@ def test_only_model_calls_earn_rows_beyond_the_concurrency(tmp_path: Path, nodes
     alone = "{name: n, type: python, source: nodes.py, function: ident, inputs: {x: ${inputs.x}}}"
     assert bound(judge, sync)  # a judge and plain functions: the scheduler bounds the waiting
     assert not bound(app, judge)  # an app under test (a coroutine): --concurrency bounds it
+    blocking = app.replace("function: nap,", "function: ident, blocking: true,")
+    assert not bound(blocking, judge)  # a sync app in threads: --concurrency bounds it too
     assert not bound(alone)  # nothing waits at all
 
 
-def test_a_slow_sync_function_is_moved_to_threads(tmp_path: Path, nodes: Path) -> None:
+def test_a_blocking_sync_function_runs_in_threads(tmp_path: Path, nodes: Path) -> None:
     flow = load_flow(
         write(
             tmp_path / "sync.yaml",
@@ -218,11 +228,16 @@ def test_a_slow_sync_function_is_moved_to_threads(tmp_path: Path, nodes: Path) -
         inputs: {x: {type: integer}}
         outputs: {y: ${s.output}}
         nodes:
-          - {name: s, type: python, source: nodes.py, function: sleepy, inputs: {x: ${inputs.x}}}
+          - name: s
+            type: python
+            source: nodes.py
+            function: sleepy
+            blocking: true
+            inputs: {x: ${inputs.x}}
         """,
         )
     )
-    assert flow.nodes["s"].is_async is False
+    assert flow.nodes["s"].is_async is True
     result = run(
         flow,
         write_jsonl(tmp_path / "d.jsonl", rows_of(16)),
@@ -230,7 +245,6 @@ def test_a_slow_sync_function_is_moved_to_threads(tmp_path: Path, nodes: Path) -
         use_cache=False,
         concurrency=16,
     )
-    assert flow.nodes["s"].is_async is True
     traces = list(result.traces())
     assert max_overlap(traces) > 4
     assert span(traces) < 0.5  # 16 × 0.05 s = 0.8 s one after another
@@ -530,11 +544,13 @@ def _executor(flow: Any, concurrency: int) -> tuple[Any, Any]:
     """An executor over ``flow`` writing to memory, as a worker process runs one."""
     from flowkit.engine.context import RunContext, RunOptions
     from flowkit.engine.executor import Executor
+    from flowkit.engine.prepare import bind
     from flowkit.runs.backends import MemoryWriter
 
     options = RunOptions(concurrency=concurrency)
     writer = MemoryWriter("r")
-    return Executor(flow, options, None, writer, RunContext(options, None)), writer  # type: ignore[arg-type]
+    ctx = RunContext(options, None)
+    return Executor(bind(flow, ctx), options, None, writer, ctx), writer  # type: ignore[arg-type]
 
 
 def test_a_read_error_midway_still_runs_the_rows_read_before_it(

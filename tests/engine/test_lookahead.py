@@ -8,17 +8,17 @@ from typing import Any
 
 import flowkit
 from flowkit.cache.store import Cache, node_key
+from flowkit.engine.bound import BoundFlow
 from flowkit.engine.context import RunContext, RunOptions
 from flowkit.engine.lookahead import Lookahead
-from flowkit.engine.prepare import prepare_nodes
+from flowkit.engine.prepare import bind
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flows
 from tests.support import read_jsonl, write, write_jsonl
 
 
-def _prepared(flow: Flow) -> Flow:
-    prepare_nodes(flow, RunContext(RunOptions()))
-    return flow
+def _prepared(flow: Flow) -> BoundFlow:
+    return bind(flow, RunContext(RunOptions()))
 
 
 def _never(*_: Any) -> bool:
@@ -33,7 +33,7 @@ def test_the_first_nodes_are_keyed_also_inside_subflows(tmp_path: Path) -> None:
     rows = [(i, {**row, "answer": f"a{i}"}, None) for i in range(3)]
     ahead.fetch([*rows, (3, None, "a bad row")])
     inputs, key = ahead.take(1, "f1_score.f1") or ({}, "")
-    f1 = flow.nodes["f1_score"].impl.nodes["f1"]
+    f1 = flow.nodes["f1_score"].sub.nodes["f1"]  # type: ignore[union-attr]
     assert inputs == {"answer": "a1", "ground_truth": "a1", "threshold": 0.5}
     assert key == node_key(f1.static_key, inputs)
     assert ahead.take(3, "f1_score.f1") is None

@@ -164,7 +164,7 @@ def test_unquoted_references_in_flow_mappings_load() -> None:
         "first": "${s.output.items[0]}",
         "scaled": "${x.output}",
     }
-    assert flow.row_order == ["s", "x"]
+    assert flow.row_order == ("s", "x")
 
 
 def test_yaml_error_elsewhere_is_not_blamed_on_unquoted_references(tmp_path: Path) -> None:

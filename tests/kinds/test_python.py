@@ -14,7 +14,6 @@ from flowkit.cache.fingerprint import code_fingerprint
 from flowkit.engine.context import RunContext, RunOptions
 from flowkit.errors import ValidationError
 from flowkit.flow.loader import load_flow
-from flowkit.kinds.python import CALLS_BEFORE_JUDGING
 from tests.support import traces_by, write, write_jsonl
 
 NODES = """
@@ -128,33 +127,96 @@ def test_sync_and_async_functions(project: Path) -> None:
     assert outputs(run(project, asy, rows=3)) == [0, 2, 4]
 
 
-def test_a_slow_sync_function_moves_off_the_event_loop_thread(project: Path) -> None:
+def test_a_slow_sync_function_stays_inline_for_the_whole_run_and_is_named(
+    project: Path,
+) -> None:
     flow = load_flow(
         flow_with(
             project,
             "{name: n, type: python, source: nodes.py, function: slow, inputs: {x: ${inputs.x}}}",
         )
     )
-    threads = outputs(run(project, flow, rows=8, use_cache=False))
-    assert threads[:CALLS_BEFORE_JUDGING] == ["MainThread"] * CALLS_BEFORE_JUDGING
-    assert all(name != "MainThread" for name in threads[CALLS_BEFORE_JUDGING:])
+    result = run(project, flow, rows=8, use_cache=False)
+    # Its mode was decided before the first row and never changed during the run.
+    assert outputs(result) == ["MainThread"] * 8
+    assert flow.nodes["n"].is_async is False
+    notices = [n for n in result.info["notices"] if "'n'" in n]
+    assert len(notices) == 1
+    assert "8 calls" in notices[0] and "`blocking: true`" in notices[0]
+
+
+def test_slow_calls_on_workers_are_told_by_the_driver_once(project: Path) -> None:
+    flow = load_flow(
+        flow_with(
+            project,
+            "{name: n, type: python, source: nodes.py, function: slow, inputs: {x: ${inputs.x}}}",
+        )
+    )
+    result = run(
+        project, flow, rows=6, use_cache=False, backend="threading", workers=2, chunk_size=2
+    )
+    notices = [n for n in result.info["notices"] if "'n'" in n]
+    assert len(notices) == 1
+    assert "6 calls" in notices[0]
+
+
+def test_a_fast_sync_function_gets_no_notice(project: Path) -> None:
+    flow = load_flow(
+        flow_with(
+            project,
+            "{name: n, type: python, source: nodes.py, function: fast, inputs: {x: ${inputs.x}}}",
+        )
+    )
+    result = run(project, flow, rows=8, use_cache=False)
+    assert not any("blocking" in n for n in result.info.get("notices") or ())
+
+
+def test_a_blocking_function_runs_in_threads_from_the_first_row(project: Path) -> None:
+    node = (
+        "{name: n, type: python, source: nodes.py, function: slow, blocking: true, "
+        "inputs: {x: ${inputs.x}}}"
+    )
+    flow = load_flow(flow_with(project, node))
     assert flow.nodes["n"].is_async is True
+    result = run(project, flow, rows=4, use_cache=False)
+    assert all(name != "MainThread" for name in outputs(result))
+    assert not any("blocking" in n for n in result.info.get("notices") or ())
 
 
-def test_judging_happens_after_a_few_calls(project: Path) -> None:
+def test_blocking_is_not_part_of_the_cache_key(project: Path) -> None:
+    inline = load_flow(
+        flow_with(
+            project,
+            "{name: n, type: python, source: nodes.py, function: fast, inputs: {x: ${inputs.x}}}",
+        )
+    )
+    node = (
+        "{name: n, type: python, source: nodes.py, function: fast, blocking: true, "
+        "inputs: {x: ${inputs.x}}}"
+    )
+    threaded = load_flow(flow_with(project, node, "g"))
+    assert inline.nodes["n"].static_key == threaded.nodes["n"].static_key
+    assert inline.nodes["n"].is_async != threaded.nodes["n"].is_async
+
+
+def test_running_a_node_writes_nothing_into_it(project: Path) -> None:
     flow = load_flow(
         flow_with(
             project,
             "{name: n, type: python, source: nodes.py, function: slow, inputs: {x: ${inputs.x}}}",
         )
     )
-    node, kind = flow.nodes["n"], kinds.get("python")
+    node = flow.nodes["n"]
     ctx = RunContext(RunOptions())
-    for _ in range(CALLS_BEFORE_JUDGING - 1):
-        kind.run_sync(node, {"x": 1}, ctx)
-    assert node.is_async is False
-    kind.run_sync(node, {"x": 1}, ctx)
-    assert node.is_async is True
+    from flowkit.engine.prepare import bind
+
+    bound = bind(flow, ctx).nodes["n"]
+    for _ in range(4):
+        kinds.get("python").run_sync(bound, {"x": 1}, ctx)
+    assert (bound.timing.calls, bound.is_async) == (4, False)
+    assert flow.nodes["n"] is node and node.is_async is False
+    with pytest.raises(AttributeError):
+        node.is_async = True  # type: ignore[misc]
     ctx.threads.shutdown()
 
 

@@ -16,11 +16,12 @@ from pydantic import Field
 import flowkit
 from flowkit import kinds
 from flowkit.cli.main import main
+from flowkit.engine.bound import BoundNode
 from flowkit.errors import UsageError, ValidationError
 from flowkit.flow.graph import Node
 from flowkit.flow.loader import LoadContext
 from flowkit.flow.spec import NodeSpec, PathText
-from flowkit.kinds import Kind, NodeResult, register
+from flowkit.kinds import Binding, Compiled, Kind, NodeResult, register
 from flowkit.testing.server import LocalServer
 from tests.support import read_jsonl, write, write_jsonl
 
@@ -47,10 +48,10 @@ def shout() -> Iterator[None]:
         name = "shout"
         spec_model = ShoutSpec
 
-        def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
-            node.key_parts = {"version": 1}
+        def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled:
+            return Compiled(key_parts={"version": 1})
 
-        def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+        def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
             CALLS.append(inputs["text"])
             return NodeResult(" ".join([inputs["text"].upper()] * node.spec.times))
 
@@ -67,14 +68,14 @@ def echo_model() -> Iterator[None]:
         spec_model = EchoModelSpec
         calls_endpoint = True
 
-        def prepare(self, node: Node, ctx: Any) -> None:
+        def prepare(self, node: Node, ctx: Any) -> Binding:
             endpoint = ctx.settings.check(
                 ctx.flow_name, node.name, None, node.spec.model, ctx.options.concurrency
             )
-            node.impl = endpoint.model
+            return Binding(endpoint=endpoint, key_parts={"model": endpoint.model})
 
-        def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
-            return NodeResult(node.impl)
+        def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+            return NodeResult(node.endpoint.model)
 
     yield
     del kinds.KINDS["echo_model"]
@@ -228,15 +229,15 @@ def banner() -> Iterator[None]:
         spec_model = BannerSpec
         path_fields = ("file",)
 
-        def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
+        def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled | None:
             path = base_dir / node.spec.file
             if not path.is_file():
                 ctx.error(node, f"no file {node.spec.file}", key="file")
-                return
-            node.impl = path.read_text("utf-8")
-            node.key_parts = {"banner": node.impl}
+                return None
+            text = path.read_text("utf-8")
+            return Compiled(impl=text, key_parts={"banner": text})
 
-        def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+        def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
             return NodeResult(node.impl + inputs["text"])
 
     yield
