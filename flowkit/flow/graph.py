@@ -70,7 +70,7 @@ class Flow:
     """The flow files this was loaded from, so a worker process can load it again."""
     import_path: tuple[str, ...] = ()
     """Folders its python code imports from, on sys.path only while it loads or runs
-    (flowkit.flow.importpath)."""
+    (flowkit.code.importpath)."""
     target: Any = None
     """How ``--target`` wrapped the flow in sources (flowkit.flow.target.Target), so a worker
     process can wrap it again; None for a flow run as it is."""

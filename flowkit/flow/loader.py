@@ -15,8 +15,8 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticError
 
-from flowkit.cache import importpath
 from flowkit.cache.canonical import canonical_bytes
+from flowkit.code import importpath
 from flowkit.errors import Diagnostic, ValidationError, display
 from flowkit.flow.builtin import resolve_flow_path
 from flowkit.flow.formats import foreign_file, translator

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowkit.cache.fingerprint import ImportProblem, code_fingerprint, load_function
+from flowkit.code.fingerprint import ImportProblem, code_fingerprint, load_function
 from flowkit.errors import UsageError, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowkit.cache.fingerprint import ImportProblem, load_from_folder
+from flowkit.code.fingerprint import ImportProblem, load_from_folder
 from flowkit.kinds import Kind, NodeResult, register
 from flowkit.kinds.calls import as_llm_meta, collecting_calls
 from flowkit.kinds.metric_log import collecting

@@ -2,7 +2,7 @@
 
 The fingerprint covers the whole source file that defines the function, not just the function's
 own lines (editing a helper in the same file must re-run the node too), and every project module
-that file imports, transitively (see ``flowkit.cache.imports`` for the rule), plus the version
+that file imports, transitively (see ``flowkit.code.imports`` for the rule), plus the version
 of the function's package (flowkit's own for the built-in metrics). Functions without a readable
 source fall back to their qualified name and their package's version.
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowkit.cache.importpath import importable
-from flowkit.cache.imports import file_digest, project_files
+from flowkit.code.importpath import importable
+from flowkit.code.imports import file_digest, project_files
 from flowkit.errors import did_you_mean, display
 
 _SOURCE_DIGEST = "__flowkit_source_digest__"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import flowkit
-from flowkit.cache import imports
-from flowkit.cache.fingerprint import code_fingerprint, load_from_folder
+from flowkit.code import imports
+from flowkit.code.fingerprint import code_fingerprint, load_from_folder
 from flowkit.metrics import scores
 from tests.support import read_jsonl, start_flowkit, write, write_jsonl
 
