@@ -27,6 +27,7 @@ from flowkit.engine.records import TRACE_LEVELS
 from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow, load_flows
+from flowkit.flow.reload import fresh
 from flowkit.runs.folder import (
     LOCK_FILE,
     RUNNING,
@@ -110,7 +111,7 @@ def run(
     """
     if trace not in TRACE_LEVELS:
         raise UsageError(f"trace {trace!r} must be one of: {', '.join(TRACE_LEVELS)}")
-    flow = flow if isinstance(flow, Flow) else load_flow(flow)
+    flow = fresh(flow) if isinstance(flow, Flow) else load_flow(flow)
     run_dir = Path(output) if output else new_run_dir(Path(runs_root), flow.name, name)
     # In-memory rows are written into the folder, so it is claimed first; a data file's run
     # claims it only once everything has been checked.
@@ -259,7 +260,7 @@ def _start(
             "trace": trace,
         },
         "flowkit_version": __version__,
-        "notices": job.maps.notices,
+        "notices": [*job.maps.notices, *(flow.target.notices if flow.target else ())],
         "invocation": invocation,
     }
     if lock is None:

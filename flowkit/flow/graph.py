@@ -74,6 +74,9 @@ class Flow:
     target: Any = None
     """How ``--target`` wrapped the flow in sources (flowkit.flow.target.Target), so a worker
     process can wrap it again; None for a flow run as it is."""
+    code_files: tuple[tuple[str, str], ...] = ()
+    """(file, sha256 of its text) for each file whose text entered a code fingerprint, so a run
+    of a flow loaded before an edit loads it again (flowkit.code.freshness)."""
 
     @property
     def composed(self) -> bool:

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticError
 
 from flowkit.cache.canonical import canonical_bytes
-from flowkit.code import importpath
+from flowkit.code import freshness, importpath
 from flowkit.errors import Diagnostic, ValidationError, display
 from flowkit.flow.builtin import resolve_flow_path
 from flowkit.flow.formats import foreign_file, translator
@@ -303,7 +303,8 @@ def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     """Several flows as one: each becomes a sub-flow node, their inputs joined by name."""
     ctx = LoadContext()
     paths = [_flow_path(f) for f in flows]
-    subs = [ctx.load(p) for p in paths]
+    with freshness.recording() as seen:  # the sub-flows' code (composing adds none)
+        subs = [ctx.load(p) for p in paths]
     _raise(ctx, name)
     inputs: dict[str, Any] = {}
     for sub in subs:
@@ -341,6 +342,7 @@ def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     _raise(ctx, name)
     assert flow is not None
     flow.sources = tuple(str(p) for p in paths)
+    flow.code_files = tuple(sorted(seen.items()))
     return flow
 
 
@@ -383,10 +385,13 @@ def load_flow(flow: str | os.PathLike[str]) -> Flow:
     """Load and validate a flow (a path, or a built-in flow's name); raise every problem at once."""
     ctx = LoadContext()
     path = _flow_path(flow)
-    loaded = ctx.load(path)
+    with freshness.recording() as seen:
+        loaded = ctx.load(path)
     if ctx.diagnostics or loaded is None:
         raise ValidationError(
             ctx.diagnostics or [Diagnostic(str(flow), 0, None, "flow failed to load")]
         )
     loaded.sources = (str(path.resolve()),)
+    loaded.code_files = tuple(sorted(seen.items()))
     return loaded
+
