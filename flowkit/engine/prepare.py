@@ -44,4 +44,9 @@ def prepare_nodes(flow: Flow, ctx: RunContext) -> None:
 
 
 def needs_settings(flow: Flow) -> bool:
-    return any(node.kind in ENDPOINT_KINDS for _, node, _ in walk_nodes(flow))
+    from flowkit.kinds.python import reaches_models
+
+    return any(
+        node.kind in ENDPOINT_KINDS or (node.kind == "python" and reaches_models(node))
+        for _, node, _ in walk_nodes(flow)
+    )

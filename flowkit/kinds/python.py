@@ -101,12 +101,26 @@ def _call(impl: _Callable, inputs: dict[str, Any]) -> Any:
         impl.seconds += time.perf_counter() - start
 
 
+def reaches_models(node: Node) -> bool:
+    """Whether the node's function calls models through flowkit's settings (a Prompt Flow tool
+    whose code calls ``promptflow.tools`` chat): the run then needs its settings."""
+    return getattr(getattr(node.impl, "fn", None), "__flowkit_models__", None) is not None
+
+
 @register
 class PythonKind(Kind):
     name = "python"
 
     def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> None:
         _compile_function(node, base_dir, ctx)
+
+    def prepare(self, node: Node, ctx: Any) -> None:
+        # The models a tool's chat calls reach change its result as an llm node's model does:
+        # they enter the key (flowkit.pfcompat.connections.models_reached).
+        models = getattr(getattr(node.impl, "fn", None), "__flowkit_models__", None)
+        if models is not None:
+            literal = {param: value for param, ref, value in node.inputs if ref is None}
+            node.key_parts = {**node.key_parts, "models": models(ctx.settings, literal)}
 
     def run_sync(self, node: Node, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
