@@ -136,7 +136,7 @@ def _from_file(path: Path, name: str) -> Callable[..., Any]:
         # would run the old code. The fingerprint is of these very bytes (see code_fingerprint).
         text = path.read_bytes()
         module.__dict__[_SOURCE_DIGEST] = hashlib.sha256(text).hexdigest()
-        freshness.note_ran(path, module.__dict__[_SOURCE_DIGEST])
+        freshness.note_ran(path, module.__dict__[_SOURCE_DIGEST], module_name)
         exec(compile(text, str(path), "exec"), module.__dict__)
     except Exception as err:
         del sys.modules[module_name]

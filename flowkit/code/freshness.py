@@ -36,21 +36,33 @@ from typing import Any
 from flowkit.code.imports import file_digest, is_installed
 
 _lock = threading.Lock()
-_ran: dict[str, str] = {}
-"""Resolved file path → sha256 of the text a module was last executed from (by flowkit)."""
+_ran: dict[str, tuple[str, str]] = {}
+"""Resolved file path → (sha256 of the text a module was last executed from by flowkit, the
+module's name)."""
 _watched: dict[str, int] = {}
 """Project folders whose modules are compiled and recorded here (counted per holder)."""
+_projects: set[Path] = set()
+"""Every folder ever watched: a module found in one belongs to some flow's project."""
 _seen: ContextVar[dict[str, str] | None] = ContextVar("flowkit_code_seen", default=None)
+_active: ContextVar[tuple[str, ...]] = ContextVar("flowkit_import_path", default=())
+
+
+def active() -> tuple[str, ...]:
+    """The project folders of the blocks the caller is inside (:func:`watching`)."""
+    return _active.get()
 
 
 def ran_digest(path: Path) -> str | None:
-    """The digest of the text the module at ``path`` was executed from, if flowkit ran it."""
-    return _ran.get(str(path))
+    """The digest of the text the module at ``path`` was executed from, if flowkit ran it and
+    it is still loaded (a module dropped since is read from the disk at its next import)."""
+    digest, name = _ran.get(str(path), (None, ""))
+    file = getattr(sys.modules.get(name), "__file__", None)
+    return digest if file and _resolved(file) == path else None
 
 
-def note_ran(path: Path, digest: str) -> None:
-    """A module was executed from the text of ``path`` whose sha256 is ``digest``."""
-    _ran[str(path.resolve())] = digest
+def note_ran(path: Path, digest: str, name: str) -> None:
+    """Module ``name`` was executed from the text of ``path`` whose sha256 is ``digest``."""
+    _ran[str(path.resolve())] = (digest, name)
 
 
 def record(path: Path, digest: str) -> None:
@@ -96,19 +108,26 @@ class _RecordingLoader(importlib.machinery.SourceFileLoader):
     def get_code(self, fullname: str) -> CodeType:
         path = self.get_filename(fullname)
         data = self.get_data(path)
-        note_ran(Path(path), hashlib.sha256(data).hexdigest())
+        note_ran(Path(path), hashlib.sha256(data).hexdigest(), fullname)
         return compile(data, path, "exec", dont_inherit=True)
 
 
 class _ProjectFinder(importlib.abc.MetaPathFinder):
-    """Finds modules as the path finder does; those in a watched project folder load with the
-    recording loader."""
+    """Finds modules as the path finder does, except that a top-level name the running flow's
+    own folders define is found there rather than in another flow's folder earlier on the path
+    (never rather than a module from anywhere else); those in a watched project folder load
+    with the recording loader."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if not _watched:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        find = importlib.machinery.PathFinder.find_spec
+        spec = find(name, path, target)
         origin = getattr(spec, "origin", None)
+        if path is None and _active.get() and origin and in_a_project(_resolved(origin)):
+            own = find(name, list(_active.get()), target)
+            spec = own if own is not None else spec
+            origin = getattr(spec, "origin", None)
         if spec is None or not origin or not origin.endswith(".py"):
             return spec
         if not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
@@ -124,6 +143,11 @@ class _ProjectFinder(importlib.abc.MetaPathFinder):
 _finder = _ProjectFinder()
 
 
+def in_a_project(file: Path) -> bool:
+    """Whether ``file`` lies in a folder some flow (or target) brought, not an installed one."""
+    return not is_installed(file) and any(file.is_relative_to(p) for p in list(_projects))
+
+
 def _in_project(file: Path) -> bool:
     if is_installed(file):
         return False
@@ -132,8 +156,10 @@ def _in_project(file: Path) -> bool:
 
 @contextlib.contextmanager
 def watching(folders: Iterable[str]) -> Iterator[None]:
-    """Modules imported from ``folders`` during the block are compiled and recorded here."""
+    """Modules imported from ``folders`` during the block are compiled and recorded here, and
+    a top-level name they define is found in them first (they are :func:`active`)."""
     folders = tuple(str(Path(f).resolve()) for f in dict.fromkeys(folders))
+    token = _active.set(tuple(dict.fromkeys((*_active.get(), *folders))))
     with _lock:
         if _finder not in sys.meta_path:
             at = next(
@@ -143,9 +169,11 @@ def watching(folders: Iterable[str]) -> Iterator[None]:
             sys.meta_path.insert(at, _finder)
         for folder in folders:
             _watched[folder] = _watched.get(folder, 0) + 1
+            _projects.add(Path(folder))
     try:
         yield
     finally:
+        _active.reset(token)
         with _lock:
             for folder in folders:
                 _watched[folder] -= 1
@@ -185,7 +213,7 @@ def forget_stale(files: Iterable[Path], project: Iterable[Path]) -> list[str]:
         if not names or is_installed(file) or not any(file.is_relative_to(r) for r in roots):
             continue
         loaded.append((file, names))
-        ran = _ran.get(str(file))
+        ran = ran_digest(file)
         stale = stale or ran is None or ran != disk_digest(file)
     if not stale:
         return []

@@ -8,9 +8,9 @@ share them. When the last holder leaves, the folders go, and so do the modules f
 from them while they were there; a module that was loaded before stays loaded.
 
 Two flows may each bring a module of the same name (their own ``helpers.py``). Entering a
-flow's folders drops a loaded module of such a name that was found elsewhere, so the flow
-imports (and fingerprints) its own; flows that run at the same moment in one process and bring
-clashing names still share one (a limit: Python has one ``sys.modules``).
+flow's folders drops a loaded module of such a name that was found in another flow's folder,
+so the flow imports (and fingerprints) its own; flows that run at the same moment in one
+process and bring clashing names still share one (a limit: Python has one ``sys.modules``).
 The folders held in the current context are :func:`active`: they are the project's roots for
 the code fingerprint, and their modules load through ``flowkit.code.freshness``.
 """
@@ -22,23 +22,15 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
 
-from flowkit.code.freshness import watching
-from flowkit.code.imports import is_installed
+from flowkit.code.freshness import active, in_a_project, watching
 
 _lock = threading.Lock()
 _holders: dict[str, int] = {}
 _before: dict[str, frozenset[str]] = {}
 """For each folder this module put on sys.path: the modules that were loaded before it."""
-_active: ContextVar[tuple[str, ...]] = ContextVar("flowkit_import_path", default=())
-
-
-def active() -> tuple[str, ...]:
-    """The folders made importable by the blocks the caller is inside (a flow's folder and
-    ``python_path`` while it loads or runs)."""
-    return _active.get()
+__all__ = ["active", "importable", "resolve"]
 
 
 def resolve(folders: Iterable[str], base_dir: Path) -> tuple[str, ...]:
@@ -69,12 +61,10 @@ def importable(folders: Iterable[str]) -> Iterator[None]:
                 _before[folder] = frozenset(sys.modules)
                 sys.path.append(folder)
             _holders[folder] = _holders.get(folder, 0) + 1
-    token = _active.set(tuple(dict.fromkeys((*_active.get(), *folders))))
     try:
         with watching(folders):
             yield
     finally:
-        _active.reset(token)
         with _lock:
             for folder in folders:
                 _holders[folder] -= 1
@@ -106,7 +96,8 @@ def _found_in(folder: str, name: str, file: str | None) -> bool:
 
 def _unshadow(folders: tuple[str, ...]) -> None:
     """Drop loaded top-level modules (and their submodules) that one of ``folders`` also
-    defines but that were found elsewhere: an ``import`` must find the flow's own."""
+    defines but that were found in another flow's folder: an ``import`` must find the flow's
+    own (flowkit.code.freshness finds it there first)."""
     loaded = {n for n in list(sys.modules) if "." not in n and not n.startswith("flowkit")}
     for folder in folders:
         try:
@@ -122,7 +113,7 @@ def _unshadow(folders: tuple[str, ...]) -> None:
                 continue
             loaded.discard(name)  # the first folder that defines it is where imports find it
             file = getattr(sys.modules.get(name), "__file__", None)
-            if not file or is_installed(Path(file).resolve()):
+            if not file or not in_a_project(Path(file).resolve()):
                 continue
             if Path(file).resolve() != own.resolve():
                 for sub in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
