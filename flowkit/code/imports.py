@@ -4,14 +4,17 @@ package, flowkit's included).
 
 The rule, so that a cache key changes when the code behind a result does:
 
-- a file counts when it lies under one of the *roots* (the flow's folder; the folder of the
+- a file counts when it lies under one of the *roots* (the flow's folder and its
+  ``python_path`` folders, wherever they are; a ``--target``'s folder; the folder of the
   function's own top-level module or package) or in the function's own package, and not inside
   an installed environment (site-packages, the interpreter's prefix): installed libraries are
   pinned by their version instead;
 - imports are read from the source (``import a.b``, ``from a import b``, ``from . import c``,
   at any depth, inside functions too, and ``importlib.import_module("a.b")`` with a literal
-  name), so a module imported lazily still counts; the roots are the flow's folder and its
-  ``python_path`` folders (wherever they are), so a module reached through either counts;
+  name), so a module imported lazily still counts;
+- a name is looked up as the import will find it: a loaded module's file (and
+  ``flowkit.code.freshness`` makes sure a loaded project module is the text on disk), else
+  the roots in order;
 - what the code reads at run time (data files, environment variables, the network) is not
   followed; a node declares environment variables with ``cache: {env: [...]}``.
 """

@@ -394,4 +394,3 @@ def load_flow(flow: str | os.PathLike[str]) -> Flow:
     loaded.sources = (str(path.resolve()),)
     loaded.code_files = tuple(sorted(seen.items()))
     return loaded
-
