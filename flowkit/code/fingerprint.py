@@ -78,7 +78,7 @@ def load_from_folder(folder: Path, function: str, source: str | None = None) -> 
 
 
 def _project(base_dir: Path) -> tuple[Path, ...]:
-    return tuple(dict.fromkeys(Path(f).resolve() for f in (base_dir, *active())))
+    return tuple(dict.fromkeys([base_dir.resolve(), *(Path(f).resolve() for f in active())]))
 
 
 def load_function(function: str, source: str | None, base_dir: Path) -> Callable[..., Any]:

@@ -10,6 +10,7 @@ compares them with the disk first and, when one changed, loads the flow again fr
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from flowkit.code import freshness
@@ -22,7 +23,7 @@ def fresh(flow: Flow) -> Flow:
     fingerprints changed on disk since it was loaded."""
     if not flow.sources or not freshness.changed(flow.code_files):
         return flow
-    names = list(flow.sources)
+    names: list[str | os.PathLike[str]] = list(flow.sources)
     again = load_flow(names[0]) if len(names) == 1 else compose(names, flow.name)
     if flow.target is not None:
         from flowkit.flow.target import with_target

@@ -45,6 +45,8 @@ ANSWER_INPUTS = ("answer", "response")
 APP_FIELDS = ("retrieved_context", "context", "documents")
 """Metric inputs that an app's reply may carry, taken from it when the data has no such column."""
 TARGET_NODE = "target"
+UNCACHED = "uncached"
+"""The code input of a target whose state cannot be fingerprinted (its node is not cached)."""
 
 
 @dataclass(frozen=True)
@@ -271,13 +273,13 @@ def _with_target(
             "description": f"Calls the app {target} and times it.",
             "inputs": {
                 "flowkit_target": target,
-                "flowkit_code": code or "uncached",
+                "flowkit_code": code or UNCACHED,
                 "flowkit_provides": provides,
                 **{k: f"${{inputs.{k}}}" for k in app_inputs},
             },
             "cache": code is not None,
         }
-        _apps[(target, app_node["inputs"]["flowkit_code"])] = fn
+        _apps[(target, code or UNCACHED)] = fn
         out = {k: f"${{{TARGET_NODE}.output.{k}}}" for k in provides}
     inputs.update(app_inputs)
     for name, spec in metric.inputs.items():
