@@ -33,7 +33,7 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any
 
-from flowkit.code.imports import file_digest, is_installed
+from flowkit.code.imports import is_installed
 
 _lock = threading.Lock()
 _ran: dict[str, tuple[str, str]] = {}
@@ -88,10 +88,17 @@ def recording() -> Iterator[dict[str, str]]:
 
 
 def disk_digest(path: Path) -> str | None:
+    """The sha256 of the file's text now (re-read whenever its mtime, size or inode moved)."""
     try:
-        return file_digest(str(path), path.stat().st_mtime_ns)
+        st = path.stat()
+        return _digest(str(path), st.st_mtime_ns, st.st_size, st.st_ino)
     except OSError:
         return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _digest(path: str, mtime_ns: int, size: int, inode: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def changed(files: Iterable[tuple[str, str]]) -> list[str]:
