@@ -27,6 +27,7 @@ from flowkit.engine.context import Stats
 from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow, load_flows
+from flowkit.flow.reload import fresh
 from flowkit.llm.config import Settings  # at run time: help() shows the parameter's type
 from flowkit.runs.config import Backend, RunConfig, Trace, recorded_config
 from flowkit.runs.folder import (
@@ -156,7 +157,7 @@ def run_configured(
     on_progress: Callable[[Stats], None] | None = None,
 ) -> RunResult:
     """:func:`run` with its options as one :class:`RunConfig` (how the CLI calls it)."""
-    flow = flow if isinstance(flow, Flow) else load_flow(flow)
+    flow = fresh(flow) if isinstance(flow, Flow) else load_flow(flow)
     run_dir = (
         Path(config.output)
         if config.output
@@ -234,7 +235,7 @@ def _start(
             "trace": config.trace,
         },
         "flowkit_version": __version__,
-        "notices": job.maps.notices,
+        "notices": [*job.maps.notices, *(flow.target.notices if flow.target else ())],
         "invocation": {
             "flows": list(flow.sources),
             "data": str(data_path.resolve()),

@@ -9,7 +9,7 @@ from pathlib import Path
 import networkx as nx
 
 import flowkit
-from flowkit.cache.fingerprint import MOVED_MODULES, load_function
+from flowkit.code.fingerprint import MOVED_MODULES, load_function
 
 PACKAGE = Path(flowkit.__file__).resolve().parent
 
@@ -75,6 +75,7 @@ def test_packages_import_one_way() -> None:
     order = [
         "errors",
         "cache",
+        "code",
         "flow",
         "llm",
         "metrics",

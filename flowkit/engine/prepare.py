@@ -75,4 +75,9 @@ def _bind(flow: Flow, ctx: RunContext, prefix: str, problems: list[str]) -> Boun
 
 
 def needs_settings(flow: Flow) -> bool:
-    return any(calls_endpoint(node) for _, node, _ in walk_nodes(flow))
+    from flowkit.kinds.python import reaches_models
+
+    return any(
+        calls_endpoint(node) or (node.kind == "python" and reaches_models(node))
+        for _, node, _ in walk_nodes(flow)
+    )

@@ -13,8 +13,9 @@
   ``templates``: sandboxed Jinja2 prompts.
 - ``builtin``: finding the built-in flows by name.
 - ``target``: ``--target``, a metric flow preceded by a node that calls the user's app.
+- ``reload``: ``fresh``, a loaded flow loaded again when code behind it changed on disk.
 
-Imports point down to ``flowkit.cache`` and ``flowkit.errors`` only. Node kinds are
-an extension point: the loader looks them up through ``flowkit.kinds`` when it compiles a node,
-and the kinds import this package, never the other way at import time.
+Imports point down to ``flowkit.code``, ``flowkit.cache`` and ``flowkit.errors`` only. Node
+kinds are an extension point: the loader looks them up through ``flowkit.kinds`` when it compiles
+a node, and the kinds import this package, never the other way at import time.
 """

@@ -85,10 +85,13 @@ class Flow:
     """The flow files this was loaded from, so a worker process can load it again."""
     import_path: tuple[str, ...] = ()
     """Folders its python code imports from, on sys.path only while it loads or runs
-    (flowkit.flow.importpath)."""
+    (flowkit.code.importpath)."""
     target: Any = None
     """How ``--target`` wrapped the flow in sources (flowkit.flow.target.Target), so a worker
     process can wrap it again; None for a flow run as it is."""
+    code_files: tuple[tuple[str, str], ...] = ()
+    """(file, sha256 of its text) for each file whose text entered a code fingerprint, so a run
+    of a flow loaded before an edit loads it again (flowkit.code.freshness)."""
 
     @property
     def composed(self) -> bool:

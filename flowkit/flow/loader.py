@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError as PydanticError
 
-from flowkit.cache import importpath
 from flowkit.cache.canonical import canonical_bytes
+from flowkit.code import freshness, importpath
 from flowkit.errors import Diagnostic, ValidationError, display
 from flowkit.flow.builtin import resolve_flow_path
 from flowkit.flow.formats import foreign_file, translator
@@ -319,7 +319,8 @@ def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     """Several flows as one: each becomes a sub-flow node, their inputs joined by name."""
     ctx = LoadContext()
     paths = [_flow_path(f) for f in flows]
-    subs = [ctx.load(p) for p in paths]
+    with freshness.recording() as seen:  # the sub-flows' code (composing adds none)
+        subs = [ctx.load(p) for p in paths]
     _raise(ctx, name)
     inputs: dict[str, Any] = {}
     for sub in subs:
@@ -356,7 +357,9 @@ def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     flow = ctx.build(raw, Path.cwd() / f"{name}.yaml", name)
     _raise(ctx, name)
     assert flow is not None
-    return replace(flow, sources=tuple(str(p) for p in paths))
+    return replace(
+        flow, sources=tuple(str(p) for p in paths), code_files=tuple(sorted(seen.items()))
+    )
 
 
 def _raise(ctx: LoadContext, name: str) -> None:
@@ -398,9 +401,10 @@ def load_flow(flow: str | os.PathLike[str]) -> Flow:
     """Load and validate a flow (a path, or a built-in flow's name); raise every problem at once."""
     ctx = LoadContext()
     path = _flow_path(flow)
-    loaded = ctx.load(path)
+    with freshness.recording() as seen:
+        loaded = ctx.load(path)
     if ctx.diagnostics or loaded is None:
         raise ValidationError(
             ctx.diagnostics or [Diagnostic(str(flow), 0, None, "flow failed to load")]
         )
-    return replace(loaded, sources=(str(path.resolve()),))
+    return replace(loaded, sources=(str(path.resolve()),), code_files=tuple(sorted(seen.items())))

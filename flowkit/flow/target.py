@@ -8,15 +8,23 @@ A callable is timed by the node that calls it; an app flow is a ``latency: true`
 (its wall time in the row). A cached answer keeps the latency measured when it was computed.
 Worker processes (``--backend loky`` …) wrap the metric flow again from ``Flow.target``.
 
-The target is a python callable (``module:function`` or ``file.py:function``, sync or async) or
-an app flow (a flow file). A callable's parameters, and an app flow's inputs, become the run's
-inputs, filled from the data by name. The app fills the metric inputs the data has no column
+The target is a python callable (``module:function`` or ``file.py:function``, sync or async, or
+an object with a ``__call__``, sync or async) or an app flow (a flow file). The key holds what
+the callable is: its code (its file and the project modules it reaches) and, for an object or a
+bound method, its state (the instance's attributes as canonical JSON); an object whose state
+cannot be written so is called uncached, with a notice in the run. Parameters with a default
+keep it (an app flow's inputs too): a row without that column gets the app's own default.
+
+A callable's parameters, and an app flow's inputs, become the run's inputs, filled from the data
+by name. The app fills the metric inputs the data has no column
 for, plus ``answer``/``response`` always: a string reply goes to that one input, a dict reply
 or an app flow's outputs go by name.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
 import sys
 import time
@@ -24,7 +32,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flowkit.cache.fingerprint import ImportProblem, code_fingerprint, load_function
+from flowkit.cache.canonical import UnstorableValue, canonical_bytes
+from flowkit.code import freshness
+from flowkit.code.fingerprint import ImportProblem, code_fingerprint, load_function
 from flowkit.errors import UsageError, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
@@ -35,6 +45,8 @@ ANSWER_INPUTS = ("answer", "response")
 APP_FIELDS = ("retrieved_context", "context", "documents")
 """Metric inputs that an app's reply may carry, taken from it when the data has no such column."""
 TARGET_NODE = "target"
+UNCACHED = "uncached"
+"""The code input of a target whose state cannot be fingerprinted (its node is not cached)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,8 @@ class Target:
     columns: tuple[str, ...]
     base: str
     """The directory the target is named relative to (the driver's working directory)."""
+    notices: tuple[str, ...] = ()
+    """What the run must say about the target (an object whose state cannot be cached)."""
 
 
 _apps: dict[tuple[str, str], Any] = {}
@@ -120,20 +134,76 @@ async def call_target_async(
     """:func:`call_target` for an ``async def`` app."""
     fn = _app(flowkit_target, flowkit_code)
     start = time.perf_counter()
-    reply = await fn(**args)
+    reply = fn(**args)
+    if inspect.isawaitable(reply):
+        reply = await reply
     latency = time.perf_counter() - start
     return {**_reply_values(reply, flowkit_provides), "latency_seconds": latency}
 
 
-def _params(fn: Any) -> dict[str, bool]:
-    """The app's parameters and whether each is required."""
+def _params(fn: Any) -> dict[str, dict[str, Any]]:
+    """The app's parameters as the run's inputs: required, or with the app's own default. A
+    default JSON cannot carry is left to the app (the parameter is then filled only by name
+    from the data, never with a stand-in)."""
     sig = inspect.signature(fn)
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return {
-        n: p.default is inspect.Parameter.empty
-        for n, p in sig.parameters.items()
-        if p.kind in kinds
-    }
+    out: dict[str, dict[str, Any]] = {}
+    for name, p in sig.parameters.items():
+        if p.kind not in kinds:
+            continue
+        if p.default is inspect.Parameter.empty:
+            out[name] = {"type": "any"}
+        elif _json(p.default):
+            out[name] = {"type": "any", "default": p.default}
+    return out
+
+
+def _json(value: Any) -> bool:
+    try:
+        canonical_bytes(value)
+    except (TypeError, UnstorableValue):
+        return False
+    return True
+
+
+def _is_async(app: Any) -> bool:
+    call = app if inspect.isroutine(app) or isinstance(app, functools.partial) else None
+    return inspect.iscoroutinefunction(call or type(app).__call__)
+
+
+def _state(obj: Any) -> dict[str, Any]:
+    """An instance's attributes (``__dict__`` and ``__slots__``)."""
+    state = dict(getattr(obj, "__dict__", {}))
+    for cls in type(obj).__mro__:
+        for slot in getattr(cls, "__slots__", ()):
+            if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
+                state.setdefault(slot, getattr(obj, slot))
+    return state
+
+
+def app_fingerprint(app: Any, roots: tuple[Path, ...] = ()) -> tuple[str | None, str]:
+    """(the fingerprint of what ``app`` is, or None when it cannot be had, and what part
+    resisted). A function is its code; a bound method, its function's code and its object's
+    state; an object with ``__call__``, its class's code and its state; a
+    ``functools.partial``, its function's and its arguments'."""
+    parts: list[Any]
+    if isinstance(app, functools.partial):
+        inner, why = app_fingerprint(app.func, roots)
+        parts, what = [inner, list(app.args), app.keywords], "its bound arguments"
+        if inner is None:
+            return None, why
+    elif inspect.ismethod(app) and not inspect.isclass(app.__self__):
+        code = code_fingerprint(app.__func__, roots=roots)
+        parts, what = [code, _state(app.__self__)], f"the state of {type(app.__self__).__name__}"
+    elif inspect.isroutine(app) or inspect.isclass(app):
+        return code_fingerprint(app, roots=roots), ""
+    else:
+        code = code_fingerprint(type(app), roots=roots)
+        parts, what = [code, _state(app)], f"the state of {type(app).__name__}"
+    try:
+        return hashlib.sha256(canonical_bytes(parts)).hexdigest(), ""
+    except (TypeError, UnstorableValue) as err:
+        return None, f"{what} cannot be fingerprinted ({err})"
 
 
 def with_target(
@@ -141,9 +211,16 @@ def with_target(
 ) -> Flow:
     """``metric`` preceded by a node that calls ``target`` (named relative to ``base``, the
     working directory by default) per row; see the module docstring."""
-    from flowkit.flow.loader import LoadContext, _raise, load_flow
+    with freshness.recording() as seen:
+        flow = _with_target(metric, target, columns, base or Path.cwd())
+    flow.code_files = tuple(sorted(seen.items()))
+    return flow
 
-    base = base or Path.cwd()
+
+def _with_target(
+    metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path
+) -> Flow:
+    from flowkit.flow.loader import LoadContext, _raise, load_flow
 
     if len(metric.sources) != 1:
         raise UsageError("--target runs one metric flow; give a suite flow to run several")
@@ -159,9 +236,11 @@ def with_target(
             "--target to fill",
         )
     inputs: dict[str, Any] = {}
+    notices: list[str] = []
     if _is_flow(target):
         app = load_flow(base / target)
-        app_inputs = {k: s.required for k, s in app.inputs.items()}
+        # The app flow's own input specs: its defaults, never a None in their place.
+        app_inputs = {k: s.model_dump(exclude_unset=True) for k, s in app.inputs.items()}
         missing = [k for k in provides if k not in app.outputs]
         if missing and not (len(app.outputs) == 1 and len(provides) == 1):
             raise UsageError(
@@ -180,7 +259,13 @@ def with_target(
     else:
         fn = _load(target, base)
         app_inputs = _params(fn)
-        call = "call_target_async" if inspect.iscoroutinefunction(fn) else "call_target"
+        call = "call_target_async" if _is_async(fn) else "call_target"
+        code, why = app_fingerprint(fn, roots=(base,))
+        if code is None:
+            notices.append(
+                f"--target {target!r}: {why}, so its answers are not cached (give the object "
+                "JSON attributes, or a function, to cache them)"
+            )
         app_node = {
             "name": TARGET_NODE,
             "type": "python",
@@ -190,15 +275,15 @@ def with_target(
             "blocking": call == "call_target",
             "inputs": {
                 "flowkit_target": target,
-                "flowkit_code": code_fingerprint(fn),
+                "flowkit_code": code or UNCACHED,
                 "flowkit_provides": provides,
                 **{k: f"${{inputs.{k}}}" for k in app_inputs},
             },
+            "cache": code is not None,
         }
-        _apps[(target, app_node["inputs"]["flowkit_code"])] = fn
+        _apps[(target, code or UNCACHED)] = fn
         out = {k: f"${{{TARGET_NODE}.output.{k}}}" for k in provides}
-    for name, required in app_inputs.items():
-        inputs[name] = {"type": "any"} if required else {"type": "any", "default": None}
+    inputs.update(app_inputs)
     for name, spec in metric.inputs.items():
         if name not in provides and name not in inputs:
             inputs[name] = spec.model_dump(exclude_unset=True)
@@ -234,4 +319,8 @@ def with_target(
     flow = ctx.build(raw, base / f"{name}.yaml", name)
     _raise(ctx, name)
     assert flow is not None
-    return replace(flow, sources=(metric_path,), target=Target(target, tuple(columns), str(base)))
+    return replace(
+        flow,
+        sources=(metric_path,),
+        target=Target(target, tuple(columns), str(base), tuple(notices)),
+    )

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowkit.cache.fingerprint import ImportProblem, load_from_folder
+from flowkit.code.fingerprint import ImportProblem, load_from_folder
 from flowkit.flow.spec import AggregateNode, PythonNode
-from flowkit.kinds import Compiled, Kind, NodeResult, register
+from flowkit.kinds import Binding, Compiled, Kind, NodeResult, register
 from flowkit.kinds.calls import as_llm_meta, collecting_calls
 from flowkit.kinds.metric_log import collecting
 
@@ -106,6 +106,12 @@ def _call(impl: _Callable, inputs: dict[str, Any], timing: CallTiming) -> Any:
         timing.seconds += time.perf_counter() - start
 
 
+def reaches_models(node: Node) -> bool:
+    """Whether the node's function calls models through flowkit's settings (a Prompt Flow tool
+    whose code calls ``promptflow.tools`` chat): the run then needs its settings."""
+    return getattr(getattr(node.impl, "fn", None), "__flowkit_models__", None) is not None
+
+
 @register
 class PythonKind(Kind):
     name = "python"
@@ -114,6 +120,15 @@ class PythonKind(Kind):
 
     def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled | None:
         return _compile_function(node, base_dir, ctx)
+
+    def prepare(self, node: Node, ctx: Any) -> Binding:
+        # The models a tool's chat calls reach change its result as an llm node's model does:
+        # they enter the key (flowkit.pfcompat.connections.models_reached).
+        models = getattr(getattr(node.impl, "fn", None), "__flowkit_models__", None)
+        if models is None:
+            return Binding()
+        literal = {param: value for param, ref, value in node.inputs if ref is None}
+        return Binding(key_parts={"models": models(ctx.settings, literal)})
 
     def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         with collecting_calls(getattr(ctx, "settings", None)) as calls:

@@ -7,6 +7,13 @@ is written anywhere. Chat calls made with such an object (`promptflow.tools.aoai
 go through flowkit.llm's scheduler: rate-limited, retried and counted like an llm node's, in the
 running flow's own session (``flowkit.llm.session``: the tool's thread runs in a copy of the
 node's context, and the task made for each call copies the thread's).
+
+
+A tool whose code calls models is keyed, like an llm node, by the models it can reach
+(:func:`models_reached`): the run's model (``--model``) and, for each connection it is given
+and the default one, the model and deployment that connection resolves to. The server's
+address stays out of the key, as for llm nodes (a cache survives moving between equivalent
+endpoints).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
+from flowkit.errors import FlowkitError
 from flowkit.kinds.calls import current_settings, record_call
 from flowkit.llm.config import load_settings
 from flowkit.llm.endpoint import Endpoint
@@ -49,11 +57,26 @@ def run_settings() -> Any:
     return current_settings() or load_settings()
 
 
-def endpoint_for(name: str | None, model: str | None = None) -> Endpoint:
+def endpoint_for(name: str | None, model: str | None = None, settings: Any = None) -> Endpoint:
     """The flowkit endpoint a Prompt Flow connection name stands for."""
-    settings = run_settings()
+    settings = settings or run_settings()
     known = name if name in settings.connections else None
     return settings.resolve(known, model or settings.default_model or "gpt-4")
+
+
+def models_reached(settings: Any, names: list[str | None]) -> dict[str, Any]:
+    """What the chat calls of a tool given the connections ``names`` can reach, for its cache
+    key: the run's model, and each connection's (and the default's) model and deployment."""
+    settings = settings or run_settings()
+    reached: dict[str, Any] = {}
+    for name in dict.fromkeys([*names, None]):
+        try:
+            endpoint = endpoint_for(name, settings=settings)
+        except FlowkitError:  # not configured: a call would fail, and nothing is cached
+            reached[name or ""] = None
+            continue
+        reached[name or ""] = {"model": endpoint.model, "deployment": endpoint.deployment}
+    return {"model": settings.default_model, "connections": reached}
 
 
 def connection_values(endpoint: Endpoint) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flowkit.cache.importpath import importable
+from flowkit.code.importpath import importable
 from flowkit.errors import UsageError
 from flowkit.runs.config import RunConfig
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowkit.cache.importpath import importable
 from flowkit.cache.store import Cache, default_cache_dir
+from flowkit.code.importpath import importable
 from flowkit.data.mapping import Mapping, RowError
 from flowkit.data.read import iter_rows, peek_columns
 from flowkit.engine.aggregation import run_aggregates

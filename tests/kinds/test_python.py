@@ -10,7 +10,7 @@ import pytest
 import flowkit
 from flowkit import kinds
 from flowkit.api import RunResult
-from flowkit.cache.fingerprint import code_fingerprint
+from flowkit.code.fingerprint import code_fingerprint
 from flowkit.engine.context import RunContext, RunOptions
 from flowkit.errors import ValidationError
 from flowkit.flow.loader import load_flow

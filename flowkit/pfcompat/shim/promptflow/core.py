@@ -56,17 +56,32 @@ def _calls_models(fn: Callable[..., Any]) -> bool:
     return "promptflow.tools" in text or "openai" in text
 
 
+def _models_key(conn_params: dict[str, list[type]]) -> Callable[[Any, dict[str, Any]], Any]:
+    """For the node's cache key: the models the tool's chat calls reach, given the run's
+    settings and the node's literal inputs (the connection names it is given)."""
+
+    def models(settings: Any, literal_inputs: dict[str, Any]) -> Any:
+        from flowkit.pfcompat.connections import models_reached
+
+        names = [literal_inputs.get(p) for p in conn_params]
+        return models_reached(settings, [n if isinstance(n, str) else None for n in names])
+
+    return models
+
+
 def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
     """Mark a flow's python function; usable as `@tool` and `@tool(name=...)`.
 
     Arguments for parameters typed as connections arrive as connection names and are turned into
     connection objects. A function whose file calls models is run in a worker thread, so that
-    its blocking model calls never hold up the event loop the other rows run on.
+    its blocking model calls never hold up the event loop the other rows run on, and carries
+    ``__flowkit_models__``: what it can reach enters its node's cache key (flowkit.kinds.python).
     """
     if func is None:
         return lambda f: tool(f)
     fn = func
     conn_params = _connection_params(fn)
+    calls_models = _calls_models(fn)
 
     def convert(kwargs: dict[str, Any]) -> dict[str, Any]:
         for name, classes in conn_params.items():
@@ -74,13 +89,15 @@ def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
                 kwargs[name] = _connection(kwargs[name], classes)
         return kwargs
 
-    if inspect.iscoroutinefunction(fn) or not _calls_models(fn):
+    if inspect.iscoroutinefunction(fn) or not calls_models:
 
         @functools.wraps(fn)
         def plain(*args: Any, **kwargs: Any) -> Any:
             return fn(*args, **convert(kwargs))
 
         plain.__pf_tool__ = True  # type: ignore[attr-defined]
+        if calls_models:
+            plain.__flowkit_models__ = _models_key(conn_params)  # type: ignore[attr-defined]
         return plain
 
     @functools.wraps(fn)
@@ -90,6 +107,7 @@ def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
         return await asyncio.to_thread(fn, *args, **convert(kwargs))
 
     threaded.__pf_tool__ = True  # type: ignore[attr-defined]
+    threaded.__flowkit_models__ = _models_key(conn_params)  # type: ignore[attr-defined]
     return threaded
 
 

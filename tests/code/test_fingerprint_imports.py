@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import flowkit
-from flowkit.cache import imports
-from flowkit.cache.fingerprint import code_fingerprint, load_from_folder
+from flowkit.code import imports
+from flowkit.code.fingerprint import code_fingerprint, load_from_folder
 from flowkit.metrics import scores
 from tests.support import read_jsonl, start_flowkit, write, write_jsonl
 
@@ -143,3 +143,14 @@ def test_the_import_scan_finds_all_that_a_parse_finds_in_flowkit() -> None:
     package = Path(flowkit.__file__).parent
     for path in sorted(package.rglob("*.py")):
         assert _ast_imports(path) <= set(imports._imports(str(path), 0)), path
+
+
+def test_a_module_imported_by_a_literal_name_counts(tmp_path: Path) -> None:
+    write(
+        tmp_path / "dyn.py",
+        "import importlib\n\n\ndef fn(x):\n    return importlib.import_module('ki_dyn').v\n",
+    )
+    write(tmp_path / "ki_dyn.py", "v = 1\n")
+    before = load_from_folder(tmp_path, "fn", "dyn.py").fingerprint
+    _edit(tmp_path / "ki_dyn.py", "v = 2\n")
+    assert load_from_folder(tmp_path, "fn", "dyn.py").fingerprint != before

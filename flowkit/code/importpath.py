@@ -6,6 +6,13 @@ could answer an import meant for something else. The folders are appended after 
 installed, so they never shadow it, and counted per holder, so runs that overlap in one process
 share them. When the last holder leaves, the folders go, and so do the modules first imported
 from them while they were there; a module that was loaded before stays loaded.
+
+Two flows may each bring a module of the same name (their own ``helpers.py``). Entering a
+flow's folders drops a loaded module of such a name that was found in another flow's folder,
+so the flow imports (and fingerprints) its own; flows that run at the same moment in one
+process and bring clashing names still share one (a limit: Python has one ``sys.modules``).
+The folders held in the current context are :func:`active`: they are the project's roots for
+the code fingerprint, and their modules load through ``flowkit.code.freshness``.
 """
 
 from __future__ import annotations
@@ -17,10 +24,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from flowkit.code.freshness import active, in_a_project, watching
+
 _lock = threading.Lock()
 _holders: dict[str, int] = {}
 _before: dict[str, frozenset[str]] = {}
 """For each folder this module put on sys.path: the modules that were loaded before it."""
+__all__ = ["active", "importable", "resolve"]
 
 
 def resolve(folders: Iterable[str], base_dir: Path) -> tuple[str, ...]:
@@ -45,13 +55,15 @@ def importable(folders: Iterable[str]) -> Iterator[None]:
         yield
         return
     with _lock:
+        _unshadow(folders)
         for folder in folders:
             if not _holders.get(folder) and folder not in sys.path:
                 _before[folder] = frozenset(sys.modules)
                 sys.path.append(folder)
             _holders[folder] = _holders.get(folder, 0) + 1
     try:
-        yield
+        with watching(folders):
+            yield
     finally:
         with _lock:
             for folder in folders:
@@ -80,3 +92,29 @@ def _found_in(folder: str, name: str, file: str | None) -> bool:
     if parts and parts[-1] == "__init__":
         parts = parts[:-1]
     return list(parts) == name.split(".")
+
+
+def _unshadow(folders: tuple[str, ...]) -> None:
+    """Drop loaded top-level modules (and their submodules) that one of ``folders`` also
+    defines but that were found in another flow's folder: an ``import`` must find the flow's
+    own (flowkit.code.freshness finds it there first)."""
+    loaded = {n for n in list(sys.modules) if "." not in n and not n.startswith("flowkit")}
+    for folder in folders:
+        try:
+            entries = set(os.listdir(folder))
+        except OSError:
+            continue
+        for name in sorted(loaded):
+            if f"{name}.py" in entries:
+                own = Path(folder, f"{name}.py")
+            elif name in entries and Path(folder, name, "__init__.py").is_file():
+                own = Path(folder, name, "__init__.py")
+            else:
+                continue
+            loaded.discard(name)  # the first folder that defines it is where imports find it
+            file = getattr(sys.modules.get(name), "__file__", None)
+            if not file or not in_a_project(Path(file).resolve()):
+                continue
+            if Path(file).resolve() != own.resolve():
+                for sub in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
+                    del sys.modules[sub]

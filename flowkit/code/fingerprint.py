@@ -2,7 +2,7 @@
 
 The fingerprint covers the whole source file that defines the function, not just the function's
 own lines (editing a helper in the same file must re-run the node too), and every project module
-that file imports, transitively (see ``flowkit.cache.imports`` for the rule), plus the version
+that file imports, transitively (see ``flowkit.code.imports`` for the rule), plus the version
 of the function's package (flowkit's own for the built-in metrics). Functions without a readable
 source fall back to their qualified name and their package's version.
 
@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowkit.cache.importpath import importable
-from flowkit.cache.imports import file_digest, project_files
+from flowkit.code import freshness
+from flowkit.code.importpath import active, importable
+from flowkit.code.imports import project_files
 from flowkit.errors import did_you_mean, display
 
 _SOURCE_DIGEST = "__flowkit_source_digest__"
@@ -68,16 +69,34 @@ def load_from_folder(folder: Path, function: str, source: str | None = None) -> 
     ``folder`` importable, and fingerprint it with ``folder`` as the project's root.
 
     The folder is importable while this loads and fingerprints; a flow keeps it importable
-    while it runs (its ``import_path``), for functions that import lazily."""
+    while it runs (its ``import_path``), for functions that import lazily. The folders made
+    importable around this call (the flow's ``python_path``) belong to the project too."""
     with importable([str(folder.resolve())]):
         fn = load_function(function, source, folder)
-        return LoadedFunction(fn, code_fingerprint(fn, roots=(folder,)))
+        roots = (folder, *(Path(f) for f in active()))
+        return LoadedFunction(fn, code_fingerprint(fn, roots=roots))
+
+
+def _project(base_dir: Path) -> tuple[Path, ...]:
+    return tuple(dict.fromkeys([base_dir.resolve(), *(Path(f).resolve() for f in active())]))
 
 
 def load_function(function: str, source: str | None, base_dir: Path) -> Callable[..., Any]:
-    """Resolve `package.module:callable`, or `name` inside the file `source`."""
-    if source is not None:
-        return _from_file(base_dir / source, function)
+    """Resolve `package.module:callable`, or `name` inside the file `source`.
+
+    Project modules (under ``base_dir`` or a folder made importable around the call) that
+    changed on disk since they ran are imported again (see flowkit.code.freshness)."""
+    project = _project(base_dir)
+    with freshness.watching(str(p) for p in project):
+        if source is not None:
+            path = base_dir / source
+            if path.is_file():
+                freshness.forget_stale(project_files(path, project), project)
+            return _from_file(path, function)
+        return _import(function, project)
+
+
+def _import(function: str, project: tuple[Path, ...]) -> Callable[..., Any]:
     module_name, sep, attr = function.partition(":")
     if not sep or not module_name or not attr:
         raise ImportProblem(
@@ -87,6 +106,10 @@ def load_function(function: str, source: str | None, base_dir: Path) -> Callable
     module_name = MOVED_MODULES.get(module_name, module_name)
     try:
         module = importlib.import_module(module_name)
+        file = getattr(module, "__file__", None)
+        own = module_name.split(".")[0] == "flowkit"  # never reloaded: the engine shares it
+        if file and not own and freshness.forget_stale(project_files(Path(file), project), project):
+            module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name and module_name.startswith(err.name):
             raise ImportProblem(f"cannot import module {module_name!r}: {err}") from None
@@ -113,6 +136,7 @@ def _from_file(path: Path, name: str) -> Callable[..., Any]:
         # would run the old code. The fingerprint is of these very bytes (see code_fingerprint).
         text = path.read_bytes()
         module.__dict__[_SOURCE_DIGEST] = hashlib.sha256(text).hexdigest()
+        freshness.note_ran(path, module.__dict__[_SOURCE_DIGEST], module_name)
         exec(compile(text, str(path), "exec"), module.__dict__)
     except Exception as err:
         del sys.modules[module_name]
@@ -167,13 +191,16 @@ def code_fingerprint(fn: Callable[..., Any], roots: tuple[Path, ...] = ()) -> st
         path = Path(file)
         own = _own_package(module_name)
         files = project_files(path, (*roots, path.parent), own)
-        # Contents only, not paths: a project moved to another folder keeps its cache.
+        # Contents only, not paths: a project moved to another folder keeps its cache. The
+        # text of a module is the text it ran from, when flowkit ran it (else the disk's).
         parts = [_package_version(module_name)]
         for i, dep in enumerate(files):
             if i == 0 and pinned and file == getattr(module, "__file__", None):
-                parts.append(pinned)  # the very text that was run, when flowkit ran it
+                digest = pinned
             else:
-                parts.append(file_digest(str(dep), dep.stat().st_mtime_ns))
+                digest = freshness.ran_digest(dep) or freshness.disk_digest(dep) or ""
+            freshness.record(dep, digest)
+            parts.append(digest)
         digest = hashlib.sha256("\0".join(parts[:2] + sorted(parts[2:])).encode())
         return digest.hexdigest()
     try:

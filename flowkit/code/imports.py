@@ -4,12 +4,17 @@ package, flowkit's included).
 
 The rule, so that a cache key changes when the code behind a result does:
 
-- a file counts when it lies under one of the *roots* (the flow's folder; the folder of the
+- a file counts when it lies under one of the *roots* (the flow's folder and its
+  ``python_path`` folders, wherever they are; a ``--target``'s folder; the folder of the
   function's own top-level module or package) or in the function's own package, and not inside
   an installed environment (site-packages, the interpreter's prefix): installed libraries are
   pinned by their version instead;
 - imports are read from the source (``import a.b``, ``from a import b``, ``from . import c``,
-  at any depth, inside functions too), so a module imported lazily still counts;
+  at any depth, inside functions too, and ``importlib.import_module("a.b")`` with a literal
+  name), so a module imported lazily still counts;
+- a name is looked up as the import will find it: a loaded module's file (and
+  ``flowkit.code.freshness`` makes sure a loaded project module is the text on disk), else
+  the roots in order;
 - what the code reads at run time (data files, environment variables, the network) is not
   followed; a node declares environment variables with ``cache: {env: [...]}``.
 """
@@ -31,6 +36,7 @@ _IMPORT = re.compile(
     re.MULTILINE,
 )
 _COMMENT = re.compile(rb"#[^\n]*")
+_IMPORT_CALL = re.compile(rb"import_module\(\s*[\"']([\w.]+)[\"']")
 
 
 def _names(listing: bytes) -> list[str]:
@@ -64,6 +70,7 @@ def _imports(path: str, mtime_ns: int) -> tuple[tuple[str, int], ...]:
         found.append((base, level))
         # `from pkg import name`: name may be a submodule.
         found.extend((f"{base}.{n}" if base else n, level) for n in _names(listing))
+    found.extend((m.group(1).decode("ascii", "replace"), 0) for m in _IMPORT_CALL.finditer(text))
     return tuple(found)
 
 
@@ -79,6 +86,11 @@ def _environment_dirs() -> tuple[Path, ...]:
         if where := sysconfig.get_paths().get(key):
             dirs.add(where)
     return tuple(Path(d).resolve() for d in dirs)
+
+
+def is_installed(path: Path) -> bool:
+    """Whether ``path`` (resolved) lies in an installed environment (pinned by versions)."""
+    return any(path.is_relative_to(e) for e in _environment_dirs())
 
 
 # Where an imported name was found, by (name, search folders): a flow's nodes share files and
@@ -134,12 +146,11 @@ def project_files(start: Path, roots: tuple[Path, ...], own: Path | None = None)
     """
     roots = tuple(r.resolve() for r in roots)
     own = own.resolve() if own is not None else None
-    env = _environment_dirs()
 
     def belongs(path: Path) -> bool:
         if own is not None and path.is_relative_to(own):
             return True
-        if any(path.is_relative_to(e) for e in env):
+        if is_installed(path):
             return False
         return any(path.is_relative_to(r) for r in roots)
 

@@ -1,0 +1,133 @@
+"""A notebook never runs stale code: a module edited since it ran is imported again at the next
+load or run, and its new text is what the key names; a flow brings its own modules, even when
+another flow has one of the same name; modules beside the flow or on its `python_path` count."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flowkit
+from flowkit.flow.graph import Flow
+from tests.support import read_jsonl, write
+
+FLOW = """
+    name: fresh
+    inputs: {x: {type: integer}}
+    outputs: {y: ${n.output}, z: ${m.output}}
+    nodes:
+      - {name: n, type: python, function: metric:top, inputs: {x: ${inputs.x}}}
+      - {name: m, type: python, function: lazymetric:lazy, inputs: {x: ${inputs.x}}}
+    """
+METRIC = """
+    from helpers import add
+
+
+    def top(x):
+        return add(x)
+    """
+LAZY = """
+    def lazy(x):
+        import lazyhelp
+
+        return lazyhelp.times(x)
+    """
+
+
+def _project(folder: Path, add: int = 1, times: int = 2) -> Path:
+    write(folder / "metric.py", METRIC)
+    write(folder / "lazymetric.py", LAZY)
+    write(folder / "helpers.py", f"def add(x):\n    return x + {add}\n")
+    write(folder / "lazyhelp.py", f"def times(x):\n    return x * {times}\n")
+    return write(folder / "f.yaml", FLOW)
+
+
+def _run(flow: Flow | Path, tmp: Path, name: str) -> dict[str, tuple[Any, bool]]:
+    """Node → (its output, whether it came from the cache), for the run's one row."""
+    result = flowkit.run(
+        flow, [{"x": 10}], cache_dir=tmp / "cache", runs_root=tmp / "runs", name=name
+    )
+    return {
+        t["node"]: (t.get("output"), t.get("cache_hit", False))
+        for t in read_jsonl(result.run_dir / "traces.jsonl")
+    }
+
+
+@pytest.fixture(autouse=True)
+def _forget_modules() -> Any:
+    """The tests' module names are shared between tests: none may leak into the next."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name in ("metric", "lazymetric", "helpers", "lazyhelp", "libmod", "pathcode"):
+            del sys.modules[name]
+
+
+def test_a_flow_loaded_before_an_edit_runs_the_new_code_under_the_new_key(tmp_path: Path) -> None:
+    """Edits of the same length within the same second (a .pyc would pass for fresh): the
+    run detects them and loads the flow again."""
+    flow = flowkit.load_flow(_project(tmp_path / "p"))
+    assert _run(flow, tmp_path, "one") == {"n": (11, False), "m": (20, False)}
+    assert _run(flow, tmp_path, "two") == {"n": (11, True), "m": (20, True)}
+    write(tmp_path / "p" / "helpers.py", "def add(x):\n    return x + 7\n")
+    assert _run(flow, tmp_path, "three") == {"n": (17, False), "m": (20, True)}
+    write(tmp_path / "p" / "lazyhelp.py", "def times(x):\n    return x * 3\n")
+    assert _run(flow, tmp_path, "four") == {"n": (17, True), "m": (30, False)}
+    # Back to the first text: its results are the cache's again, under its own key.
+    _project(tmp_path / "p")
+    assert _run(flow, tmp_path, "five") == {"n": (11, True), "m": (20, True)}
+
+
+def test_a_module_imported_by_the_user_before_an_edit_is_imported_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _project(tmp_path / "p")
+    monkeypatch.syspath_prepend(str(tmp_path / "p"))
+    import helpers  # type: ignore[import-not-found]  # as a notebook cell would
+
+    assert helpers.add(1) == 2
+    write(tmp_path / "p" / "helpers.py", "def add(x):\n    return x + 5\n")
+    assert _run(path, tmp_path, "one")["n"] == (15, False)
+
+
+def test_two_flows_each_run_and_fingerprint_their_own_helpers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first flow's folder stays importable (a notebook started there), so its modules stay
+    loaded: the second flow still imports its own, at the top of its file and in a function."""
+    first_path = _project(tmp_path / "a", add=1, times=2)
+    monkeypatch.syspath_prepend(str(tmp_path / "a"))
+    first = flowkit.load_flow(first_path)
+    second = flowkit.load_flow(_project(tmp_path / "b", add=100, times=200))
+    assert _run(first, tmp_path, "a1") == {"n": (11, False), "m": (20, False)}
+    assert _run(second, tmp_path, "b1") == {"n": (110, False), "m": (2000, False)}
+    assert _run(first, tmp_path, "a2") == {"n": (11, True), "m": (20, True)}
+    assert _run(second, tmp_path, "b2") == {"n": (110, True), "m": (2000, True)}
+
+
+def test_a_module_on_a_python_path_outside_the_flow_folder_is_fingerprinted(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path / "lib" / "libmod.py", "def scale(x):\n    return x * 2\n")
+    write(
+        tmp_path / "flow" / "pathcode.py",
+        "def fn(x):\n    import libmod\n\n    return libmod.scale(x)\n",
+    )
+    path = write(
+        tmp_path / "flow" / "f.yaml",
+        """
+        name: pp
+        python_path: [../lib]
+        inputs: {x: {type: integer}}
+        outputs: {y: ${n.output}}
+        nodes:
+          - {name: n, type: python, function: pathcode:fn, inputs: {x: ${inputs.x}}}
+        """,
+    )
+    assert _run(path, tmp_path, "one") == {"n": (20, False)}
+    write(tmp_path / "lib" / "libmod.py", "def scale(x):\n    return x * 9\n")
+    assert _run(path, tmp_path, "two") == {"n": (90, False)}
+    assert _run(path, tmp_path, "three") == {"n": (90, True)}
