@@ -4,7 +4,8 @@
   names (``NodeSpec`` subclasses, ``parse_node``).
 - ``source``: YAML read with the line of every key, and the size caps on it.
 - ``refs``: ``${inputs.x}``, ``${node.output.field}`` and ``${data.col}`` references.
-- ``loader``: loading and validating a flow completely, collecting every problem.
+- ``loader``: loading and validating a flow completely, collecting every problem; ``compose``:
+  several flows run as one.
 - ``node_key``: the row-independent part of a node's cache key (``static_key``).
 - ``use``: merging ``use:`` nodes; ``wiring``: reference, output and metric-key checks.
 - ``declared``: the keys a node's function declares it returns (``@returns_keys``).

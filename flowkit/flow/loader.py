@@ -39,7 +39,7 @@ from flowkit.flow.spec_messages import node_keys
 from flowkit.flow.use import merge_use
 from flowkit.flow.wiring import check_metric_keys, check_outputs, check_refs
 
-__all__ = ["LoadContext", "compose", "load_flow", "load_flows", "static_key"]
+__all__ = ["LoadContext", "load_flow", "load_flows", "static_key"]
 
 
 class LoadContext:
@@ -315,53 +315,6 @@ def _must_ref(text: str) -> Ref:
     return ref
 
 
-def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
-    """Several flows as one: each becomes a sub-flow node, their inputs joined by name."""
-    ctx = LoadContext()
-    paths = [_flow_path(f) for f in flows]
-    with freshness.recording() as seen:  # the sub-flows' code (composing adds none)
-        subs = [ctx.load(p) for p in paths]
-    _raise(ctx, name)
-    inputs: dict[str, Any] = {}
-    for sub in subs:
-        assert sub is not None
-        for key, spec in sub.inputs.items():
-            if key not in inputs or (spec.required and not inputs[key].required):
-                inputs[key] = spec
-    # An optional input that the flows default differently (f1_score's threshold 0.5,
-    # groundedness's 3) is not shared: one default would overrule the others, so each keeps its own.
-    for key, spec in list(inputs.items()):
-        specs = [s.inputs[key] for s in subs if s and key in s.inputs]
-        if not spec.required and len({(o.type, repr(o.default)) for o in specs}) > 1:
-            del inputs[key]
-    nodes, outputs = [], {}
-    for path, sub in zip(paths, subs, strict=True):
-        assert sub is not None
-        nodes.append(
-            {
-                "name": sub.name,
-                "type": "flow",
-                "flow": str(path),
-                "inputs": {k: f"${{inputs.{k}}}" for k in sub.inputs if k in inputs},
-            }
-        )
-        outputs[sub.name] = f"${{{sub.name}.output}}"
-    raw = YDict(
-        name=name,
-        description="flows run together: " + ", ".join(s.name for s in subs if s),
-        inputs={k: v.model_dump(exclude_unset=True) for k, v in inputs.items()},
-        outputs=outputs,
-        nodes=nodes,
-    )
-    raw.file, raw.line, raw.key_lines = name, 0, {}
-    flow = ctx.build(raw, Path.cwd() / f"{name}.yaml", name)
-    _raise(ctx, name)
-    assert flow is not None
-    return replace(
-        flow, sources=tuple(str(p) for p in paths), code_files=tuple(sorted(seen.items()))
-    )
-
-
 def _raise(ctx: LoadContext, name: str) -> None:
     if ctx.diagnostics:
         raise ValidationError(ctx.diagnostics)
@@ -394,7 +347,11 @@ def _why(err: Exception) -> str:
 
 def load_flows(flows: list[str | os.PathLike[str]]) -> Flow:
     """One flow as it is, several composed into one run (the CLI's and workers' rule)."""
-    return load_flow(flows[0]) if len(flows) == 1 else compose(flows)
+    if len(flows) == 1:
+        return load_flow(flows[0])
+    from flowkit.flow.compose import compose  # it builds on this module
+
+    return compose(flows)
 
 
 def load_flow(flow: str | os.PathLike[str]) -> Flow:

@@ -14,8 +14,9 @@ import os
 from pathlib import Path
 
 from flowkit.code import freshness
+from flowkit.flow.compose import compose
 from flowkit.flow.graph import Flow
-from flowkit.flow.loader import compose, load_flow
+from flowkit.flow.loader import load_flow
 
 
 def fresh(flow: Flow) -> Flow:

@@ -16,7 +16,8 @@ import flowkit
 from flowkit.api import RunResult
 from flowkit.engine.context import RunContext, RunOptions
 from flowkit.engine.plan import Plans
-from flowkit.flow.loader import compose, load_flow
+from flowkit.flow.compose import compose
+from flowkit.flow.loader import load_flow
 from flowkit.testing.server import LocalServer
 from tests.support import FIXTURES, max_overlap, span, traces_by, write, write_jsonl
 

@@ -12,7 +12,8 @@ import pytest
 
 import flowkit
 from flowkit.errors import Diagnostic, ValidationError
-from flowkit.flow.loader import compose, load_flow
+from flowkit.flow.compose import compose
+from flowkit.flow.loader import load_flow
 from tests.support import FIXTURES, REPO, write
 
 F = "tests/fixtures/flows"

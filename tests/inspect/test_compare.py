@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import flowkit
 from flowkit.cli.main import main
 from flowkit.errors import UsageError
-from flowkit.flow.loader import compose
+from flowkit.flow.compose import compose
 from flowkit.inspect.compare import BETTER, SAME, TOO_FEW, WORSE, bootstrap_ci, compare_runs
 from tests.support import write, write_jsonl
 

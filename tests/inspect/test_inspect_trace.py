@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 import flowkit
 from flowkit.cli.main import main
 from flowkit.errors import UsageError
-from flowkit.flow.loader import compose
+from flowkit.flow.compose import compose
 from flowkit.inspect.trace_view import Condition, parse_where, row_records, summarize
 from flowkit.testing.server import LocalServer
 from tests.support import write, write_jsonl

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import flowkit
 from flowkit.cli.main import main
 from flowkit.errors import ValidationError
-from flowkit.flow.loader import compose
+from flowkit.flow.compose import compose
 from flowkit.llm.config import load_settings
 from flowkit.metrics.conversations import turn_summary
 from flowkit.metrics.scores import parse_score
