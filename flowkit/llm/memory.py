@@ -203,7 +203,9 @@ class EndpointMemory:
         now set its pace is forgotten; one that learned nothing keeps its entry); entries
         other runs wrote are kept, the newest finding per key wins, and entries past ``TTL``
         are dropped."""
-        now = self._clock()
+        # Rounded as it is stored: an unrounded clock a fraction of a millisecond after an
+        # entry saved rounded up would take that older entry for a later one.
+        now = round(self._clock(), 3)
         findings = self._findings(now)
         if not findings:
             return

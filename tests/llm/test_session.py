@@ -357,3 +357,30 @@ def test_two_flowkit_runs_in_threads_stay_under_a_declared_rpm(tmp_path: Path) -
         assert [r.counts["succeeded"] for r in results] == [20, 20]
         stats = server.stats()
         assert stats["by_status"].get("429", 0) == 0 and stats["chat_completions"] == 40
+
+
+def test_a_save_within_the_same_millisecond_still_wins(tmp_path: Path) -> None:
+    # Entries are stored to the millisecond: an earlier save rounded up must not look later
+    # than a save made a fraction of a millisecond after it.
+    path = tmp_path / memory.FILE
+    identity = ("judge", "openai", "https://gw.example/v1", "", "", "k", "{}")
+
+    class Learned:
+        url = "https://gw.example/v1"
+
+        def __init__(self, window: int) -> None:
+            self.window = window
+
+        def remembered(self) -> Recalled | None:
+            return Recalled(self.window, None)
+
+        def recall(self, found: Recalled) -> None:
+            pass
+
+    early = EndpointMemory(path, clock=lambda: 1000.0006)
+    late = EndpointMemory(path, clock=lambda: 1000.0008)
+    early.attach(identity, "model-a", Learned(12))
+    late.attach(identity, "model-a", Learned(30))
+    early.save()
+    late.save()
+    assert {e["model"]: e["window"] for e in _entries(tmp_path)} == {"model-a": 30}
