@@ -73,10 +73,24 @@ class MissingKeys:
     def note(self, ref: Ref, base: Any, prefix: str = "") -> None:
         node = prefix + ref.name
         seen = self._seen.get(node)
+        self._count(node, 1, _missing(node, ref, base) if seen is None else seen[2])
+
+    def counts(self) -> dict[str, tuple[str, int]]:
+        """Per node, its warning and how many reads came back null (a worker's, for the
+        driver to :meth:`merge`)."""
+        return {node: (seen[2], seen[1]) for node, seen in self._seen.items()}
+
+    def merge(self, counts: dict[str, tuple[str, int]]) -> None:
+        """Add what a scale-out worker counted: still one warning per node for the run."""
+        for node, (message, reads) in counts.items():
+            self._count(node, reads, message)
+
+    def _count(self, node: str, reads: int, message: str) -> None:
+        seen = self._seen.get(node)
         if seen is None:
-            seen = self._seen[node] = [len(self._notices), 0, _missing(node, ref, base)]
+            seen = self._seen[node] = [len(self._notices), 0, message]
             self._notices.append("")
-        seen[1] += 1
+        seen[1] += reads
         self._notices[seen[0]] = f"{seen[2]}; null in {seen[1]} read{'s' if seen[1] != 1 else ''}"
 
 

@@ -54,6 +54,9 @@ class ChunkResult:
     stats: Any = None
     timings: dict[str, tuple[int, float]] = field(default_factory=dict)
     """Inline python nodes' calls and seconds (flowkit.engine.bound.timings)."""
+    missing: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Per node, the warning of its output's missing keys and the reads that came back null
+    (flowkit.engine.scope.MissingKeys)."""
 
 
 class MemoryWriter:
@@ -185,6 +188,7 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         [(a.columns, a.lines, a.left_out, a.skipped) for a in executor.aggregates],
         executor.stats,
         timings(bound),
+        executor.missing.counts(),
     )
     if cache is not None:
         cache.close()
@@ -294,3 +298,4 @@ def _fold(result: ChunkResult, writer: Any, cache: Any, executor: Any, stats: An
     from flowkit.engine.bound import add_timings
 
     add_timings(executor.flow, result.timings)
+    executor.missing.merge(result.missing)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import flowkit
 from flowkit.flow.wiring import COLLISION_FIX
 from tests.support import read_json, write
@@ -66,9 +68,21 @@ def test_undeclared_aggregates_writing_one_key_fail_the_second(tmp_path: Path) -
     assert run["notices"] == [f"warning: aggregate node 'b' failed: {why}"]
 
 
-def test_a_missing_key_is_null_with_one_warning_per_node(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", "threading"])
+def test_a_missing_key_is_null_with_one_warning_per_node(tmp_path: Path, backend: str) -> None:
+    # On workers too: each chunk counts its own reads, and the driver adds them into the one
+    # warning of the run.
     outputs = "{a: ${n.output.scroe}, b: ${n.output.scroe}, c: ${n.output.reason}}"
-    result = _run(_flow(tmp_path, outputs), tmp_path)
+    flow = _flow(tmp_path, outputs)
+    rows = [{"x": 1}, {"x": 2}, {"x": 3}]
+    result = flowkit.run(
+        flow,
+        rows,
+        cache_dir=tmp_path / "cache",
+        output=tmp_path / "run",
+        backend=backend,  # type: ignore[arg-type]
+        chunk_size=1,
+    )
     assert [row["outputs"] for row in result.rows()] == [{"a": None, "b": None, "c": "r"}] * 3
     run = read_json(result.run_dir / "run.json")
     assert run["notices"] == [
