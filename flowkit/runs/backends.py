@@ -57,6 +57,8 @@ class ChunkResult:
     missing: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Per node, the warning of its output's missing keys and the reads that came back null
     (flowkit.engine.scope.MissingKeys)."""
+    notes: list[str] = field(default_factory=list)
+    """Endpoints this worker opened where an earlier run left them (flowkit.llm.memory)."""
 
 
 class MemoryWriter:
@@ -189,6 +191,7 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         executor.stats,
         timings(bound),
         executor.missing.counts(),
+        list(session.memory.notes) if session.memory is not None else [],
     )
     if cache is not None:
         cache.close()
@@ -299,3 +302,8 @@ def _fold(result: ChunkResult, writer: Any, cache: Any, executor: Any, stats: An
 
     add_timings(executor.flow, result.timings)
     executor.missing.merge(result.missing)
+    from flowkit.llm.session import current_session
+
+    memory = current_session().memory  # the driver's run: its notes reach run.json's notices
+    if memory is not None:
+        memory.notes.extend(n for n in dict.fromkeys(result.notes) if n not in memory.notes)

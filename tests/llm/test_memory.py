@@ -228,3 +228,28 @@ def test_a_run_that_opens_from_memory_says_so(llm_server: LocalServer, tmp_path:
     assert note in kept["notices"]  # the run folder says why this run started at full speed
     third = run()  # a notebook's next run, in the same process, opens from the file alike
     assert [n for n in third.info["notices"] if "last run" in n] == [note]
+
+
+def test_workers_that_open_from_memory_say_so_in_the_runs_notices(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        "".join(json.dumps({"context": f"c{i}", "answer": f"a{i}"}) + "\n" for i in range(40))
+    )
+
+    def run(backend: str) -> Any:
+        return flowkit.run(
+            "groundedness",
+            rows,
+            cache_dir=tmp_path / "cache",
+            use_cache=False,
+            concurrency=16,
+            backend=backend,  # type: ignore[arg-type]
+            chunk_size=10,
+        )
+
+    run("local")  # finds the endpoint out
+    second = run("threading")  # each worker opens where that run left it
+    notes = [n for n in second.info["notices"] if "last run" in n]
+    assert len(notes) == 1 and f"{llm_server.base_url} (flowkit-test) opened at" in notes[0]
