@@ -20,6 +20,7 @@ from flowkit.cache.store import node_key
 from flowkit.engine.node_runner import refreshed
 from flowkit.engine.records import FAILED, OK, ErrorInfo, NodeRecord
 from flowkit.engine.scope import run_notices
+from flowkit.flow.declared import node_keys
 from flowkit.flow.refs import MissingValue, walk
 from flowkit.flow.wiring import COLLISION_FIX
 
@@ -54,6 +55,7 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
     info: dict[str, Any] = {}
     done: dict[tuple[tuple[str, ...], str], Any] = {}
     owners: dict[str, str] = {}  # metric name → the aggregate node that wrote it
+    bare_owners: dict[str, str] = {}  # unprefixed metric name → its writer ("" once ambiguous)
     writer, cache = executor.writer, executor.cache
     for agg in executor.aggregates:
         qual = ".".join((*agg.path, agg.node.name))
@@ -81,14 +83,15 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
         except Exception as err:
             status, error = FAILED, ErrorInfo.from_exception(err)
             detail["error"] = f"{error.type}: {error.message}"
-        clash = _clash(output, agg.prefix, owners, qual)
-        if clash is not None:
-            status, error = FAILED, ErrorInfo("MetricKeyClash", clash)
+        refused = _undeclared(agg.node, output) or _clash(output, agg, owners, qual)
+        if refused is not None:
+            kind, why = refused
+            status, error = FAILED, ErrorInfo(kind, why)
             detail["error"] = f"{error.type}: {error.message}"
-            run_notices(writer).append(f"warning: aggregate node {qual!r} failed: {clash}")
+            run_notices(writer).append(f"warning: aggregate node {qual!r} failed: {why}")
         if output is not None:
             done[(agg.path, agg.node.name)] = output
-        if output is not None and clash is None:
+        if output is not None and refused is None:
             bare = agg.node.spec.metrics == "logged" and not agg.path
             for k, v in output.items():
                 metrics[f"{agg.prefix}.{k}"] = v
@@ -96,8 +99,9 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
                 if bare or "/" in k:
                     # A logged metric keeps its bare name (Prompt Flow's habit), and a name
                     # another tool defines (Databricks' agent metrics) is spelt as dashboards
-                    # and gates use it: both also reported unprefixed, first flow wins.
-                    metrics.setdefault(k, v)
+                    # and gates use it: both also reported unprefixed, unless two flows of
+                    # the run write it (then only their prefixed names are reported).
+                    _bare(metrics, bare_owners, k, v, qual, writer)
         detail["status"] = status
         info[qual] = detail
         end = time.time()
@@ -120,20 +124,67 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
     return metrics, info
 
 
-def _clash(output: Any, prefix: str, owners: dict[str, str], qual: str) -> str | None:
+def _undeclared(node: Any, output: Any) -> tuple[str, str] | None:
+    """Why ``output`` may not be reported (keys its function does not declare), or None: the
+    loader checked references and clashes against the declaration, so it must hold."""
+    declared = node_keys(node)
+    if declared is None or not isinstance(output, dict):
+        return None
+    extra = sorted(str(k) for k in output if k not in declared)
+    if not extra:
+        return None
+    return "UndeclaredMetricKeys", (
+        f"aggregate function {node.spec.function} returned "
+        f"{'key' if len(extra) == 1 else 'keys'} {', '.join(map(repr, extra))} that its "
+        f"@returns_keys does not declare (it declares: {', '.join(sorted(declared)) or 'none'}), "
+        "so none of this node's metrics were reported. Declare every key it returns, or stop "
+        "returning the others"
+    )
+
+
+def _clash(output: Any, agg: AggTask, owners: dict[str, str], qual: str) -> tuple[str, str] | None:
     """Why ``output`` may not be reported (a metric another aggregate already wrote), or None."""
     if not isinstance(output, dict):
         return None
+    prefix = agg.prefix
     taken = sorted(k for k in output if owners.get(f"{prefix}.{k}", qual) != qual)
     if not taken:
         return None
     others = sorted({owners[f"{prefix}.{k}"] for k in taken})
-    return (
+    declare = (
+        ""
+        if node_keys(agg.node) is not None
+        else "Declare each aggregate function's keys with @returns_keys (flowkit.metrics.keys), "
+        "so that validation finds this before the run. "
+    )
+    return "MetricKeyClash", (
         f"metric {'key' if len(taken) == 1 else 'keys'} {', '.join(map(repr, taken))} already "
         f"written by aggregate node {', '.join(map(repr, others))}, so none of this node's "
-        "metrics were reported. Declare each aggregate function's keys with @returns_keys "
-        f"(flowkit.metrics.keys), so that validation finds this before the run. {COLLISION_FIX}"
+        f"metrics were reported. {declare}{COLLISION_FIX}"
     )
+
+
+def _bare(
+    metrics: dict[str, Any],
+    owners: dict[str, str],
+    key: str,
+    value: Any,
+    qual: str,
+    writer: Any,
+) -> None:
+    """Report ``key`` unprefixed, unless another aggregate of the run writes it too: a gate or a
+    dashboard on the bare name would read whichever flow came first."""
+    owner = owners.get(key)
+    if owner is None:
+        owners[key] = qual
+        metrics[key] = value
+    elif owner not in ("", qual):
+        owners[key] = ""
+        metrics.pop(key, None)
+        run_notices(writer).append(
+            f"warning: metric {key!r} is written by aggregate nodes {owner!r} and {qual!r}; it "
+            "is reported only under each flow's prefix (gate on those names)"
+        )
 
 
 def _summarise(inputs: dict[str, Any] | None) -> dict[str, Any] | None:

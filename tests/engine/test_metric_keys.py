@@ -119,3 +119,79 @@ def test_a_missing_key_inside_a_sub_flow_names_the_node_by_its_path(tmp_path: Pa
         "warning: node 'sub.o' returned no key 'scoer' for ${o.output.scoer} (its keys are: "
         "score); null in 3 reads"
     ]
+
+
+LIAR = """
+from flowkit.metrics.keys import returns_keys
+
+
+@returns_keys(["a"])
+def liar(ys):
+    return {"a": 1, "mean": 999.0}
+
+
+def mean(ys):
+    return {"mean": sum(ys) / len(ys)}
+
+
+def rate(ys):
+    return {"judge/rate": sum(ys) / len(ys)}
+"""
+
+
+def test_an_aggregate_returning_keys_it_does_not_declare_fails_itself(tmp_path: Path) -> None:
+    # Validation trusts the declaration (no clash with the later 'mean' is seen), so the run
+    # must hold the function to it: its undeclared 'mean' never reaches the metrics.
+    write(tmp_path / "m.py", MODULE)
+    write(tmp_path / "liar.py", LIAR)
+    flow = _flow(
+        tmp_path,
+        "{y: ${n.output.score}}",
+        "  - {name: lie, type: aggregate, source: liar.py, function: liar, "
+        "inputs: {ys: ${n.output.score}}}\n"
+        "  - {name: avg, type: aggregate, source: liar.py, function: mean, "
+        "inputs: {ys: ${n.output.score}}}\n",
+    )
+    result = _run(flow, tmp_path)
+    assert result.metrics == {"t.mean": 2.0}
+    why = (
+        "aggregate function liar returned key 'mean' that its @returns_keys does not declare "
+        "(it declares: a), so none of this node's metrics were reported. Declare every key it "
+        "returns, or stop returning the others"
+    )
+    run = read_json(result.run_dir / "run.json")
+    assert run["aggregates"]["lie"]["error"] == f"UndeclaredMetricKeys: {why}"
+    assert run["notices"] == [f"warning: aggregate node 'lie' failed: {why}"]
+
+
+def test_a_bare_metric_two_composed_flows_write_is_reported_only_under_their_prefixes(
+    tmp_path: Path,
+) -> None:
+    from flowkit.flow.compose import compose
+
+    write(tmp_path / "liar.py", LIAR)
+    write(tmp_path / "m.py", MODULE)
+    for name, source in (("one", "n.output.score"), ("two", "inputs.x")):
+        write(
+            tmp_path / f"{name}.yaml",
+            f"name: {name}\ninputs: {{x: {{type: integer}}}}\noutputs: {{y: ${{n.output.score}}}}\n"
+            "nodes:\n"
+            "  - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}\n"
+            "  - {name: r, type: aggregate, source: liar.py, function: rate, "
+            f"inputs: {{ys: ${{{source}}}}}}}\n",
+        )
+    for order in (["one", "two"], ["two", "one"]):
+        flow = compose([tmp_path / f"{n}.yaml" for n in order])
+        result = flowkit.run(
+            flow,
+            [{"x": 1}, {"x": 3}],
+            cache_dir=tmp_path / "cache",
+            output=tmp_path / "-".join(order),
+        )
+        assert "judge/rate" not in result.metrics  # whichever came first would have won
+        assert result.metrics["one.judge/rate"] == result.metrics["two.judge/rate"] == 2.0
+        first, second = (f"{n}.r" for n in order)
+        assert result.info["notices"] == [
+            f"warning: metric 'judge/rate' is written by aggregate nodes {first!r} and "
+            f"{second!r}; it is reported only under each flow's prefix (gate on those names)"
+        ]
