@@ -288,6 +288,10 @@ def resume(
     ``allow_changes``: then every row runs again in the folder, the cache answering each
     unchanged node, so only the changed nodes (and what reads them) call anything.
     """
+    if not isinstance(allow_changes, bool):  # "false" would read as yes
+        raise UsageError(f"allow_changes must be True or False, not {allow_changes!r}")
+    if concurrency is not None and (isinstance(concurrency, bool) or concurrency < 1):
+        raise UsageError(f"concurrency must be a whole number of at least 1, not {concurrency!r}")
     run_dir = resolve_run_dir(run, Path(runs_root))
     with claimed(run_dir):  # read run.json under the claim: another resume may just have ended
         info = read_run_info(run_dir)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticError
 
 from flowkit.engine.context import RunOptions
@@ -32,11 +32,11 @@ class RunConfig(BaseModel):
     """Flow input name → ``${data.col}``, ``${run.outputs.x}`` or a literal; None maps by name."""
     prior_run: str | None = None
     """The earlier run (folder or name) whose outputs ``${run.outputs.x}`` reads."""
-    concurrency: int = Field(16, ge=1)
+    concurrency: int = Field(16, ge=1, strict=True)
     """Rows in flight at once, and each endpoint's requests in flight unless it sets its own."""
-    limit: int | None = Field(None, ge=0)
+    limit: int | None = Field(None, ge=0, strict=True)
     """Run only the first N rows."""
-    use_cache: bool = True
+    use_cache: bool = Field(True, strict=True)
     """Read and write the node cache."""
     refresh: tuple[str, ...] = ()
     """Nodes to recompute although the cache holds them."""
@@ -54,24 +54,34 @@ class RunConfig(BaseModel):
     """Connection (from flowkit.yaml) for llm nodes that pin none."""
     embedding_model: str | None = None
     """Embeddings model for embedding nodes that pin none."""
-    timeout: float | None = Field(None, gt=0)
+    timeout: float | None = Field(None, gt=0, strict=True)
     """Seconds per model request; None keeps the connection's setting."""
     backend: Backend = "local"
     """Where rows run: this process, or joblib workers (README, Running at scale)."""
-    workers: int = Field(2, ge=1)
+    workers: int = Field(2, ge=1, strict=True)
     """joblib workers, with a backend other than local."""
     scheduler: str | None = None
     """The Dask scheduler or Ray cluster address, with backend dask or ray."""
-    chunk_size: int = Field(512, ge=1)
+    chunk_size: int = Field(512, ge=1, strict=True)
     """Rows sent to a worker at a time, with a backend other than local."""
-    strict: bool = False
+    strict: bool = Field(False, strict=True)
     """Read every data row first and stop before running if any is bad."""
     target: str | None = None
     """An app (``module:function`` or an app flow) called per row, whose answers are judged."""
-    overwrite: bool = False
+    overwrite: bool = Field(False, strict=True)
     """Replace the run files of an existing run folder."""
     trace: Trace = "compact"
     """What traces.jsonl keeps: everything, or python nodes' successes without their inputs."""
+
+    @model_validator(mode="after")
+    def _scheduler_needs_a_cluster(self) -> RunConfig:
+        # An address the local (or loky, threading) backend would never use: a run that was
+        # meant for a cluster must not quietly run here instead.
+        if self.scheduler is not None and self.backend not in ("dask", "ray"):
+            raise ValueError(
+                f"scheduler {self.scheduler!r} goes with backend dask or ray, not {self.backend!r}"
+            )
+        return self
 
     @classmethod
     def of(cls, **options: Any) -> RunConfig:
@@ -80,9 +90,11 @@ class RunConfig(BaseModel):
             return cls(**options)
         except PydanticError as err:
             problems = [
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].lower()}, not {e['input']!r}"
-                if e["type"] != "extra_forbidden"
-                else f"{e['loc'][0]}: no such run option"
+                f"{e['loc'][0]}: no such run option"
+                if e["type"] == "extra_forbidden"
+                else f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].lower()}, not {e['input']!r}"
+                if e["loc"]
+                else str(e["ctx"]["error"])  # a rule over several options says it all
                 for e in err.errors()
             ]
             raise UsageError("bad run option " + "; ".join(problems)) from None

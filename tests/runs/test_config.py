@@ -93,6 +93,16 @@ def test_importing_flowkit_loads_neither_the_api_nor_pydantic() -> None:
             "bad run option timeout: input should be greater than 0, not 0; workers: input "
             "should be greater than or equal to 1, not 0",
         ),
+        (  # a bool is not a number of rows, nor a string a switch: no lax conversions
+            {"concurrency": True, "use_cache": "no"},
+            "bad run option concurrency: input should be a valid integer, not True; use_cache: "
+            "input should be a valid boolean, not 'no'",
+        ),
+        (
+            {"scheduler": "tcp://10.0.0.1:8786"},
+            "bad run option scheduler 'tcp://10.0.0.1:8786' goes with backend dask or ray, "
+            "not 'local'",
+        ),
     ],
 )
 def test_a_bad_option_is_refused_before_anything_runs(
@@ -179,3 +189,18 @@ def test_cli_resume_refuses_each_option_the_run_recorded(project: Path) -> None:
         "error: --resume reuses the run's own flow, data and options; drop --embedding-model, "
         "--target, --overwrite, --trace"
     )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"allow_changes": "false"}, "allow_changes must be True or False, not 'false'"),
+        ({"concurrency": 0}, "concurrency must be a whole number of at least 1, not 0"),
+    ],
+)
+def test_resume_refuses_options_of_the_wrong_kind(
+    workdir: Path, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(UsageError) as refused:
+        flowkit.resume("no-such-run", **options)  # type: ignore[arg-type]
+    assert str(refused.value) == message
