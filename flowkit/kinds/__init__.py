@@ -115,6 +115,20 @@ def register(cls: type[Kind]) -> type[Kind]:
     unknown = [f for f in cls.path_fields if f not in model.model_fields]
     if unknown:
         raise TypeError(f"node kind {cls.__name__}: path_fields {unknown} are not spec fields")
+    builtin = _BUILTIN.get(cls.name)
+    if builtin is not None and cls.__module__ != f"flowkit.kinds.{builtin}":
+        # The built-in module, imported later by a flow that uses the type, would register
+        # itself again over this one, in the middle of a run.
+        raise TypeError(
+            f"node kind {cls.__name__}: {cls.name!r} is a built-in node type; give the kind a "
+            "name of its own"
+        )
+    held = KINDS.get(cls.name)
+    if held is not None and type(held).__qualname__ != cls.__qualname__:
+        raise TypeError(
+            f"node kind {cls.__name__}: type {cls.name!r} is already registered by "
+            f"{type(held).__module__}.{type(held).__qualname__}; give the kind a name of its own"
+        )
     KINDS[cls.name] = cls()
     return cls
 

@@ -281,3 +281,34 @@ def test_a_kind_without_a_schema_or_with_a_path_field_it_lacks_is_refused() -> N
     with pytest.raises(TypeError, match=r"path_fields \['path'\] are not spec fields"):
         register(Misnamed)
     assert "bare" not in kinds.KINDS and "misnamed" not in kinds.KINDS
+
+
+def test_a_kind_cannot_take_a_built_in_or_registered_type() -> None:
+    # A flow that uses the built-in type imports the built-in kind, which would register itself
+    # over the user's in the middle of a run; two kinds under one type would do the same.
+    class Impostor(Kind):
+        name = "python"
+        spec_model = ShoutSpec
+
+    class Other(Kind):
+        name = "shout"
+        spec_model = ShoutSpec
+
+    with pytest.raises(TypeError) as refused:
+        register(Impostor)
+    assert str(refused.value) == (
+        "node kind Impostor: 'python' is a built-in node type; give the kind a name of its own"
+    )
+    assert type(kinds.get("python")).__name__ == "PythonKind"
+
+    @register
+    class Shout(Kind):
+        name = "shout"
+        spec_model = ShoutSpec
+
+    try:
+        with pytest.raises(TypeError, match="type 'shout' is already registered by "):
+            register(Other)
+        register(Shout)  # the same kind again (a notebook cell run twice) is fine
+    finally:
+        del kinds.KINDS["shout"]
