@@ -36,7 +36,6 @@ from flowkit.engine.scope import (
     first_error,
     has_invalid,
     read_outputs,
-    run_notices,
     subflow_invalid,
     value_or_none,
 )
@@ -79,7 +78,7 @@ class Executor:
         self._plans = Plans(flow)
         self.aggregates: list[AggTask] = self._plans.aggregates
         self._outputs = list(flow.outputs.items())
-        self.missing = MissingKeys(run_notices(writer))
+        self.missing = MissingKeys(writer)
         """Reads of keys a node's output lacks: one warning per node in run.json's notices."""
         self._last_tick = 0.0
         self._yielded = 0.0

@@ -61,40 +61,62 @@ def run_notices(writer: Any) -> list[str]:
 
 class MissingKeys:
     """Reads of a path that a node's output lacks (a key its dict does not have): each such
-    read is null, and each node gets ONE warning in the run's notices, naming the keys its
-    output does have and counting the reads that came back null."""
+    read is null, and each node gets ONE warning in the run's notices, naming each path that
+    failed, the keys its output does have, and the reads that came back null.
 
-    __slots__ = ("_notices", "_seen")
+    The counts are kept in run.json (``"missing_keys"``) beside the warnings, so a resumed run
+    adds to them instead of repeating the warning."""
 
-    def __init__(self, notices: list[str]) -> None:
-        self._notices = notices
-        self._seen: dict[str, list[Any]] = {}  # node → [index in notices, rows, message]
+    __slots__ = ("_counts", "_index", "_info", "_notices")
+
+    def __init__(self, writer: Any) -> None:
+        self._notices = run_notices(writer)
+        info = getattr(writer, "info", None)
+        self._info: dict[str, Any] | None = info if isinstance(info, dict) else None
+        kept = self._info.get("missing_keys") if self._info is not None else None
+        # node → reference text → [what is wrong with it, reads that came back null]
+        self._counts: dict[str, dict[str, list[Any]]] = kept if isinstance(kept, dict) else {}
+        self._index: dict[str, int] = {}  # node → its warning's place in the notices
+        for node in self._counts:  # a resume: the warnings the run has already
+            line = self._render(node)
+            if line in self._notices:
+                self._index[node] = self._notices.index(line)
 
     def note(self, ref: Ref, base: Any, prefix: str = "") -> None:
         node = prefix + ref.name
-        seen = self._seen.get(node)
-        self._count(node, 1, _missing(node, ref, base) if seen is None else seen[2])
+        known = self._counts.get(node, {}).get(ref.text)
+        self._count(node, ref.text, 1, known[0] if known else _missing(ref, base))
 
-    def counts(self) -> dict[str, tuple[str, int]]:
-        """Per node, its warning and how many reads came back null (a worker's, for the
-        driver to :meth:`merge`)."""
-        return {node: (seen[2], seen[1]) for node, seen in self._seen.items()}
+    def counts(self) -> dict[str, dict[str, list[Any]]]:
+        """Per node and reference, what is wrong and how many reads came back null (a
+        worker's, for the driver to :meth:`merge`)."""
+        return self._counts
 
-    def merge(self, counts: dict[str, tuple[str, int]]) -> None:
+    def merge(self, counts: dict[str, dict[str, list[Any]]]) -> None:
         """Add what a scale-out worker counted: still one warning per node for the run."""
-        for node, (message, reads) in counts.items():
-            self._count(node, reads, message)
+        for node, refs in counts.items():
+            for text, (what, reads) in refs.items():
+                self._count(node, text, reads, what)
 
-    def _count(self, node: str, reads: int, message: str) -> None:
-        seen = self._seen.get(node)
-        if seen is None:
-            seen = self._seen[node] = [len(self._notices), 0, message]
+    def _count(self, node: str, text: str, reads: int, what: str) -> None:
+        if not self._counts and self._info is not None:
+            self._info["missing_keys"] = self._counts
+        entry = self._counts.setdefault(node, {}).setdefault(text, [what, 0])
+        entry[1] += reads
+        if node not in self._index:
+            self._index[node] = len(self._notices)
             self._notices.append("")
-        seen[1] += reads
-        self._notices[seen[0]] = f"{seen[2]}; null in {seen[1]} read{'s' if seen[1] != 1 else ''}"
+        self._notices[self._index[node]] = self._render(node)
+
+    def _render(self, node: str) -> str:
+        parts = [
+            f"{what}; null in {reads} read{'s' if reads != 1 else ''}"
+            for what, reads in self._counts[node].values()
+        ]
+        return f"warning: node {node!r} " + "; ".join(parts)
 
 
-def _missing(node: str, ref: Ref, base: Any) -> str:
+def _missing(ref: Ref, base: Any) -> str:
     """The warning's text but for its count: where the path stops, and why."""
     value, step = base, ref.path[0] if ref.path else None
     for step in ref.path:
@@ -104,11 +126,9 @@ def _missing(node: str, ref: Ref, base: Any) -> str:
             break
     if isinstance(value, dict):
         keys = ", ".join(sorted(map(str, value))) or "none"
-        return (
-            f"warning: node {node!r} returned no key {step!r} for {ref.text} (its keys are: {keys})"
-        )
+        return f"returned no key {step!r} for {ref.text} (its keys are: {keys})"
     kind = type(value).__name__ if value is not None else "null"
-    return f"warning: node {node!r} returned {kind} where {ref.text} reads {step!r}"
+    return f"returned {kind} where {ref.text} reads {step!r}"
 
 
 def value_or_none(

@@ -54,7 +54,7 @@ class ChunkResult:
     stats: Any = None
     timings: dict[str, tuple[int, float]] = field(default_factory=dict)
     """Inline python nodes' calls and seconds (flowkit.engine.bound.timings)."""
-    missing: dict[str, tuple[str, int]] = field(default_factory=dict)
+    missing: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     """Per node, the warning of its output's missing keys and the reads that came back null
     (flowkit.engine.scope.MissingKeys)."""
     notes: list[str] = field(default_factory=list)

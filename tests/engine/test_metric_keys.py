@@ -195,3 +195,49 @@ def test_a_bare_metric_two_composed_flows_write_is_reported_only_under_their_pre
             f"warning: metric 'judge/rate' is written by aggregate nodes {first!r} and "
             f"{second!r}; it is reported only under each flow's prefix (gate on those names)"
         ]
+
+
+def test_each_bad_path_of_a_node_is_named_in_its_one_warning(tmp_path: Path) -> None:
+    outputs = "{a: ${n.output.scroe}, b: ${n.output.reson}, c: ${n.output.score.value}}"
+    result = _run(_flow(tmp_path, outputs), tmp_path)
+    assert result.info["notices"] == [
+        "warning: node 'n' returned no key 'scroe' for ${n.output.scroe} (its keys are: "
+        "reason, score); null in 3 reads; returned no key 'reson' for ${n.output.reson} (its "
+        "keys are: reason, score); null in 3 reads; returned int where ${n.output.score.value} "
+        "reads 'value'; null in 3 reads"
+    ]
+
+
+FLAKY = """
+import os
+
+
+def f(x):
+    if x == 3 and os.path.exists(os.environ["FLAKY_FLAG"]):
+        raise RuntimeError("not this time")
+    return {"score": x}
+"""
+
+
+def test_a_resumed_run_adds_to_its_warning_instead_of_repeating_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flag = write(tmp_path / "flag", "")
+    monkeypatch.setenv("FLAKY_FLAG", str(flag))
+    write(tmp_path / "m.py", FLAKY)
+    flow = write(
+        tmp_path / "t.yaml",
+        "name: t\ninputs: {x: {type: integer}}\noutputs: {y: ${n.output.scroe}}\nnodes:\n"
+        "  - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}\n",
+    )
+    first = _run(flow, tmp_path)
+    assert first.info["notices"] == [
+        "warning: node 'n' returned no key 'scroe' for ${n.output.scroe} (its keys are: "
+        "score); null in 2 reads"
+    ]
+    flag.unlink()
+    resumed = flowkit.resume(tmp_path / "run")
+    assert resumed.info["notices"] == [
+        "warning: node 'n' returned no key 'scroe' for ${n.output.scroe} (its keys are: "
+        "score); null in 3 reads"
+    ]
