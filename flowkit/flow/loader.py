@@ -149,7 +149,7 @@ class LoadContext:
         spec = spec.model_copy(update={"nodes": [n.spec for n in nodes.values()]})
         outputs = check_outputs(self, spec, raw, nodes, file)
         check_refs(self, spec, nodes)
-        check_metric_keys(self, nodes)
+        check_metric_keys(self, nodes, spec.name)
         graph = build_graph(nodes)
         if (cycle := find_cycle(graph)) is not None:
             first = nodes[cycle[0]]

@@ -131,10 +131,11 @@ def _target_problem(
     return None
 
 
-def check_metric_keys(ctx: LoadContext, nodes: dict[str, Node]) -> None:
+def check_metric_keys(ctx: LoadContext, nodes: dict[str, Node], flow_name: str = "") -> None:
     """Report an aggregate node that declares a metric key an earlier one of the same flow
     declares: both would be reported under one name, and the later would win unseen. Keys of
     aggregates that declare none are checked when the run writes them (engine.aggregation)."""
+    _check_tree_metrics(ctx, nodes, flow_name)
     owners: dict[str, Node] = {}
     for node in nodes.values():
         keys = node_keys(node) if node.is_aggregate else None
@@ -152,6 +153,44 @@ def check_metric_keys(ctx: LoadContext, nodes: dict[str, Node]) -> None:
                 f"(line {nodes[other].line}): one would overwrite the other. " + COLLISION_FIX,
                 key="function",
             )
+
+
+def _tree_aggregates(nodes: Any, path: tuple[str, ...]) -> Any:
+    """(metric prefix path, aggregate node) of every sub-flow below ``nodes``, as a run names
+    their metrics (engine.plan: the sub-flow nodes' names, joined)."""
+    for node in nodes.values():
+        if node.kind == "flow" and node.impl is not None:
+            sub = (*path, node.name)
+            for inner in node.impl.nodes.values():
+                if inner.is_aggregate:
+                    yield sub, inner
+            yield from _tree_aggregates(node.impl.nodes, sub)
+
+
+def _check_tree_metrics(ctx: LoadContext, nodes: dict[str, Node], flow_name: str) -> None:
+    """Report a metric name that one of this flow's aggregates and an aggregate of one of its
+    sub-flows both declare (a flow named like its sub-flow node): the run would fail the later."""
+    owners: dict[str, str] = {}
+    for node in nodes.values():
+        if node.is_aggregate and (keys := node_keys(node)) is not None:
+            for key in keys:
+                owners.setdefault(f"{flow_name}.{key}", node.name)
+    for node in nodes.values():
+        if node.kind != "flow":
+            continue
+        for path, inner in _tree_aggregates({node.name: node}, ()):
+            keys = node_keys(inner) or frozenset()
+            taken = sorted(k for k in keys if f"{'.'.join(path)}.{k}" in owners)
+            if taken:
+                name = ".".join(path)
+                ctx.error(
+                    node,
+                    f"metric {_keys_phrase([f'{name}.{k}' for k in taken])} written by "
+                    f"aggregate node {owners[f'{name}.{taken[0]}']!r} of this flow and by "
+                    f"aggregate node {inner.name!r} of sub-flow {name!r}: one would overwrite "
+                    "the other. Rename the flow or this node, so the two prefixes differ",
+                    key="name",
+                )
 
 
 COLLISION_FIX = (

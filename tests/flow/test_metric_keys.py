@@ -152,3 +152,44 @@ def test_two_aggregates_writing_one_metric_key_are_refused_naming_both(tmp_path:
         "f.yaml:30: node 'named': metric key 'pass_rate' is also written by aggregate node "
         f"'summary' (line 14): one would overwrite the other. {fix}",
     ]
+
+
+def test_a_flow_named_like_its_sub_flow_node_cannot_write_the_sub_flows_metrics(
+    tmp_path: Path,
+) -> None:
+    # The flow's own metrics are prefixed by its name, a sub-flow's by its node's name: the
+    # same name makes one prefix of two, and the run would fail whichever aggregate came later.
+    write(tmp_path / "m.py", MODULE)
+    flow = write(
+        tmp_path / "flow.yaml",
+        """
+        name: spread
+        inputs: {text: {type: string}}
+        outputs: {}
+        nodes:
+          - {name: inner, type: flow, flow: inner.yaml, inputs: {text: ${inputs.text}}}
+          - {name: s, type: aggregate, source: m.py, function: spread,
+             inputs: {values: ${inputs.text}}}
+        """,
+    )
+    write(
+        tmp_path / "inner.yaml",
+        """
+        name: inner
+        inputs: {text: {type: string}}
+        outputs: {}
+        nodes:
+          - {name: again, type: aggregate, source: m.py, function: spread,
+             inputs: {values: ${inputs.text}}}
+        """,
+    )
+    assert load_flow(flow).name == "spread"  # another name: the prefixes differ
+    text = (tmp_path / "flow.yaml").read_text().replace("name: spread", "name: inner")
+    (tmp_path / "flow.yaml").write_text(text)
+    with pytest.raises(ValidationError) as refused:
+        load_flow(flow)
+    assert [str(d).replace(f"{tmp_path}/", "") for d in refused.value.diagnostics] == [
+        "flow.yaml:5: node 'inner': metric keys 'inner.mean', 'inner.spread' are written by "
+        "aggregate node 's' of this flow and by aggregate node 'again' of sub-flow 'inner': one "
+        "would overwrite the other. Rename the flow or this node, so the two prefixes differ"
+    ]
