@@ -73,7 +73,7 @@ def adherence(verdicts: list[Any] | None, guidelines: Any) -> dict[str, Any]:
         entry = {"guideline": text, "pass": read["score"] == 1, "rationale": read.get("reason")}
         judged.append({"name": name, **entry} if name is not None else entry)
     failed = [g for g in judged if not g["pass"]]
-    by_name = None
+    by_name: dict[str, str] | None = None
     if any(name is not None for name, _ in pairs):
         by_name = {}
         for g in judged:
