@@ -213,8 +213,7 @@ def with_target(
     working directory by default) per row; see the module docstring."""
     with freshness.recording() as seen:
         flow = _with_target(metric, target, columns, base or Path.cwd())
-    flow.code_files = tuple(sorted(seen.items()))
-    return flow
+    return replace(flow, code_files=tuple(sorted(seen.items())))
 
 
 def _with_target(
