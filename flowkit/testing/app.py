@@ -196,7 +196,7 @@ class Core:
             raise ApiError(504, "Gateway timeout (fault injected)", kind="server_error")
         return attempt, found, fault, rng
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await _read_body(request)
         messages = body.get("messages")
         if (
