@@ -113,7 +113,7 @@ def overall_assessment(**results: Any) -> dict[str, Any]:
         score, assessment, reason = 1, "yes", "passed: " + ", ".join(ran)
     return {
         "score": score,
-        "result": {1: "pass", 0: "fail"}.get(score, "invalid"),  # type: ignore[arg-type]
+        "result": "invalid" if score is None else "pass" if score == 1 else "fail",
         "overall_assessment": assessment,
         "root_cause": failed[0] if failed else None,
         "reason": reason,

@@ -307,9 +307,10 @@ class Core:
         data = []
         for index, item in enumerate(texts):
             vector = replies.embedding(garbage(rng) if fault == "garbage" else item, dim)
+            sent: list[float] | str = vector
             if fmt == "base64":
-                vector = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode()  # type: ignore[assignment]
-            data.append({"object": "embedding", "index": index, "embedding": vector})
+                sent = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode()
+            data.append({"object": "embedding", "index": index, "embedding": sent})
         reply = {
             "object": "list",
             "data": data,

@@ -101,6 +101,7 @@ def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
         def plain(*args: Any, **kwargs: Any) -> Any:
             return fn(*args, **convert(kwargs))
 
+        # Marks set on the function itself, as Prompt Flow's own `tool` does: dynamic on purpose.
         plain.__pf_tool__ = True  # type: ignore[attr-defined]
         if calls_models:
             plain.__flowkit_models__ = _models_key(conn_params)  # type: ignore[attr-defined]
@@ -112,6 +113,7 @@ def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
 
         return await asyncio.to_thread(fn, *args, **convert(kwargs))
 
+    # The same marks on the threaded wrapper.
     threaded.__pf_tool__ = True  # type: ignore[attr-defined]
     threaded.__flowkit_models__ = _models_key(conn_params)  # type: ignore[attr-defined]
     return threaded
