@@ -19,7 +19,12 @@ class _Number(click.ParamType):
     name = "number"
 
     def __init__(
-        self, kind: type, low: float, *, open_low: bool = False, high: float | None = None
+        self,
+        kind: type[int] | type[float],
+        low: float,
+        *,
+        open_low: bool = False,
+        high: float | None = None,
     ) -> None:
         self.kind, self.low, self.open_low, self.high = kind, low, open_low, high
 

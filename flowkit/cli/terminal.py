@@ -14,7 +14,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.console import (
+    Console,
+    ConsoleOptions,
+    ConsoleRenderable,
+    RenderableType,
+    RenderHook,
+    RenderResult,
+)
 from rich.segment import Segment
 from rich.text import Text
 
@@ -54,16 +61,16 @@ class _Escaped:
                 yield Segment(plain(segment.text), segment.style)
 
 
-class _EscapeHook:
+class _EscapeHook(RenderHook):
     """A render hook: every renderable a console prints is escaped (see ``_Escaped``)."""
 
-    def process_renderables(self, renderables: list[RenderableType]) -> list[RenderableType]:
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
         return [_Escaped(r) for r in renderables]
 
 
 def _console(**kwargs: Any) -> Console:
     made = Console(markup=False, **kwargs)
-    made.push_render_hook(_EscapeHook())  # type: ignore[arg-type]
+    made.push_render_hook(_EscapeHook())
     return made
 
 

@@ -76,6 +76,9 @@ def _parse_path(dotted: str) -> tuple[str | int, ...]:
     return tuple(steps)
 
 
+_JSON_TYPES: dict[type, str] = {dict: "object", list: "list", str: "string"}
+
+
 def json_type(value: Any) -> str:
     """A parsed value's type in flow-type words (object, list, ...), not Python's (dict)."""
     if value is None:
@@ -84,7 +87,7 @@ def json_type(value: Any) -> str:
         return "boolean"
     if isinstance(value, (int, float)):
         return "number"
-    return {dict: "object", list: "list", str: "string"}.get(type(value), type(value).__name__)
+    return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
 def a_json_type(value: Any) -> str:
@@ -122,7 +125,7 @@ def _convert(v: Any, type_name: str) -> Any:
         return v if isinstance(v, str) else str(v) if is_number else _FAIL
     if type_name in ("number", "integer"):
         n = _number_text(v) if isinstance(v, str) else v if is_number else _FAIL
-        if type_name == "number" or n is _FAIL or isinstance(n, int):
+        if type_name == "number" or not isinstance(n, float):  # _FAIL, or an int already
             return n
         # An integral float ("3.0", as spreadsheets write ints) is an integer, if exact.
         return int(n) if n.is_integer() and abs(n) <= 2**53 else _FAIL

@@ -203,6 +203,7 @@ def _limited(rows: Rows, limit: int | None) -> Rows:
 
 def _jsonl_rows(p: Path, cap: int) -> Rows:
     name, index = p.name, 0
+    error: str | None
     with p.open("rb") as f:
         for number, raw in enumerate(_bounded_lines(f, cap), start=1):
             if raw is _TOO_LONG:

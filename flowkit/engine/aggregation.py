@@ -70,10 +70,15 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
             inputs = _inputs(agg, done)
             key = node_key(agg.node.static_key, inputs) if cache is not None else None
-            fresh = cache is None or key is None or refreshed(executor.options, agg.node, qual)
-            cached = MISS if fresh else cache.get(key)  # type: ignore[union-attr]
+            cached = (
+                cache.get(key)
+                if cache is not None
+                and key is not None
+                and not refreshed(executor.options, agg.node, qual)
+                else MISS
+            )
             if cached is not MISS:
-                output, hit = cached[0], True  # type: ignore[index]
+                output, hit = cached[0], True
             else:
                 output = to_json_value(
                     kinds.get("aggregate").run_sync(agg.node, inputs, executor.ctx).output

@@ -113,8 +113,9 @@ class NodeRunner:
             self._fail(node, scope, line, qual, None, err, start)
             return None
         if node.kind == "flow":
+            assert node.sub is not None, "binding gives every flow node its sub-flow"
             coro = self._subflow(node, scope, inputs, line, qual, start)
-            if self._waits(node.sub):  # type: ignore[arg-type]
+            if self._waits(node.sub):
                 return coro
             _drive_now(coro)
             return None
@@ -125,7 +126,7 @@ class NodeRunner:
             skip = refreshed(self.options, node, qual)
             hit = MISS if skip else self.cache.get(key)
             if hit is not MISS:
-                output, meta = hit  # type: ignore[misc]
+                output, meta = hit
                 self.stats.cache_hits += 1
                 self.done(
                     node,

@@ -49,8 +49,8 @@ def _make_loader(file: str, fast: bool = False) -> type[yaml.SafeLoader]:
     messages differ, so a file it refuses is read again by the pure one for the report."""
     base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader) if fast else yaml.SafeLoader
 
-    class _Loader(base):  # type: ignore[misc,valid-type]
-        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> YDict:  # type: ignore[override]
+    class _Loader(base):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> YDict:
             self.flatten_mapping(node)
             out = YDict()
             out.file, out.line, out.key_lines = file, node.start_mark.line + 1, {}
@@ -64,7 +64,7 @@ def _make_loader(file: str, fast: bool = False) -> type[yaml.SafeLoader]:
                 out.key_lines[key] = key_node.start_mark.line + 1
             return out
 
-        def construct_sequence(self, node: yaml.SequenceNode, deep: bool = False) -> YList:  # type: ignore[override]
+        def construct_sequence(self, node: yaml.SequenceNode, deep: bool = False) -> YList:
             out = YList(self.construct_object(child, deep=True) for child in node.value)
             out.file, out.line = file, node.start_mark.line + 1
             out.item_lines = [child.start_mark.line + 1 for child in node.value]

@@ -124,7 +124,12 @@ def _check_private(ast: nodes.Template) -> None:
     """
     found: list[tuple[int, str]] = []
     for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
-        key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
+        key: object
+        if isinstance(node, nodes.Getattr):
+            key = node.attr
+        else:
+            assert isinstance(node, nodes.Getitem)  # the two classes find_all was given
+            key = getattr(node.arg, "value", None)
         if isinstance(key, str) and key.startswith("__"):
             found.append((node.lineno, key))
     if found:

@@ -191,10 +191,10 @@ def compare_runs(
         raise UsageError("--resamples must be at least 1")
     a, b = read_side(run_a, key), read_side(run_b, key)
     if key is not None and not (a.index or b.index):
-        names = a.input_names | b.input_names
+        inputs = a.input_names | b.input_names
         raise UsageError(
-            f"--key {key!r}: no row of either run has that input{did_you_mean(key, names)}",
-            hint=f"inputs: {one_of(names)}",
+            f"--key {key!r}: no row of either run has that input{did_you_mean(key, inputs)}",
+            hint=f"inputs: {one_of(inputs)}",
         )
     common = a.names & b.names
     asked, lower = list(dict.fromkeys(metrics)), set(lower_is_better)
@@ -338,9 +338,9 @@ def render(cmp: Comparison, run_a: Path, run_b: Path) -> Group:
         for m in cmp.metrics:
             ci = "—" if m.ci_low is None else f"[{m.ci_low:+.4g}, {m.ci_high:+.4g}]"
             name = m.name + (" (lower is better)" if m.lower_is_better else "")
-            rows = f"{m.n:,}" + (f" ({m.missing} lack a value)" if m.missing else "")
+            count = f"{m.n:,}" + (f" ({m.missing} lack a value)" if m.missing else "")
             verdict = Text(m.verdict, _VERDICT_STYLE.get(m.verdict, ""))
-            t.add_row(name, rows, _f(m.mean_a), _f(m.mean_b), _signed(m.delta), ci, verdict)
+            t.add_row(name, count, _f(m.mean_a), _f(m.mean_b), _signed(m.delta), ci, verdict)
         parts.append(t)
     if cmp.changes:
         title = "rows that changed most (regressions first)"

@@ -66,7 +66,7 @@ class PerLine:
     million rows take megabytes, where a dict of them takes hundreds."""
 
     def __init__(self, typecode: str, missing: float) -> None:
-        self.values = array(typecode)
+        self.values: array[float] = array(typecode)
         self.missing = missing
 
     def get(self, line: int) -> Any:

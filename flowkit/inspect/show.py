@@ -64,8 +64,8 @@ def progress_display(
         yield None
         return
     if not console.is_terminal and os.environ.get("FLOWKIT_PROGRESS") != "1":
-        with progress_lines(console, total) as update:
-            yield update
+        with progress_lines(console, total) as print_update:
+            yield print_update
         return
     progress = Progress(
         TextColumn("[bold]rows[/] {task.completed}" + (f"/{total}" if total else "")),

@@ -254,7 +254,9 @@ async def chat(
             if query:
                 options["params"] = query
             raw = await client.post("/chat/completions", body=body, cast_to=object, options=options)
-            response = raw.http_response
+            # The raw-response header makes the SDK return its LegacyAPIResponse, which the
+            # declared type (from cast_to) does not say.
+            response = raw.http_response  # type: ignore[attr-defined]
         try:
             reply = response.json()
         except ValueError:  # an HTML page from a gateway, a body cut off in transit

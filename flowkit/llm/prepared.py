@@ -142,6 +142,7 @@ async def _build(
 ) -> _Template | None:
     if FinalRequestOptions is None or not all(hasattr(client, h) for h in _HOOKS):
         return None
+    extra: dict[str, Any] = {"params": query} if query else {}
     try:
         options: Any = FinalRequestOptions.construct(
             method="post",
@@ -149,7 +150,7 @@ async def _build(
             json_data=body,
             headers=headers,
             timeout=timeout,
-            **({"params": query} if query else {}),
+            **extra,
         )
         prepared = client._prepare_options(options)
         if inspect.isawaitable(prepared):
@@ -169,10 +170,10 @@ def _direct(client: Any, request: Any, headers: Any) -> _Direct | None:
     """The way straight to the session under ``client``'s transport for ``request``'s URL, or
     None when the httpx client around it would do more than pass the request through (a proxy,
     an auth flow, event hooks) or the transport is not the SDK's aiohttp one."""
-    http = getattr(client, "_client", None)
+    http: Any = getattr(client, "_client", None)  # the SDK's private httpx client, if any
     try:
-        transport = http._transport_for_url(request.url)  # type: ignore[union-attr]
-        plain = http._auth is None and not any(http.event_hooks.values())  # type: ignore[union-attr]
+        transport = http._transport_for_url(request.url)
+        plain = http._auth is None and not any(http.event_hooks.values())
     except Exception:  # another http client than the SDK's
         return None
     if (

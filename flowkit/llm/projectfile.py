@@ -47,7 +47,8 @@ def _describe(err: ValidationError, path: Path, text: str) -> str:
         where = ".".join(str(p) for p in loc) or "(top level)"
         message = e["msg"]
         if e["type"] == "extra_forbidden" and loc:
-            model = {"connections": Connection, "prices": Price}.get(str(loc[0]), ProjectFile)
+            sections: dict[str, type[BaseModel]] = {"connections": Connection, "prices": Price}
+            model = sections.get(str(loc[0]), ProjectFile)
             known = model.model_fields if len(loc) > 1 else ProjectFile.model_fields
             message = f"unknown key {loc[-1]!r}{did_you_mean(str(loc[-1]), known)}"
             message += f"; known keys: {one_of(known)}"

@@ -153,7 +153,7 @@ def _items(documents: Any, what: str) -> list[tuple[str | None, str | None, str]
         return [(None, None, documents)]
     if not isinstance(documents, Sequence):
         raise ValueError(f"{what} must be a list of documents, got {type(documents).__name__}")
-    items = []
+    items: list[tuple[str | None, str | None, str]] = []
     for doc in documents:
         if isinstance(doc, str):
             items.append((None, None, doc))

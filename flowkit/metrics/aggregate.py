@@ -34,6 +34,7 @@ Metrics = dict[str, Any]
 
 
 _PASS_WORDS = {"pass": True, "fail": False}
+_BINARY: dict[float, bool] = {1: True, 0: False}
 _YES_WORDS = {"1": True, "yes": True, "true": True, "0": False, "no": False, "false": False}
 
 
@@ -305,7 +306,7 @@ def _yes_no(value: Any) -> bool | None:
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)):
-        return {1: True, 0: False}.get(value)
+        return _BINARY.get(value)
     if isinstance(value, str):
         return _YES_WORDS.get(value.strip().lower())
     return None

@@ -56,7 +56,8 @@ def quality_turns(
         turns = conversation_turns(messages)
         if not turns:
             raise ValueError("messages holds no assistant reply to judge")
-        out, lines = [], []
+        out: list[dict[str, Any]] = []
+        lines: list[str] = []
         for turn in turns:
             docs = turn["documents"]
             cited = docs.get("citations", docs) if isinstance(docs, Mapping) else docs

@@ -73,7 +73,7 @@ def adherence(verdicts: list[Any] | None, guidelines: Any) -> dict[str, Any]:
         entry = {"guideline": text, "pass": read["score"] == 1, "rationale": read.get("reason")}
         judged.append({"name": name, **entry} if name is not None else entry)
     failed = [g for g in judged if not g["pass"]]
-    by_name = None
+    by_name: dict[str, str] | None = None
     if any(name is not None for name, _ in pairs):
         by_name = {}
         for g in judged:
@@ -113,7 +113,7 @@ def overall_assessment(**results: Any) -> dict[str, Any]:
         score, assessment, reason = 1, "yes", "passed: " + ", ".join(ran)
     return {
         "score": score,
-        "result": {1: "pass", 0: "fail"}.get(score, "invalid"),  # type: ignore[arg-type]
+        "result": "invalid" if score is None else "pass" if score == 1 else "fail",
         "overall_assessment": assessment,
         "root_cause": failed[0] if failed else None,
         "reason": reason,

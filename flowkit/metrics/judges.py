@@ -167,10 +167,11 @@ def _ordered(entries: list[Any], count: int, key: str) -> tuple[Entries, str | N
     if len(entries) != count:
         return [], f"judge returned {len(entries)} {key}s, expected {count}"
     numbers = [_number(e.get(key)) for e in entries]
-    if all(n is not None for n in numbers):
-        if sorted(numbers) != list(range(1, count + 1)):
-            return [], f"judge's {key} numbers {numbers} are not 1..{count}"
-        return [e for _, e in sorted(zip(numbers, entries, strict=True), key=lambda p: p[0])], None
+    known = [n for n in numbers if n is not None]
+    if len(known) == len(numbers):
+        if sorted(known) != list(range(1, count + 1)):
+            return [], f"judge's {key} numbers {known} are not 1..{count}"
+        return [e for _, e in sorted(zip(known, entries, strict=True), key=lambda p: p[0])], None
     return entries, None
 
 
@@ -260,8 +261,8 @@ def chunk_precision(
         if read["score"] is None:
             return _record(raw, f"chunk {i}: {read['error']}", verdicts=None)
         marks.append(int(read["score"]))
-        why = read.get("reason")
-        notes.append(f"chunk {i}: {'yes' if marks[-1] else 'no'}" + (f" ({why})" if why else ""))
+        said = read.get("reason")
+        notes.append(f"chunk {i}: {'yes' if marks[-1] else 'no'}" + (f" ({said})" if said else ""))
     precision = sum(marks) / len(marks)
     result = "pass" if passes(precision, float(threshold), comparator) else "fail"
     reason = f"{sum(marks)} of {len(marks)} chunks relevant{skipped}; " + "; ".join(notes)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from flowkit.metrics.aggregate import Metrics, _safe_key, defect_rate
 from flowkit.metrics.keys import returns_keys
@@ -38,6 +38,14 @@ _VERDICT_LINE = re.compile(
     re.I | re.M,
 )
 _TAG = re.compile(r"</?\s*transcript\s*>", re.I)
+
+
+class _Turn(TypedDict):
+    """One rated turn of a multi-turn safety reply, as ``highest_turn`` reports it."""
+
+    turn: int
+    severity: str
+    reason: str | None
 
 
 def _level_name(text: str) -> str:
@@ -113,15 +121,16 @@ def highest_turn(
     most likely cut off; it is passed on unchanged (and so read as invalid), because the
     turns it never reached could be the worst ones.
     """
+    reply: Any = text
     if isinstance(text, Mapping):  # the llm node's dict form
         if text.get("finish_reason") == "length":
             # Passed on whole: parse_score reads a reply cut off at the token limit as invalid.
             return {"verdict": text, "turns": [], "error": None}
-        text = text.get("text")
+        reply = text.get("text")
     names = [_level_name(n) for n in (levels or DEFAULT_LEVELS)]
-    raw = "" if text is None else str(text)
+    raw = "" if reply is None else str(reply)
     plain = re.sub(r"[*`]|__", "", raw)
-    turns = [
+    turns: list[_Turn] = [
         {
             "turn": int(m["n"]),
             "severity": _level_name(m["level"]),

@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 _NUM = r"[-+]?(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)"
 _OUT_OF = r"(?:/|out[ \t]+of)"
@@ -91,6 +91,10 @@ class ReadConfig:
         return f"{tidy(self.lo)}–{tidy(self.hi)}"
 
 
+@overload
+def tidy(x: float) -> float | int: ...
+@overload
+def tidy(x: None) -> None: ...
 def tidy(x: float | None) -> float | int | None:
     """Integral floats become ints so JSON results read "4", not "4.0"."""
     return int(x) if x is not None and math.isfinite(x) and float(x).is_integer() else x
@@ -152,7 +156,7 @@ def _json_objects(raw: str) -> tuple[list[tuple[Any, int, int]], bool]:
         found.append((obj, m.start(), end))
         pos = end
     lead = _LEADING_BRACE.match(raw)
-    broken = bool(lead) and not any(s == lead.end() - 1 for _, s, _ in found)
+    broken = lead is not None and not any(s == lead.end() - 1 for _, s, _ in found)
     return found, broken
 
 

@@ -82,9 +82,10 @@ def score_from_top_logprobs(
         lp = entry.get("logprob") if isinstance(entry, Mapping) else getattr(entry, "logprob", None)
         if not isinstance(token, str) or not re.fullmatch(r"[0-9]{1,6}", token.strip()):
             continue
-        finite = isinstance(lp, int | float) and not isinstance(lp, bool) and lp < math.inf
+        if not isinstance(lp, int | float) or isinstance(lp, bool) or not lp < math.inf:
+            continue
         value = int(token.strip())
-        if finite and min <= value <= max:
+        if min <= value <= max:
             weights[value] = weights.get(value, 0.0) + math.exp(lp if lp < 0 else 0.0)
     total = math.fsum(weights.values())
     if total <= 0:

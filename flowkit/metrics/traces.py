@@ -63,8 +63,8 @@ def read_trace(trace: Any) -> tuple[Mapping[str, Any], list[Mapping[str, Any]]]:
     spans = data.get("spans") if isinstance(data, Mapping) else None
     if not isinstance(spans, Sequence) or not all(isinstance(s, Mapping) for s in spans):
         raise ValueError("trace has no data.spans list (expected MLflow's Trace.to_json())")
-    info = decoded.get("info") if isinstance(decoded.get("info"), Mapping) else {}
-    return info, list(spans)
+    info = decoded.get("info")
+    return info if isinstance(info, Mapping) else {}, list(spans)
 
 
 def _text(output: Any) -> str:
@@ -128,7 +128,8 @@ def _chunks(output: Any) -> list[dict[str, Any]]:
     for doc in docs:
         if not isinstance(doc, Mapping):
             continue
-        metadata = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
+        found = doc.get("metadata")
+        metadata: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         chunk: dict[str, Any] = {"content": doc.get("page_content", doc.get("content"))}
         chunk["doc_uri"] = metadata.get("doc_uri", doc.get("doc_uri"))
         chunks.append(chunk)

@@ -128,7 +128,7 @@ class _Translation:
         nodes, lines = YList(), []
         for n, line in zip(raw_nodes, getattr(raw_nodes, "item_lines", []), strict=False):
             start = len(self.ctx.diagnostics)
-            out = self.node(n) if isinstance(n, dict) else None
+            out = self.node(n) if isinstance(n, YDict) else None  # read_yaml's every mapping
             if out is None or len(self.ctx.diagnostics) > start:
                 # Reported already: left out, so that it raises no second error of its own.
                 if isinstance(n, dict) and isinstance(n.get("name"), str):
@@ -208,7 +208,8 @@ class _Translation:
         if raw.get("use_variants"):
             self.error(raw, "use_variants", name, "use_variants: true is not supported")
         kind = raw.get("type")
-        source = raw.get("source") if isinstance(raw.get("source"), dict) else {}
+        given = raw.get("source")
+        source = given if isinstance(given, dict) else {}
         inputs = {k: v for k, v in (raw.get("inputs") or {}).items() if v is not None and v != ""}
         items: dict[str, Any] = {"name": name}
         if kind == "python" and source.get("type") == "package":

@@ -23,11 +23,14 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowkit.code.importpath import importable
 from flowkit.errors import UsageError
 from flowkit.runs.config import RunConfig
+
+if TYPE_CHECKING:
+    from flowkit.flow.graph import Flow
 
 
 @dataclass
@@ -81,10 +84,10 @@ class MemoryWriter:
         return False
 
 
-_flows: dict[tuple[str, ...], Any] = {}
+_flows: dict[tuple[tuple[str, ...], str], Flow] = {}
 
 
-def _load(job: WorkerJob) -> Any:
+def _load(job: WorkerJob) -> Flow:
     """Each worker process loads the flow once, then reuses it for every chunk (each chunk binds
     it for itself: a frozen flow may be shared)."""
     from flowkit.flow.loader import load_flows

@@ -231,6 +231,12 @@ class RunWriter:
         self._outputs = open_new(self.dir / "outputs.jsonl", append=append)
         self._traces = open_new(self.dir / "traces.jsonl", append=append)
 
+    def _files(self) -> tuple[BinaryIO, BinaryIO]:
+        """outputs.jsonl and traces.jsonl, open from the start (a resumed run's from
+        ``resume_after``) until the writer closes."""
+        assert self._outputs is not None and self._traces is not None, "run files not open"
+        return self._outputs, self._traces
+
     def resume_after(self, kept: Collection[int]) -> None:
         """The folder now holds exactly these rows; new rows are appended after them."""
         self._kept = kept
@@ -243,7 +249,7 @@ class RunWriter:
         write_json(self.dir / "run.json", self.info)
 
     def trace(self, record: NodeRecord) -> None:
-        self._traces.write(self._encode(record) + b"\n")
+        self._files()[1].write(self._encode(record) + b"\n")
         if self._tally is not None:
             self._tally.add(record)
 
@@ -251,11 +257,11 @@ class RunWriter:
         """A trace line already encoded (by a worker process), in full."""
         if self._encode is encode_compact:
             record = decode(line)  # once: for the compact line and the tally alike
-            self._traces.write(encode_compact(record) + b"\n")
+            self._files()[1].write(encode_compact(record) + b"\n")
             if self._tally is not None:
                 self._tally.add(record)
             return
-        self._traces.write(line + b"\n")
+        self._files()[1].write(line + b"\n")
         if self._tally is not None:
             self._tally.add(decode_brief(line))
 
@@ -266,7 +272,7 @@ class RunWriter:
         self._buffer[index] = dumps(record) + b"\n"
         while True:
             if self._next in self._buffer:
-                self._outputs.write(self._buffer.pop(self._next))
+                self._files()[0].write(self._buffer.pop(self._next))
             elif self._next not in self._kept:
                 break
             self._next += 1
@@ -281,8 +287,9 @@ class RunWriter:
         # Traces first: a row that reached outputs.jsonl then always has its node records on
         # disk, which is what a resume after kill -9 rebuilds the aggregates from.
         self._last_flush = time.monotonic()
-        self._traces.flush()
-        self._outputs.flush()
+        outputs, traces = self._files()
+        traces.flush()
+        outputs.flush()
 
     def heartbeat(self, counts: Callable[[], dict[str, int]], *, every: float = 2.0) -> None:
         """Counts so far into run.json, so `flowkit show` of a running run has numbers; they
@@ -301,8 +308,9 @@ class RunWriter:
                 raise
             self._full()
             for f in (self._outputs, self._traces):  # already closed, unless flushing failed
-                with suppress(OSError, ValueError):
-                    f.close()  # type: ignore[union-attr]
+                if f is not None:
+                    with suppress(OSError, ValueError):
+                        f.close()
         for attempt in (1, 2):
             try:
                 if metrics is not None:
@@ -326,7 +334,7 @@ class RunWriter:
     def _close_files(self) -> None:
         # Rows still held for ordering (an earlier row never finished) are written anyway.
         for index in sorted(self._buffer):
-            self._outputs.write(self._buffer.pop(index))
+            self._files()[0].write(self._buffer.pop(index))
         if self._outputs is not None and self._traces is not None:
             self.flush()
             self._outputs.close()

@@ -125,7 +125,8 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     assert flow is not None, "make_job binds the flow"
     cache: Cache | None = None
     executor: Executor | None = None
-    status, metrics, agg_info = FAILED, None, {}
+    status, metrics = FAILED, None
+    agg_info: dict[str, Any] = {}
     ready = False  # the executor holds every kept row: aggregates over it are meaningful
     full = False  # a write to the run folder found the disk full
     t0 = time.monotonic()
@@ -161,13 +162,13 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         try:
             # After Ctrl-C the finished rows still get their metrics; after a crash, or with
             # the disk full, none.
-            if ready and status != FAILED and not full:
+            if ready and executor is not None and status != FAILED and not full:
                 # Every finished row reaches the disk (and the cache) first: a kill during a
                 # long aggregate must not lose rows, nor make a resume pay for them again.
                 writer.flush()
                 if cache is not None:
                     cache.flush()
-                metrics, agg_info = run_aggregates(executor)  # type: ignore[arg-type]
+                metrics, agg_info = run_aggregates(executor)
         except KeyboardInterrupt:
             status, metrics = INTERRUPTED, None
         except OSError as err:

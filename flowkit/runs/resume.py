@@ -63,7 +63,8 @@ def prepare(run_dir: Path, flow: BoundFlow, executor: Executor, *, keep: bool = 
             inputs = rec.get("inputs") if wants_inputs else None
             rows[rec["line"]] = _Row(inputs, has_invalid(rec.get("outputs") or {}))
     for _, rec in _records(traces):
-        row = rows.get(rec.get("line"))  # type: ignore[arg-type]
+        line = rec.get("line")
+        row = rows.get(line) if isinstance(line, int) else None
         if row is None:
             continue
         node = rec.get("node", "")
@@ -173,8 +174,8 @@ def _rewrite(
             line = rec.get("line")
             if line not in kept:
                 continue
-            unsorted = unsorted or line < last  # type: ignore[operator]
-            last = line  # type: ignore[assignment]
+            unsorted = unsorted or line < last
+            last = line
             if each is not None:
                 each(rec)
             f.write(raw)

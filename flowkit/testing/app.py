@@ -196,7 +196,7 @@ class Core:
             raise ApiError(504, "Gateway timeout (fault injected)", kind="server_error")
         return attempt, found, fault, rng
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await _read_body(request)
         messages = body.get("messages")
         if (
@@ -307,9 +307,10 @@ class Core:
         data = []
         for index, item in enumerate(texts):
             vector = replies.embedding(garbage(rng) if fault == "garbage" else item, dim)
+            sent: list[float] | str = vector
             if fmt == "base64":
-                vector = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode()  # type: ignore[assignment]
-            data.append({"object": "embedding", "index": index, "embedding": vector})
+                sent = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode()
+            data.append({"object": "embedding", "index": index, "embedding": sent})
         reply = {
             "object": "list",
             "data": data,

@@ -7,6 +7,7 @@ the chat helpers of `promptflow.tools`.
 
 from __future__ import annotations
 
-from promptflow.core import log_flow_metric, log_metric, tool
+# The shim runs as the top-level `promptflow`, a name mypy does not resolve.
+from promptflow.core import log_flow_metric, log_metric, tool  # type: ignore[import-not-found]
 
 __all__ = ["log_flow_metric", "log_metric", "tool"]

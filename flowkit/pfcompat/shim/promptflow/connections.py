@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flowkit.llm.endpoint import Endpoint
 
 
 class _Connection:
     """A named connection: `configs` and `secrets`, readable as attributes and as a mapping."""
 
     TYPE = "custom"
+    _endpoint: Endpoint
+    """Set by ``_named`` on a connection from flowkit's configuration; the chat tools use it."""
 
     def __init__(
         self,
@@ -37,7 +42,7 @@ class _Connection:
             conn.configs["api_version"] = "2024-02-01"  # the class's own default
         if endpoint.kind != "azure":
             conn.configs["base_url"] = values["api_base"]
-        conn._endpoint = endpoint  # type: ignore[attr-defined]
+        conn._endpoint = endpoint
         return conn
 
     def __getattr__(self, key: str) -> Any:

@@ -7,9 +7,12 @@ import inspect
 import re
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowkit.kinds.metric_log import log_metric as _log
+
+if TYPE_CHECKING:  # the same module, as mypy finds it
+    from flowkit.pfcompat.shim.promptflow.connections import _Connection
 
 _CONNECTION_NAMES = ("AzureOpenAIConnection", "OpenAIConnection", "CustomConnection")
 
@@ -22,15 +25,16 @@ def log_metric(key: str, value: Any, variant_id: str | None = None) -> None:
 log_flow_metric = log_metric
 
 
-def _connection_params(fn: Callable[..., Any]) -> dict[str, list[type]]:
+def _connection_params(fn: Callable[..., Any]) -> dict[str, list[type[_Connection]]]:
     """Parameter → the connection classes its annotation allows (a Union may allow several)."""
-    from promptflow import connections
+    # The shim runs as the top-level `promptflow`, a name mypy does not resolve.
+    from promptflow import connections  # type: ignore[import-not-found]
 
     try:
         hints = typing.get_type_hints(fn)
     except Exception:
         hints = dict(getattr(fn, "__annotations__", {}))
-    out: dict[str, list[type]] = {}
+    out: dict[str, list[type[_Connection]]] = {}
     for name, hint in hints.items():
         text = f"{hint} {getattr(hint, '__name__', '')}"
         for cls_name in _CONNECTION_NAMES:
@@ -39,7 +43,7 @@ def _connection_params(fn: Callable[..., Any]) -> dict[str, list[type]]:
     return out
 
 
-def _connection(name: str, classes: list[type]) -> Any:
+def _connection(name: str, classes: list[type[_Connection]]) -> Any:
     """The connection object for a name: of the allowed class that fits flowkit's endpoint."""
     from flowkit.pfcompat.connections import endpoint_for
 
@@ -56,7 +60,9 @@ def _calls_models(fn: Callable[..., Any]) -> bool:
     return "promptflow.tools" in text or "openai" in text
 
 
-def _models_key(conn_params: dict[str, list[type]]) -> Callable[[Any, dict[str, Any]], Any]:
+def _models_key(
+    conn_params: dict[str, list[type[_Connection]]],
+) -> Callable[[Any, dict[str, Any]], Any]:
     """For the node's cache key: the models the tool's chat calls reach, given the run's
     settings and the node's literal inputs (the connection names it is given)."""
 
@@ -95,6 +101,7 @@ def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
         def plain(*args: Any, **kwargs: Any) -> Any:
             return fn(*args, **convert(kwargs))
 
+        # Marks set on the function itself, as Prompt Flow's own `tool` does: dynamic on purpose.
         plain.__pf_tool__ = True  # type: ignore[attr-defined]
         if calls_models:
             plain.__flowkit_models__ = _models_key(conn_params)  # type: ignore[attr-defined]
@@ -106,6 +113,7 @@ def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
 
         return await asyncio.to_thread(fn, *args, **convert(kwargs))
 
+    # The same marks on the threaded wrapper.
     threaded.__pf_tool__ = True  # type: ignore[attr-defined]
     threaded.__flowkit_models__ = _models_key(conn_params)  # type: ignore[attr-defined]
     return threaded

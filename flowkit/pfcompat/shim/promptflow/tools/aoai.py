@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_PARAMS = ("temperature", "top_p", "n", "stop", "max_tokens", "presence_penalty")
+_PARAMS: tuple[str, ...] = ("temperature", "top_p", "n", "stop", "max_tokens", "presence_penalty")
 _PARAMS += ("frequency_penalty", "logit_bias", "user", "response_format", "seed")
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from promptflow.tools.aoai import _ask
+# The shim runs as the top-level `promptflow`, a name mypy does not resolve.
+from promptflow.tools.aoai import _ask  # type: ignore[import-not-found]
 
 
 def chat(connection: Any, prompt: str, model: str = "", **kwargs: Any) -> str:
