@@ -26,6 +26,7 @@ from flowkit.flow.wiring import COLLISION_FIX
 
 if TYPE_CHECKING:
     from flowkit.engine.executor import AggTask, Executor
+    from flowkit.flow.graph import Node
 
 AGGREGATE_LINE = -1
 """The `line` of aggregate nodes' trace records: they belong to no single row."""
@@ -88,7 +89,7 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
         except Exception as err:
             status, error = FAILED, ErrorInfo.from_exception(err)
             detail["error"] = f"{error.type}: {error.message}"
-        refused = _undeclared(agg.node, output) or _clash(output, agg, owners, qual)
+        refused = _undeclared(agg.node.node, output) or _clash(output, agg, owners, qual)
         if refused is not None:
             kind, why = refused
             status, error = FAILED, ErrorInfo(kind, why)
@@ -129,7 +130,7 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
     return metrics, info
 
 
-def _undeclared(node: Any, output: Any) -> tuple[str, str] | None:
+def _undeclared(node: Node, output: Any) -> tuple[str, str] | None:
     """Why ``output`` may not be reported (keys its function does not declare), or None: the
     loader checked references and clashes against the declaration, so it must hold."""
     declared = node_keys(node)
@@ -158,7 +159,7 @@ def _clash(output: Any, agg: AggTask, owners: dict[str, str], qual: str) -> tupl
     others = sorted({owners[f"{prefix}.{k}"] for k in taken})
     declare = (
         ""
-        if node_keys(agg.node) is not None
+        if node_keys(agg.node.node) is not None
         else "Declare each aggregate function's keys with @returns_keys (flowkit.metrics.keys), "
         "so that validation finds this before the run. "
     )
