@@ -289,13 +289,14 @@ def _read_refusal(reply: _Reply, cfg: ReadConfig) -> Reading | None:
 # (emphasis and backticks are already gone; quotes, brackets, `#` headings, `>` quotes, list
 # bullets: any run of non-word characters) and one label before it ("Answer:", "Final verdict -",
 # "<answer>", a "## Verdict" heading line) are skipped. A few idioms that open with "no" but are
-# not a "no" ("No doubt, yes.", "No-brainer: yes", "No question about it: yes") are skipped too.
+# not a "no" ("No doubt, yes.", "No-brainer: yes", "No question about it: yes": the idiom and up
+# to six words after it on its line) are skipped too.
 _LABEL_WORDS = r"answer|verdict|decision|judge?ment|assessment|conclusion|result"
 _LABEL = rf"(?:(?:final|overall)[ \t]+)?(?:{_LABEL_WORDS})"
 _IDIOM = r"no(?:\s+doubt|\s+question|[\s\-‐‑]*brainer)(?!\w)"
 _LEAD = (
     rf"[\W_]*(?:{_LABEL}[ \t]*(?:[:>=\-–—]|\n)[\W_]*)?"
-    rf"(?:{_IDIOM}[^\n.!?,:;]{{0,40}}[\W_]*)?"
+    rf"(?:{_IDIOM}(?:[^\S\n]+\w+){{0,6}}[\W_]*)?"
 )
 # A second verdict word right after the first makes the reply no verdict at all ("Yes/No",
 # "YES or NO", "Yes – No", "Yes? No."). Between the two may stand any run of non-word characters
