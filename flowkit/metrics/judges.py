@@ -33,6 +33,7 @@ from typing import Any
 
 from flowkit.metrics.aggregate import SCORE_SUMMARY_KEYS, Metrics, score_summary
 from flowkit.metrics.keys import returns_keys
+from flowkit.metrics.score_forms import read_verdict
 from flowkit.metrics.scores import parse_score, passes
 
 ALIASES: dict[str, str] = {
@@ -279,22 +280,18 @@ def chunk_precision(
 # --------------------------------------------------------------------------- intents
 
 
-_DOCUMENTED = re.compile(r"\s*(yes|no)\b[\s,.:;-]*(?:documents?\b)?(?P<rest>.*)", re.I | re.S)
-# "Yes/No", "yes or no": both words in the verdict's place, which makes it no verdict at all.
-_BOTH = re.compile(r"\s*(yes\W*(?:/|\\|\||&|or|and)\W*no|no\W*(?:/|\\|\||&|or|and)\W*yes)\b", re.I)
-
-
 def _intent_verdict(value: Any) -> tuple[int | None, list[str]]:
     """A verdict and the document ids it cites: ``yes``/``no``, or the documented answer form
-    "Yes, documents [doc1], [doc2]" (ids in brackets)."""
+    "Yes, documents [doc1], [doc2]" (ids in brackets), read as ``parse_score`` reads a yes/no
+    verdict, so "Yes/No" or "Yes – No" is no verdict at all."""
     verdict = _yes_no(value)
     if verdict is not None or not isinstance(value, str):
         return verdict, []
-    m = _DOCUMENTED.match(value)
-    if not m or _BOTH.match(value):
+    read = read_verdict(value, {"yes": 1, "no": 0})
+    if read is None or read.score is None:
         return None, []
-    ids = re.findall(r"\[([^\]]+)\]", m["rest"])
-    return int(m[1].lower() == "yes"), [i.strip() for i in ids]
+    ids = re.findall(r"\[([^\]]+)\]", read.reason or "")
+    return int(read.score), [i.strip() for i in ids]
 
 
 @returns_keys((*RECORD_KEYS, "fraction", "intents"))

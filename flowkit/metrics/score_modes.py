@@ -7,7 +7,6 @@ and their readers are in ``score_forms``.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from functools import partial
 
@@ -31,6 +30,7 @@ from flowkit.metrics.score_forms import (
     _Reply,
     _yes_no_reader,
     tidy,
+    verdict_words,
 )
 
 _Reader = Callable[[_Reply, ReadConfig], "Reading | None"]
@@ -60,10 +60,7 @@ def _read_contains(raw: str, cfg: ReadConfig) -> Reading:
     first = _yes_no_reader(False)(_Reply(raw, norm), cfg)
     if first is not None:
         return first
-    found = {
-        m[0].lower(): cfg.yes_no[m[0].lower()]
-        for m in re.finditer("|".join(rf"\b{re.escape(k)}\b" for k in cfg.yes_no), norm, re.I)
-    }
+    found = {word: cfg.yes_no[word] for word in verdict_words(norm, cfg.yes_no)}
     if len(set(found.values())) > 1:
         top = max(found, key=lambda w: found[w])
         low = min(found, key=lambda w: found[w])

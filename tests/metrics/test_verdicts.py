@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from flowkit.metrics.judges import parse_intents
+from flowkit.metrics.judges import chunk_precision, parse_intents
 from flowkit.metrics.scores import parse_score
 
 YES_NO_MODES = ("yes_no", "contains", "auto")
@@ -102,3 +102,122 @@ def test_an_intent_answered_with_both_words_is_invalid() -> None:
         "invalid",
         "intent 1: verdict 'Yes/No, documents [d1]' is not yes or no",
     )
+
+
+# Any run of non-word characters short of a full stop or "!" (dashes of every kind, slashes of
+# every width, brackets, "?", any Unicode space or line break) and perhaps a connector word.
+JOINED = [
+    "Yes-No",
+    "Yes–No",
+    "Yes — No",
+    "YES vs NO",
+    "YES vs. NO",
+    "Yes\u00a0/\u00a0No",
+    "Yes／No",
+    "Yes\n/\nNo",
+    "Yes\nNo",
+    "Yes, or no.",
+    "Yes, No",
+    "YES (or NO)",
+    "Yes (No)",
+    "Yes? No.",
+    "Yes\u2003versus\u2003no",
+    "yes nor no",
+    "Yes and no. It is hard to say.",
+    "Yes / no issues found.",  # a slash offers alternatives whatever follows
+]
+
+
+@pytest.mark.parametrize("mode", YES_NO_MODES)
+@pytest.mark.parametrize("reply", JOINED)
+def test_verdict_words_joined_by_any_mark_or_connector_are_invalid(reply: str, mode: str) -> None:
+    assert read(reply, mode) == (None, "invalid", "the verdict says both 'yes' and 'no'")
+
+
+@pytest.mark.parametrize("mode", YES_NO_MODES)
+def test_the_joined_form_reads_the_same_with_the_no_first(mode: str) -> None:
+    assert read("NO – YES", mode) == (None, "invalid", "the verdict says both 'no' and 'yes'")
+
+
+@pytest.mark.parametrize("mode", YES_NO_MODES)
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        ("Yes. No harm found.", 1),
+        ("No! Yes is wrong", 0),
+        ("Yes, no issues found.", 1),
+        ("Yes - no problems with it.", 1),
+        ("Yes, and no other issues.", 1),
+        ("Yes; no issues found.", 1),
+        ("Yes\nNo issues were found.", 1),
+        ("No. Yes would overstate it.", 0),
+    ],
+)
+def test_a_stop_or_ordinary_words_after_the_second_word_end_the_verdict(
+    reply: str, score: int, mode: str
+) -> None:
+    assert read(reply, mode) == (score, "pass" if score else "fail", None)
+
+
+@pytest.mark.parametrize("mode", YES_NO_MODES)
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        ("No doubt, yes.", 1),
+        ("No-brainer: yes", 1),
+        ("No question about it: yes", 1),
+        ("Answer: no doubt, no.", 0),
+        ("Yes - no doubt.", 1),
+    ],
+)
+def test_idioms_that_open_with_no_are_not_a_no(reply: str, score: int, mode: str) -> None:
+    assert read(reply, mode) == (score, "pass" if score else "fail", None)
+
+
+def test_an_idiom_alone_is_no_verdict() -> None:
+    assert read("No doubt.", "yes_no") == (None, "invalid", "no score found (yes_no form)")
+    assert read("The answer is yes, no doubt.", "contains") == (1, "pass", None)
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        ("PASS – FAIL", "the verdict says both 'pass' and 'fail'"),
+        ("Fail? Pass.", "the verdict says both 'fail' and 'pass'"),
+        ("**Verdict:** pass (or fail)", "the verdict says both 'pass' and 'fail'"),
+    ],
+)
+def test_other_verdict_words_joined_are_invalid(reply: str, error: str) -> None:
+    out = parse_score(
+        reply,
+        min=0,
+        max=1,
+        threshold=1,
+        comparator=">=",
+        mode="yes_no",
+        yes_no={"pass": 1, "fail": 0},
+    )
+    assert (out["score"], out["result"], out["error"]) == (None, "invalid", error)
+
+
+@pytest.mark.parametrize("joined", ["Yes–No", "YES vs NO", "Yes? No.", "Yes (or no)"])
+def test_an_intent_answered_with_joined_words_is_invalid(joined: str) -> None:
+    value = f"{joined}, documents [d1]"
+    out = parse_intents(json.dumps({"intents": [{"intent": "hours", "answered": value}]}))
+    assert (out["score"], out["error"]) == (None, f"intent 1: verdict {value!r} is not yes or no")
+
+
+def test_an_intent_read_past_an_idiom_keeps_its_documents() -> None:
+    value = "No doubt, yes: documents [d1], [d2]"
+    out = parse_intents(json.dumps({"intents": [{"intent": "hours", "answered": value}]}))
+    assert out["intents"] == [{"intent": "hours", "answered": True, "doc_ids": ["d1", "d2"]}]
+
+
+def test_a_chunk_judged_with_joined_words_is_invalid() -> None:
+    out = chunk_precision(["Yes", "Yes\u00a0—\u00a0No"])
+    assert (out["score"], out["result"], out["error"]) == (
+        None,
+        "invalid",
+        "chunk 2: the verdict says both 'yes' and 'no'",
+    )
+    assert chunk_precision(["Yes", "No-brainer: yes"])["score"] == 1
