@@ -73,14 +73,11 @@ def test_an_object_whose_state_cannot_be_fingerprinted_runs_uncached_with_a_noti
     assert _target_runs(data, "app.py:app", "b") == [("plain Q?", False)]
     notices = first.info["notices"]
     assert len(notices) == 1
-    assert notices[0].startswith(
-        "--target 'app.py:app': the state of App cannot be fingerprinted (a value of type "
-        "object is not JSON"
-    )
-    assert notices[0].endswith(
-        "so its answers are not cached (give the object JSON attributes, "
-        "or a function, to cache them)"
-    )
+    assert notices == [
+        "--target 'app.py:app': the state of App (attribute 'client') cannot be fingerprinted "
+        "(a value of type object is not JSON), so its answers are not cached (give it plain "
+        "data to hold, in its attributes, closure and globals, to cache them)"
+    ]
 
 
 def test_an_async_call_method_is_awaited(workdir: Path, data: Path) -> None:
