@@ -247,10 +247,10 @@ def _file_fingerprint(path: Path, module_name: str, roots: tuple[Path, ...]) -> 
 def _module_fingerprint(module: ModuleType, roots: tuple[Path, ...]) -> str:
     """A module a notebook's function uses: its file's fingerprint when it is the user's code,
     else its name and its package's version."""
-    file = getattr(module, "__file__", None)
-    user = file and file.endswith(".py") and Path(file).is_file()
-    if user and is_user_code(Path(file).resolve()):
-        return _file_fingerprint(Path(file), module.__name__, roots)
+    file: str | None = getattr(module, "__file__", None)
+    path = Path(file) if file and file.endswith(".py") else None
+    if path is not None and path.is_file() and is_user_code(path.resolve()):
+        return _file_fingerprint(path, module.__name__, roots)
     ident = f"{module.__name__}@{_package_version(module.__name__)}"
     return hashlib.sha256(ident.encode()).hexdigest()
 
