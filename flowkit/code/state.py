@@ -25,12 +25,15 @@ import dis
 import functools
 import hashlib
 import inspect
+import re
+import sys
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePath
 from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
 from flowkit.cache.canonical import UnstorableValue, canonical_bytes
+from flowkit.code.imports import is_user_code
 
 
 class Unfingerprintable(Exception):
@@ -66,13 +69,19 @@ class Walker:
         if isinstance(value, ModuleType) or (
             (inspect.isroutine(value) or inspect.isclass(value)) and not is_unfiled(value)
         ):
-            cells = closure(value)  # what a factory's `make(k)` returned carries
+            # What a factory's `make(k)` returned carries (the user's functions only: a
+            # library's are its version).
+            cells = closure(value) if _users(value) else {}
             return {
                 "code": self._filed(value),
                 **{n: self.value(c, f"closure variable {n!r}") for n, c in cells.items()},
             }
         if isinstance(value, FunctionType):
             return self.function(value)
+        if isinstance(value, re.Pattern):
+            return ["re", value.pattern, value.flags]
+        if isinstance(value, PurePath):
+            return ["path", str(value)]
         if isinstance(value, type):
             return self.cls(value)
         if isinstance(value, functools.partial):
@@ -196,24 +205,41 @@ def _imported_names(code: CodeType) -> list[str]:
 
 
 def attributes(obj: Any) -> dict[str, Any]:
-    """What an object carries: its own attributes (``__dict__`` and ``__slots__``), then its
-    class's plain attributes along the MRO (set at import: ``class W: k = K``); methods,
-    descriptors and dunders are its class's code, keyed with it."""
+    """What an object carries: its own attributes (``__dict__`` and ``__slots__``), then the
+    plain attributes of the user's classes along its MRO (set at import: ``class W: k = K``);
+    methods, descriptors and dunders are its class's code, keyed with it, and a library's
+    classes are keyed by its version."""
     state = dict(getattr(obj, "__dict__", {}))
     for cls in type(obj).__mro__:
         for slot in getattr(cls, "__slots__", ()):
             if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
                 state.setdefault(slot, getattr(obj, slot))
     for cls in type(obj).__mro__:
-        if cls is object:
+        if not _users(cls):  # a library's class attributes are its version's
             continue
         for name, attr in vars(cls).items():
-            if name.startswith("__") and name.endswith("__"):
+            if (name.startswith("__") and name.endswith("__")) or name in _MACHINERY:
                 continue
             if callable(attr) or hasattr(type(attr), "__get__"):
                 continue
             state.setdefault(f"{cls.__qualname__}.{name}", attr)
     return state
+
+
+_MACHINERY = frozenset({"_abc_impl"})
+"""Class attributes a metaclass sets (``abc.ABCMeta``'s cache), not the user's state."""
+
+
+def _users(obj: Any) -> bool:
+    """Whether a function or class is the user's code (not installed, not flowkit's)."""
+    if is_unfiled(obj):
+        return True
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        file = code.co_filename
+    else:
+        file = getattr(sys.modules.get(getattr(obj, "__module__", "") or ""), "__file__", None)
+    return bool(file) and is_user_code(Path(file).resolve())
 
 
 def closure(fn: Any) -> dict[str, Any]:

@@ -187,6 +187,7 @@ def app_fingerprint(app: Any, roots: tuple[Path, ...] = ()) -> tuple[str | None,
                 _state(app.__self__, roots),
             ]
         elif inspect.isroutine(app) or inspect.isclass(app) or isinstance(app, functools.partial):
+            app = inspect.unwrap(app) if inspect.isfunction(app) else app  # decorators: its code
             return value_fingerprint(app, getattr(app, "__qualname__", "the app"), roots), ""
         else:
             parts = [
