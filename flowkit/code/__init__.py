@@ -4,8 +4,13 @@
   fingerprint of the code behind it; ``load_from_folder`` does both for any front end.
 - ``importpath``: a flow's folder and ``python_path`` folders, on sys.path only while it
   loads or runs (counted per holder; modules first imported from them leave with them).
-- ``imports``: the project files a function's code imports, transitively (the fingerprint's
-  reach).
+- ``imports``: the files of the user's code a function's code imports, transitively (the
+  fingerprint's reach), and the module name each is imported under (``ModuleClaims`` refuses a
+  flow tree that reaches two files under one name).
+- ``state``: fingerprints of what code holds rather than a file: a ``__main__`` function (a
+  notebook's cells), a closure's cells, an object's and its class's plain attributes.
+- ``freshness``: the text each module of the user's code ran from; modules changed on disk
+  since they ran are imported again.
 
-Imports point down to ``flowkit.errors`` only.
+Imports point down to ``flowkit.cache.canonical`` and ``flowkit.errors`` only.
 """

@@ -24,13 +24,18 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+from flowkit.cache.canonical import canonical_bytes
 from flowkit.code import freshness
 from flowkit.code.importpath import active, importable
-from flowkit.code.imports import project_files
+from flowkit.code.imports import is_user_code, module_file, project_files, reach
+from flowkit.code.state import Unfingerprintable, Walker, is_unfiled
 from flowkit.errors import did_you_mean, display
 
+_UNNAMED = ("flowkit_user_", "__main__")
+"""Module names no import statement uses (a flow's ``source:`` files), so no flow's can clash."""
 _SOURCE_DIGEST = "__flowkit_source_digest__"
 """Set on modules loaded from a flow's `source:` file: the sha256 of the text that was run."""
 
@@ -74,7 +79,10 @@ def load_from_folder(folder: Path, function: str, source: str | None = None) -> 
     with importable([str(folder.resolve())]):
         fn = load_function(function, source, folder)
         roots = (folder, *(Path(f) for f in active()))
-        return LoadedFunction(fn, code_fingerprint(fn, roots=roots))
+        try:
+            return LoadedFunction(fn, code_fingerprint(fn, roots=roots))
+        except Unfingerprintable as err:
+            raise ImportProblem(f"{function} cannot be keyed for the cache: {err}") from None
 
 
 def _project(base_dir: Path) -> tuple[Path, ...]:
@@ -91,7 +99,7 @@ def load_function(function: str, source: str | None, base_dir: Path) -> Callable
         if source is not None:
             path = base_dir / source
             if path.is_file():
-                freshness.forget_stale(project_files(path, project), project)
+                freshness.forget_stale(project_files(path, project))
             return _from_file(path, function)
         return _import(function, project)
 
@@ -107,8 +115,10 @@ def _import(function: str, project: tuple[Path, ...]) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
         file = getattr(module, "__file__", None)
-        own = module_name.split(".")[0] == "flowkit"  # never reloaded: the engine shares it
-        if file and not own and freshness.forget_stale(project_files(Path(file), project), project):
+        # flowkit's own are never reloaded (the engine shares them), nor is __main__ (a script
+        # or a notebook: nothing could import it again).
+        own = module_name.split(".")[0] == "flowkit" or module_name == "__main__"
+        if file and not own and freshness.forget_stale(project_files(Path(file), project)):
             module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name and module_name.startswith(err.name):
@@ -177,35 +187,79 @@ def _own_package(module_name: str) -> Path | None:
 
 def code_fingerprint(fn: Callable[..., Any], roots: tuple[Path, ...] = ()) -> str:
     """A stable digest that changes whenever the code defining ``fn`` changes: its file, the
-    project modules that file imports (transitively, under ``roots``, the function's own folder
-    or its package), and its package's version."""
+    user's modules that file imports (transitively: see flowkit.code.imports), and its
+    package's version. A function or class with no file to key it by (``__main__``: a
+    notebook's cells) is keyed by its source and what it reaches by global name
+    (flowkit.code.state); :class:`~flowkit.code.state.Unfingerprintable` when that includes
+    a value that cannot be."""
     target = inspect.unwrap(fn)
+    if is_unfiled(target):
+        return value_fingerprint(target, getattr(target, "__qualname__", "it"), roots)
+    return _filed(target, roots)
+
+
+def value_fingerprint(value: Any, what: str, roots: tuple[Path, ...] = ()) -> str:
+    """A digest of what ``value`` is by the rule of flowkit.code.state: code by its text (a
+    function's closure cells with it), plain data by its JSON; ``what`` names it in the
+    :class:`~flowkit.code.state.Unfingerprintable` raised when it cannot be had."""
+    walker = Walker(lambda v: _filed(v, roots), lambda name: _imported(name, roots))
+    return hashlib.sha256(canonical_bytes(walker.value(value, what))).hexdigest()
+
+
+def _filed(target: Any, roots: tuple[Path, ...]) -> str:
+    if isinstance(target, ModuleType):
+        return _module_fingerprint(target, roots)
     try:
         file = inspect.getsourcefile(target)
     except TypeError:
         file = None
     module_name = getattr(target, "__module__", None) or ""
-    module = sys.modules.get(module_name)
-    pinned = getattr(module, _SOURCE_DIGEST, None)
     if file and Path(file).is_file():
-        path = Path(file)
-        own = _own_package(module_name)
-        files = project_files(path, (*roots, path.parent), own)
-        # Contents only, not paths: a project moved to another folder keeps its cache. The
-        # text of a module is the text it ran from, when flowkit ran it (else the disk's).
-        parts = [_package_version(module_name)]
-        for i, dep in enumerate(files):
-            if i == 0 and pinned and file == getattr(module, "__file__", None):
-                digest = pinned
-            else:
-                digest = freshness.ran_digest(dep) or freshness.disk_digest(dep) or ""
-            freshness.record(dep, digest)
-            parts.append(digest)
-        digest = hashlib.sha256("\0".join(parts[:2] + sorted(parts[2:])).encode())
-        return digest.hexdigest()
+        return _file_fingerprint(Path(file), module_name, roots)
     try:
         return hashlib.sha256(inspect.getsource(target).encode()).hexdigest()
     except (OSError, TypeError):
         version = _package_version(module_name)
         ident = f"{module_name}:{getattr(target, '__qualname__', repr(target))}@{version}"
         return hashlib.sha256(ident.encode()).hexdigest()
+
+
+def _file_fingerprint(path: Path, module_name: str, roots: tuple[Path, ...]) -> str:
+    """The version of the module's package and the text of each file of the user's code it
+    reaches (contents only, not paths: a project moved to another folder keeps its cache; the
+    text of a module is the text it ran from, when flowkit ran it, else the disk's)."""
+    module = sys.modules.get(module_name)
+    pinned = getattr(module, _SOURCE_DIGEST, None)
+    own = _own_package(module_name)
+    named = module_name if module_name and not module_name.startswith(_UNNAMED) else None
+    files = reach(path, (*roots, path.parent), own, named).files
+    parts = [_package_version(module_name)]
+    for i, dep in enumerate(files):
+        if i == 0 and pinned and str(path) == getattr(module, "__file__", None):
+            digest = pinned
+        else:
+            digest = freshness.ran_digest(dep) or freshness.disk_digest(dep) or ""
+        freshness.record(dep, digest)
+        parts.append(digest)
+    return hashlib.sha256("\0".join(parts[:2] + sorted(parts[2:])).encode()).hexdigest()
+
+
+def _module_fingerprint(module: ModuleType, roots: tuple[Path, ...]) -> str:
+    """A module a notebook's function uses: its file's fingerprint when it is the user's code,
+    else its name and its package's version."""
+    file: str | None = getattr(module, "__file__", None)
+    path = Path(file) if file and file.endswith(".py") else None
+    if path is not None and path.is_file() and is_user_code(path.resolve()):
+        return _file_fingerprint(path, module.__name__, roots)
+    ident = f"{module.__name__}@{_package_version(module.__name__)}"
+    return hashlib.sha256(ident.encode()).hexdigest()
+
+
+def _imported(name: str, roots: tuple[Path, ...]) -> str:
+    """What ``import name`` inside a notebook's function reaches, loaded or not."""
+    if (module := sys.modules.get(name)) is not None:
+        return _module_fingerprint(module, roots)
+    file = module_file(name, tuple(r.resolve() for r in roots))
+    if file is not None and file.suffix == ".py" and is_user_code(file.resolve()):
+        return _file_fingerprint(file, name, roots)
+    return name

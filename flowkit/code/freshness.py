@@ -4,18 +4,20 @@ A notebook imports a flow's modules once and keeps them: edit ``helpers.py`` and
 would call the old functions while the fingerprint, read from disk, names the new ones, so the
 old answers would be stored under the new code's key. Two rules close that:
 
-- every module flowkit imports from a project folder (a flow's folder, its ``python_path``
-  folders, a ``--target``'s folder) is compiled from the bytes read here, never from
-  ``__pycache__`` (a .pyc counts as fresh when the file's mtime in whole seconds and its size
-  match, so an edit within a second would run the old code), and the digest of those bytes is
-  kept: the fingerprint is of the very text that ran;
-- before a function is imported, the project modules its code reaches are compared with the
+- every module of the user's code flowkit imports while a flow loads or runs (from a flow's
+  folder, its ``python_path`` folders, a ``--target``'s folder, but also a package installed
+  editable or found on ``PYTHONPATH``: see flowkit.code.imports) is compiled from the bytes
+  read here, never from ``__pycache__`` (a .pyc counts as fresh when the file's mtime in
+  whole seconds and its size match, so an edit within a second would run the old code), and
+  the digest of those bytes is kept: the fingerprint is of the very text that ran;
+- before a function is imported, the user's modules its code reaches are compared with the
   disk: a module whose file changed since it ran, or that flowkit never saw run (imported by
   the user, perhaps before an edit), is dropped from ``sys.modules`` with the modules beside it
   in that reach, and so imported afresh. ``changed`` does the same comparison for a loaded
   flow's files, so a run of a flow loaded before an edit loads it again first.
 
-flowkit's own modules are never dropped (their classes are shared with the running engine).
+flowkit's own modules are never dropped (their classes are shared with the running engine), nor
+is ``__main__``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any
 
-from flowkit.code.imports import is_installed
+from flowkit.code.imports import is_installed, is_user_code
 
 _lock = threading.Lock()
 _ran: dict[str, tuple[str, str]] = {}
@@ -156,9 +158,9 @@ def in_a_project(file: Path) -> bool:
 
 
 def _in_project(file: Path) -> bool:
-    if is_installed(file):
-        return False
-    return any(file.is_relative_to(folder) for folder in list(_watched))
+    """Whether a module imported while a flow loads or runs is recorded: any of the user's
+    code (a package installed editable, or on PYTHONPATH, too), whose text keys the cache."""
+    return is_user_code(file)
 
 
 @contextlib.contextmanager
@@ -205,19 +207,19 @@ def _modules_by_file() -> dict[Path, list[str]]:
     return found
 
 
-def forget_stale(files: Iterable[Path], project: Iterable[Path]) -> list[str]:
-    """Drop from ``sys.modules`` the modules of ``files`` (one function's reach) that lie in
-    ``project`` folders, when any of them changed on disk since it ran or ran unseen by
-    flowkit; the names dropped. All of them go, not only the changed ones: a module that did
-    ``from helpers import f`` holds the old ``f``."""
-    roots = tuple(Path(p).resolve() for p in project)
+def forget_stale(files: Iterable[Path]) -> list[str]:
+    """Drop from ``sys.modules`` the modules of ``files`` (one function's reach) that are the
+    user's code, when any of them changed on disk since it ran or ran unseen by flowkit; the
+    names dropped. All of them go, not only the changed ones: a module that did
+    ``from helpers import f`` holds the old ``f``. ``__main__`` (a script, a notebook) and
+    modules without a file never go: nothing could import them again."""
     by_file = _modules_by_file()
     loaded: list[tuple[Path, list[str]]] = []
     stale = False
     for file in files:
         file = file.resolve()
-        names = [n for n in by_file.get(file, ()) if n.split(".")[0] != "flowkit"]
-        if not names or is_installed(file) or not any(file.is_relative_to(r) for r in roots):
+        names = [n for n in by_file.get(file, ()) if _droppable(n)]
+        if not names or not is_user_code(file):
             continue
         loaded.append((file, names))
         ran = ran_digest(file)
@@ -231,3 +233,7 @@ def forget_stale(files: Iterable[Path], project: Iterable[Path]) -> list[str]:
             dropped.append(name)
     importlib.invalidate_caches()
     return dropped
+
+
+def _droppable(name: str) -> bool:
+    return name.split(".")[0] != "flowkit" and name not in ("__main__", "__mp_main__")

@@ -9,8 +9,10 @@ from them while they were there; a module that was loaded before stays loaded.
 
 Two flows may each bring a module of the same name (their own ``helpers.py``). Entering a
 flow's folders drops a loaded module of such a name that was found in another flow's folder,
-so the flow imports (and fingerprints) its own; flows that run at the same moment in one
-process and bring clashing names still share one (a limit: Python has one ``sys.modules``).
+so the flow imports (and fingerprints) its own. Flows loaded as one tree (composed, sub-flows,
+a ``--target``) that reach two files under one name are refused at load
+(``flowkit.code.imports.ModuleClaims``); separately loaded flows that run at the same moment in
+one process and bring clashing names still share one (a limit: Python has one ``sys.modules``).
 The folders held in the current context are :func:`active`: they are the project's roots for
 the code fingerprint, and their modules load through ``flowkit.code.freshness``.
 """

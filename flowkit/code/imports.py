@@ -4,29 +4,44 @@ package, flowkit's included).
 
 The rule, so that a cache key changes when the code behind a result does:
 
-- a file counts when it lies under one of the *roots* (the flow's folder and its
-  ``python_path`` folders, wherever they are; a ``--target``'s folder; the folder of the
-  function's own top-level module or package) or in the function's own package, and not inside
-  an installed environment (site-packages, the interpreter's prefix): installed libraries are
-  pinned by their version instead;
+- a module whose file lies in the standard library or in a site-packages (dist-packages)
+  folder is installed: it is pinned by its distribution's version, not followed. flowkit's own
+  modules count as installed too (keyed by flowkit's version), except inside the function's
+  own package (a built-in flow's function follows flowkit's files, as it always did);
+- every other module file the code reaches is the user's code, wherever it lies: the flow's
+  folder, a ``python_path`` folder, a ``--target``'s folder, but also a package installed
+  editable (``pip install -e``) or found through ``PYTHONPATH``. Its text is in the key;
 - imports are read from the source (``import a.b``, ``from a import b``, ``from . import c``,
-  at any depth, inside functions too, and ``importlib.import_module("a.b")`` with a literal
-  name), so a module imported lazily still counts;
+  at any depth, inside functions too, after a ``;``, and ``importlib.import_module("a.b")``,
+  ``import_module(".b", __package__)`` or ``__import__("a")`` with a literal name), so a
+  module imported lazily still counts;
 - a name is looked up as the import will find it: a loaded module's file (and
   ``flowkit.code.freshness`` makes sure a loaded project module is the text on disk), else
-  the roots in order;
+  the roots in order, else the interpreter's finders (``sys.meta_path``, asked for the spec
+  only: nothing is imported);
+- each file reached is known by the module name it is imported under: a flow tree in which
+  two files answer one name is refused at load (``ModuleClaims``), since one process holds
+  one module of a name;
 - what the code reads at run time (data files, environment variables, the network) is not
   followed; a node declares environment variables with ``cache: {env: [...]}``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+import site
 import sys
 import sysconfig
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from functools import lru_cache
+from importlib.machinery import ModuleSpec
 from pathlib import Path
+
+from flowkit.errors import display
 
 # An import statement that begins a line, at any indent: `import a.b as c, d` or
 # `from ..pkg import (x, y)` (parenthesised lists may span lines; a backslash continues one).
@@ -36,7 +51,9 @@ _IMPORT = re.compile(
     re.MULTILINE,
 )
 _COMMENT = re.compile(rb"#[^\n]*")
-_IMPORT_CALL = re.compile(rb"import_module\(\s*[\"']([\w.]+)[\"']")
+_IMPORT_CALL = re.compile(rb"(?:\bimport_module|\b__import__)\(\s*[\"'](\.*[\w.]+)[\"']")
+_STATEMENT_AFTER_SEMICOLON = re.compile(rb";[ \t]*(?=(?:import|from)[ \t])")
+"""``import json; import hb``: the statement after a ``;`` starts a line of its own."""
 
 
 def _names(listing: bytes) -> list[str]:
@@ -58,6 +75,7 @@ def _imports(path: str, mtime_ns: int) -> tuple[tuple[str, int], ...]:
         text = Path(path).read_bytes()
     except OSError:
         return ()
+    text = _STATEMENT_AFTER_SEMICOLON.sub(b"\n", text)
     found: list[tuple[str, int]] = []
     for match in _IMPORT.finditer(text):
         source, listing, plain = match.groups()
@@ -70,7 +88,10 @@ def _imports(path: str, mtime_ns: int) -> tuple[tuple[str, int], ...]:
         found.append((base, level))
         # `from pkg import name`: name may be a submodule.
         found.extend((f"{base}.{n}" if base else n, level) for n in _names(listing))
-    found.extend((m.group(1).decode("ascii", "replace"), 0) for m in _IMPORT_CALL.finditer(text))
+    for call in _IMPORT_CALL.finditer(text):
+        dotted = call.group(1).decode("ascii", "replace")
+        base = dotted.lstrip(".")
+        found.append((base, len(dotted) - len(base)))  # ".b" with __package__: relative
     return tuple(found)
 
 
@@ -80,17 +101,33 @@ def file_digest(path: str, mtime_ns: int) -> str:
 
 
 @lru_cache(maxsize=1)
-def _environment_dirs() -> tuple[Path, ...]:
-    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    for key in ("purelib", "platlib", "stdlib", "platstdlib"):
-        if where := sysconfig.get_paths().get(key):
-            dirs.add(where)
-    return tuple(Path(d).resolve() for d in dirs)
+def _installed_dirs() -> tuple[Path, ...]:
+    """The standard library's folders and every site-packages folder the interpreter knows."""
+    paths = sysconfig.get_paths()
+    dirs = [paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    with contextlib.suppress(AttributeError):  # some embedded interpreters lack them
+        dirs.extend(site.getsitepackages())
+    with contextlib.suppress(AttributeError):
+        dirs.append(site.getusersitepackages())
+    return tuple(Path(d).resolve() for d in dict.fromkeys(d for d in dirs if d))
+
+
+_FLOWKIT = Path(__file__).resolve().parents[1]
+"""flowkit's own package: pinned by flowkit's version wherever it lies (a checkout too)."""
 
 
 def is_installed(path: Path) -> bool:
-    """Whether ``path`` (resolved) lies in an installed environment (pinned by versions)."""
-    return any(path.is_relative_to(e) for e in _environment_dirs())
+    """Whether ``path`` (resolved) is an installed module's: in the standard library or a
+    site-packages (dist-packages) folder, pinned by its distribution's version."""
+    if any(part in ("site-packages", "dist-packages") for part in path.parts):
+        return True
+    return any(path.is_relative_to(e) for e in _installed_dirs())
+
+
+def is_user_code(path: Path) -> bool:
+    """Whether ``path`` (resolved) is the user's code, keyed by its text: neither installed nor
+    flowkit's own."""
+    return not is_installed(path) and not path.is_relative_to(_FLOWKIT)
 
 
 # Where an imported name was found, by (name, search folders): a flow's nodes share files and
@@ -98,7 +135,9 @@ def is_installed(path: Path) -> bool:
 _found: dict[tuple[str, tuple[Path, ...]], Path] = {}
 
 
-def _module_file(name: str, search: tuple[Path, ...]) -> Path | None:
+def module_file(name: str, search: tuple[Path, ...]) -> Path | None:
+    """The file ``import name`` finds: a loaded module's, else in ``search``, else where the
+    interpreter's finders would load it from."""
     module = sys.modules.get(name)
     file = getattr(module, "__file__", None) if module is not None else None
     if file:
@@ -117,6 +156,38 @@ def _module_file(name: str, search: tuple[Path, ...]) -> Path | None:
             if candidate.is_file():
                 _found[(name, search)] = candidate
                 return candidate
+    spec = _spec(name)
+    origin = getattr(spec, "origin", None)
+    if spec is None or not origin or not getattr(spec, "has_location", False):
+        return None
+    _found[(name, search)] = Path(origin)
+    return Path(origin)
+
+
+def _spec(name: str) -> ModuleSpec | None:
+    """Where the interpreter's finders would import ``name`` from (an editable install's
+    finder, a ``PYTHONPATH`` folder …), without importing it or its packages."""
+    path = None
+    parent = name.rpartition(".")[0]
+    if parent:
+        module = sys.modules.get(parent)
+        if module is not None:
+            path = getattr(module, "__path__", None)
+        else:
+            found = _spec(parent)
+            path = found.submodule_search_locations if found is not None else None
+        if path is None:
+            return None
+    for finder in list(sys.meta_path):
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(name, path, None)
+        except Exception:  # a finder that cannot answer this name is no answer
+            continue
+        if spec is not None:
+            return spec
     return None
 
 
@@ -137,26 +208,51 @@ def _relative_file(origin: Path, name: str, level: int) -> Path | None:
     return None
 
 
-def project_files(start: Path, roots: tuple[Path, ...], own: Path | None = None) -> list[Path]:
-    """``start`` and every project file it imports, transitively, in a stable order.
+def _relative_name(origin: Path, origin_name: str | None, name: str, level: int) -> str | None:
+    """The absolute name ``from {'.' * level}{name} import …`` in module ``origin_name`` means."""
+    if origin_name is None:
+        return None
+    package = origin_name if origin.name == "__init__.py" else origin_name.rpartition(".")[0]
+    for _ in range(level - 1):
+        package = package.rpartition(".")[0]
+    if not package:
+        return None
+    return f"{package}.{name}" if name else package
 
-    ``roots``: folders whose files belong to the project (and where top-level names that no
-    loaded module answers are looked for); ``own``: the folder of the function's package, whose
-    files count even inside an installed environment.
-    """
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """What a function's code reaches: its files in a stable order (the start first), and the
+    module name each of them is imported under (when it is known)."""
+
+    files: tuple[Path, ...]
+    names: tuple[tuple[str, Path], ...]
+
+
+def reach(
+    start: Path, roots: tuple[Path, ...], own: Path | None = None, start_name: str | None = None
+) -> Reach:
+    """``start`` (the module ``start_name``, if it is imported under a name) and every file of
+    the user's code it imports, transitively; see the module docstring for the rule.
+
+    ``roots``: folders where top-level names that no loaded module answers are looked for
+    first (the flow's folder and ``python_path``); ``own``: the folder of the function's
+    package, whose files count even when installed (flowkit's, for the built-in flows)."""
     roots = tuple(r.resolve() for r in roots)
     own = own.resolve() if own is not None else None
 
     def belongs(path: Path) -> bool:
-        if own is not None and path.is_relative_to(own):
-            return True
-        if is_installed(path):
-            return False
-        return any(path.is_relative_to(r) for r in roots)
+        return (own is not None and path.is_relative_to(own)) or is_user_code(path)
 
     search = roots + ((own.parent,) if own is not None else ())
-    seen: dict[Path, None] = {start.resolve(): None}
-    todo = [start.resolve()]
+    first = start.resolve()
+    seen: dict[Path, None] = {first: None}
+    names: dict[tuple[str, Path], None] = {}
+    known: dict[Path, str] = {}
+    if start_name is not None:
+        names[(start_name, first)] = None
+        known[first] = start_name
+    todo = [first]
     while todo:
         current = todo.pop()
         try:
@@ -164,12 +260,84 @@ def project_files(start: Path, roots: tuple[Path, ...], own: Path | None = None)
         except OSError:
             continue
         for name, level in _imports(str(current), mtime):
-            found = _relative_file(current, name, level) if level else _module_file(name, search)
+            if level:
+                found = _relative_file(current, name, level)
+                full = _relative_name(current, known.get(current), name, level)
+            else:
+                found, full = module_file(name, search), name
             if found is None or found.suffix != ".py":
                 continue
             found = found.resolve()
-            if found not in seen and belongs(found):
+            if not belongs(found):
+                continue
+            if full is not None:
+                names[(full, found)] = None
+                known.setdefault(found, full)
+            if found not in seen:
                 seen[found] = None
                 todo.append(found)
-    first, *rest = seen
-    return [first, *sorted(rest)]
+    rest = sorted(p for p in seen if p != first)
+    _note_names(names)
+    return Reach((first, *rest), tuple(names))
+
+
+def project_files(start: Path, roots: tuple[Path, ...], own: Path | None = None) -> list[Path]:
+    """``start`` and every file of the user's code it imports, transitively, in a stable order
+    (see :func:`reach`)."""
+    return list(reach(start, roots, own).files)
+
+
+# -- one module name, one file, in a loaded flow tree ----------------------------------------
+
+_reached: ContextVar[dict[str, set[Path]] | None] = ContextVar("flowkit_reached", default=None)
+
+
+def _note_names(names: dict[tuple[str, Path], None]) -> None:
+    seen = _reached.get()
+    if seen is not None:
+        for name, file in names:
+            seen.setdefault(name, set()).add(file)
+
+
+@contextlib.contextmanager
+def recording_names() -> Iterator[dict[str, set[Path]]]:
+    """The module names (and their files) of the user's code that fingerprints reach in the
+    block (a block inside keeps its own)."""
+    seen: dict[str, set[Path]] = {}
+    token = _reached.set(seen)
+    try:
+        yield seen
+    finally:
+        _reached.reset(token)
+
+
+class ModuleClaims:
+    """Which file each module name is, across one loaded flow tree (its sub-flows, the flows
+    composed with it, a ``--target``), and who reached it first.
+
+    Python keeps one module of a name per process: a flow tree whose parts reach two files
+    under one name runs one part with the other's module (at the first import inside a
+    function), so it is refused rather than run."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, tuple[Path, str]] = {}
+
+    def claim(self, reached: dict[str, set[Path]], who: str) -> list[str]:
+        """Note what ``who`` (``node 'x' (f.yaml:7)``) reached; a message for each clash."""
+        problems = []
+        for name in sorted(reached):
+            for file in sorted(reached[name]):
+                first = self._by_name.setdefault(name, (file, who))
+                if first[0] != file:
+                    problems.append(_clash(name, file, *first))
+        return problems
+
+
+def _clash(name: str, file: Path, other: Path, who: str) -> str:
+    package, _, last = name.rpartition(".")
+    return (
+        f"module {name!r} is {display(file)} here but {display(other)} for {who}; one process "
+        "holds one module of a name, so one of them would run the other's code: rename one of "
+        "them, or move each into a package of a name of its own (a folder with an "
+        f"__init__.py: from mypackage{'.' + package if package else ''} import {last})"
+    )

@@ -18,6 +18,7 @@ from pydantic import ValidationError as PydanticError
 
 from flowkit.cache.canonical import canonical_bytes
 from flowkit.code import freshness, importpath
+from flowkit.code.imports import ModuleClaims, recording_names
 from flowkit.errors import Diagnostic, ValidationError, display
 from flowkit.flow.builtin import resolve_flow_path
 from flowkit.flow.formats import foreign_file, translator
@@ -53,6 +54,8 @@ class LoadContext:
         """Each node's YAML by (file, node name), for the line of a key in its messages."""
         self.broken: set[str] = set()
         """Nodes already reported as invalid: references to them raise no second error."""
+        self.modules = ModuleClaims()
+        """The file of each module name the tree's code reaches: two for one name are refused."""
 
     # -- reporting ------------------------------------------------------------------------
     def report(self, file: str, line: int, node: str | None, message: str) -> None:
@@ -285,7 +288,11 @@ class LoadContext:
         # Kinds are an extension point that imports this package: looked up, not imported at top.
         from flowkit import kinds
 
-        compiled = kinds.get(node.kind).compile(node, base_dir, self)
+        with recording_names() as reached:
+            compiled = kinds.get(node.kind).compile(node, base_dir, self)
+        key = "source" if getattr(node.spec, "source", None) else "function"
+        for clash in self.modules.claim(reached, f"node {node.name!r} ({self.where(node)})"):
+            self.error(node, clash, key=key)
         if compiled is None:  # reported: the flow will not load
             return node
         parts = MappingProxyType({**compiled.key_parts, **declared_env(node.spec)})

@@ -34,7 +34,9 @@ from typing import Any
 
 from flowkit.cache.canonical import UnstorableValue, canonical_bytes
 from flowkit.code import freshness
-from flowkit.code.fingerprint import ImportProblem, code_fingerprint, load_function
+from flowkit.code.fingerprint import ImportProblem, load_function, value_fingerprint
+from flowkit.code.imports import ModuleClaims, recording_names
+from flowkit.code.state import Unfingerprintable, attributes
 from flowkit.errors import UsageError, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
@@ -171,39 +173,37 @@ def _is_async(app: Any) -> bool:
     return inspect.iscoroutinefunction(call or type(app).__call__)
 
 
-def _state(obj: Any) -> dict[str, Any]:
-    """An instance's attributes (``__dict__`` and ``__slots__``)."""
-    state = dict(getattr(obj, "__dict__", {}))
-    for cls in type(obj).__mro__:
-        for slot in getattr(cls, "__slots__", ()):
-            if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
-                state.setdefault(slot, getattr(obj, slot))
-    return state
-
-
 def app_fingerprint(app: Any, roots: tuple[Path, ...] = ()) -> tuple[str | None, str]:
     """(the fingerprint of what ``app`` is, or None when it cannot be had, and what part
-    resisted). A function is its code; a bound method, its function's code and its object's
-    state; an object with ``__call__``, its class's code and its state; a
+    resisted). A function is its code and its closure's cells (a ``__main__`` function, its
+    source and what it reaches by global name: flowkit.code.state); a bound method, its
+    function's code and its object's state; an object with ``__call__``, its class's code and
+    its state (its attributes, and its class's plain attributes along the MRO); a
     ``functools.partial``, its function's and its arguments'."""
-    parts: list[Any]
-    if isinstance(app, functools.partial):
-        inner, why = app_fingerprint(app.func, roots)
-        parts, what = [inner, list(app.args), app.keywords], "its bound arguments"
-        if inner is None:
-            return None, why
-    elif inspect.ismethod(app) and not inspect.isclass(app.__self__):
-        code = code_fingerprint(app.__func__, roots=roots)
-        parts, what = [code, _state(app.__self__)], f"the state of {type(app.__self__).__name__}"
-    elif inspect.isroutine(app) or inspect.isclass(app):
-        return code_fingerprint(app, roots=roots), ""
-    else:
-        code = code_fingerprint(type(app), roots=roots)
-        parts, what = [code, _state(app)], f"the state of {type(app).__name__}"
     try:
-        return hashlib.sha256(canonical_bytes(parts)).hexdigest(), ""
-    except (TypeError, UnstorableValue) as err:
-        return None, f"{what} cannot be fingerprinted ({err})"
+        if inspect.ismethod(app) and not inspect.isclass(app.__self__):
+            parts = [
+                value_fingerprint(app.__func__, app.__qualname__, roots),
+                _state(app.__self__, roots),
+            ]
+        elif inspect.isroutine(app) or inspect.isclass(app) or isinstance(app, functools.partial):
+            app = inspect.unwrap(app) if inspect.isfunction(app) else app  # decorators: its code
+            return value_fingerprint(app, getattr(app, "__qualname__", "the app"), roots), ""
+        else:
+            parts = [
+                value_fingerprint(type(app), type(app).__qualname__, roots),
+                _state(app, roots),
+            ]
+    except Unfingerprintable as err:
+        return None, str(err)
+    return hashlib.sha256(canonical_bytes(parts)).hexdigest(), ""
+
+
+def _state(obj: Any, roots: tuple[Path, ...]) -> str:
+    what = f"the state of {type(obj).__name__}"
+    values = attributes(obj)
+    parts = {k: value_fingerprint(v, f"{what} (attribute {k!r})", roots) for k, v in values.items()}
+    return hashlib.sha256(canonical_bytes(parts)).hexdigest()
 
 
 def with_target(
@@ -236,6 +236,7 @@ def _with_target(
         )
     inputs: dict[str, Any] = {}
     notices: list[str] = []
+    claims = ModuleClaims()  # the app's modules and the metric flow's are one tree
     if _is_flow(target):
         app = load_flow(base / target)
         # The app flow's own input specs: its defaults, never a None in their place.
@@ -256,14 +257,16 @@ def _with_target(
             "latency": True,
         }
     else:
-        fn = _load(target, base)
+        with recording_names() as reached:
+            fn = _load(target, base)
+            code, why = app_fingerprint(fn, roots=(base,))
+        claims.claim(reached, f"--target {target!r}")
         app_inputs = _params(fn)
         call = "call_target_async" if _is_async(fn) else "call_target"
-        code, why = app_fingerprint(fn, roots=(base,))
         if code is None:
             notices.append(
-                f"--target {target!r}: {why}, so its answers are not cached (give the object "
-                "JSON attributes, or a function, to cache them)"
+                f"--target {target!r}: {why}, so its answers are not cached (give it plain "
+                "data to hold, in its attributes, closure and globals, to cache them)"
             )
         app_node = {
             "name": TARGET_NODE,
@@ -315,6 +318,7 @@ def _with_target(
     )
     raw.file, raw.line, raw.key_lines = name, 0, {}
     ctx = LoadContext()
+    ctx.modules = claims
     flow = ctx.build(raw, base / f"{name}.yaml", name)
     _raise(ctx, name)
     assert flow is not None

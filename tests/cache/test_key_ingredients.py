@@ -4,13 +4,15 @@ Through the public API only (``flowkit.run(..., cache_dir=...)`` and the traces'
 a project with a node of every kind runs once to fill the cache, then one thing changes and it
 runs again. An ingredient (code, a helper imported at the top, in a function, through a
 ``python_path`` folder, inputs, spec fields, a prompt, a model, params, an embedding's text, a
-sub-flow, a ``--target``'s code, state and defaults) must rerun its node; a setting that cannot
+sub-flow, a package on PYTHONPATH outside the project, a ``--target``'s code, state, class
+attributes and defaults) must rerun its node; a setting that cannot
 change a result (timeout, retries, concurrency, the connection's limits) must rerun nothing.
 Each case would fail if its ingredient were left out of the key: the second run would hit.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ FLOW = """
       p: ${p.output}
       lazy: ${lazy.output}
       path: ${path.output}
+      ext: ${ext.output}
       l: ${l.output}
       e: ${e.output}
       s: ${s.output}
@@ -37,6 +40,7 @@ FLOW = """
       - {name: p, type: python, function: ki_code:fn, inputs: {x: ${inputs.x}, scale: 1}}
       - {name: lazy, type: python, function: ki_lazy:fn, inputs: {x: ${inputs.x}}}
       - {name: path, type: python, function: ki_path:fn, inputs: {x: ${inputs.x}}}
+      - {name: ext, type: python, function: ki_extnode:fn, inputs: {x: ${inputs.x}}}
       - name: l
         type: llm
         prompt: ask.jinja2
@@ -66,21 +70,27 @@ FILES = {
     "proj/ki_sub.py": "def fn(x, add):\n    return x + add\n",
     "proj/ask.jinja2": "user:\nSay something about {{ text }}.\n",
     "lib/ki_lib.py": "def m(x):\n    return x - 1\n",
+    # A package neither beside the flow nor on its python_path: on PYTHONPATH (sys.path).
+    "proj/ki_extnode.py": "from ki_ext.score import val\n\n\ndef fn(x):\n    return x + val()\n",
+    "ext/ki_ext/__init__.py": "",
+    "ext/ki_ext/score.py": "def val():\n    return 4\n",
     "app.py": (
         "import json\n\n\nclass App:\n    def __init__(self, style):\n"
         "        self.style = style\n\n"
+        "    tail = json.load(open('tail.json'))\n\n"
         "    def __call__(self, question, suffix='!'):\n"
-        "        return f'{self.style} {question}{suffix}'\n\n\n"
+        "        return f'{self.style} {question}{suffix}{self.tail}'\n\n\n"
         "app = App(json.load(open('style.json')))\n"
     ),
     "style.json": '"plain"\n',
+    "tail.json": '""\n',
 }
 CONNECTION = (
     "default_connection: local\nconnections:\n"
     "  local: {{type: openai, base_url: {url}, {limits}}}\n"
 )
 LIMITS = "timeout: 60, max_retries: 6, concurrency: 16"
-FLOW_NODES = frozenset({"p", "lazy", "path", "l", "e", "s.q"})
+FLOW_NODES = frozenset({"p", "lazy", "path", "ext", "l", "e", "s.q"})
 TARGET_NODES = frozenset({"target"})
 
 
@@ -126,7 +136,12 @@ FLOW_CASES = [
     Case("helper's helper", _nodes("p"), _replace("proj/ki_deep.py", "2", "7")),
     Case("function-local import", _nodes("lazy"), _replace("proj/ki_lazymod.py", "3", "4")),
     Case("python_path module", _nodes("path"), _replace("lib/ki_lib.py", "- 1", "- 2")),
-    Case("row input", _nodes("p", "lazy", "path", "s.q"), _rows("data.jsonl", {**ROW, "x": 6})),
+    Case("package outside the project", _nodes("ext"), _replace("ext/ki_ext/score.py", "4", "5")),
+    Case(
+        "row input",
+        _nodes("p", "lazy", "path", "ext", "s.q"),
+        _rows("data.jsonl", {**ROW, "x": 6}),
+    ),
     Case("literal input", _nodes("p"), _replace("proj/flow.yaml", "scale: 1", "scale: 2")),
     # The same code under another name: which function is called is an ingredient of its own.
     Case("function named", _nodes("p"), _replace("proj/flow.yaml", "ki_code:fn,", "ki_code:fn2,")),
@@ -148,6 +163,7 @@ FLOW_CASES = [
 TARGET_CASES = [
     Case("target code", _nodes("target"), _replace("app.py", "{suffix}", "{suffix} "), target=True),
     Case("target state", _nodes("target"), _file("style.json", '"fancy"\n'), target=True),
+    Case("target class attribute", _nodes("target"), _file("tail.json", '"."\n'), target=True),
     Case("target default", _nodes("target"), _replace("app.py", "='!'", "='?'"), target=True),
     Case(
         "target input",
@@ -192,9 +208,10 @@ def _reran(root: Path, name: str, target: bool, options: dict[str, Any]) -> set[
 
 @pytest.mark.parametrize("case", FLOW_CASES + TARGET_CASES, ids=lambda c: c.name)
 def test_a_change_reruns_exactly_the_nodes_whose_key_holds_it(
-    case: Case, llm_server: LocalServer, workdir: Path
+    case: Case, llm_server: LocalServer, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _project(workdir, llm_server.base_url)
+    monkeypatch.syspath_prepend(str(workdir / "ext"))
     watched = TARGET_NODES if case.target else FLOW_NODES
     assert _reran(workdir, "first", case.target, {}) >= watched
     assert _reran(workdir, "same", case.target, {}) == set()  # nothing changed: all hit
@@ -204,3 +221,12 @@ def test_a_change_reruns_exactly_the_nodes_whose_key_holds_it(
         assert reran & watched == case.reruns
     else:
         assert reran == set()  # not an ingredient: not even a node downstream reruns
+
+
+@pytest.fixture(autouse=True)
+def _forget_ki_ext() -> Any:
+    """The package outside the project stays loaded after its folder left sys.path: each case
+    has its own."""
+    yield
+    for name in [n for n in sys.modules if n.split(".")[0] == "ki_ext"]:
+        del sys.modules[name]

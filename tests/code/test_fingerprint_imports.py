@@ -4,9 +4,14 @@ version); the flow's folder is importable; nodes declare environment variables f
 from __future__ import annotations
 
 import ast
+import importlib.abc
+import importlib.util
+import json
 import os
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +159,122 @@ def test_a_module_imported_by_a_literal_name_counts(tmp_path: Path) -> None:
     before = load_from_folder(tmp_path, "fn", "dyn.py").fingerprint
     _edit(tmp_path / "ki_dyn.py", "v = 2\n")
     assert load_from_folder(tmp_path, "fn", "dyn.py").fingerprint != before
+
+
+def test_imports_after_a_semicolon_through___import___and_a_relative_import_module_count(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path / "nb.py", "import json; import ki_semi\n\n\ndef fn(x):\n    return 1\n")
+    write(tmp_path / "nd.py", "def fn(x):\n    return __import__('ki_dunder').v\n")
+    write(tmp_path / "ki_pkg" / "__init__.py", "")
+    write(
+        tmp_path / "ki_pkg" / "nc.py",
+        "import importlib\n\n\ndef fn(x):\n"
+        "    return importlib.import_module('.ki_rel', __package__).v\n",
+    )
+    for name in ("ki_semi.py", "ki_dunder.py", "ki_pkg/ki_rel.py"):
+        write(tmp_path / name, "v = 1\n")
+    reached = {
+        start: {
+            p.relative_to(tmp_path).as_posix()
+            for p in imports.project_files(tmp_path / start, (tmp_path,))
+        }
+        for start in ("nb.py", "nd.py", "ki_pkg/nc.py")
+    }
+    assert reached == {
+        "nb.py": {"nb.py", "ki_semi.py"},
+        "nd.py": {"nd.py", "ki_dunder.py"},
+        "ki_pkg/nc.py": {"ki_pkg/nc.py", "ki_pkg/ki_rel.py"},
+    }
+
+
+@pytest.fixture
+def outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A package outside the flow's folder and python_path, importable as a PYTHONPATH folder
+    or an editable install's finder makes it; dropped from sys.modules afterwards."""
+    yield tmp_path / "ext"
+    for name in [n for n in sys.modules if n.split(".")[0] in ("ki_ext", "ki_edit")]:
+        del sys.modules[name]
+
+
+def _ext_flow(root: Path, module: str) -> Path:
+    write(
+        root / "flow" / "node.py",
+        f"from {module}.score import val\n\n\ndef fn(x):\n    return val()\n",
+    )
+    return write(
+        root / "flow" / "f.yaml",
+        """
+        name: ext
+        inputs: {x: {type: integer}}
+        outputs: {y: ${n.output}}
+        nodes:
+          - {name: n, type: python, source: node.py, function: fn, inputs: {x: ${inputs.x}}}
+        """,
+    )
+
+
+def _ext_run(path: Path, tmp: Path, name: str) -> tuple[Any, bool]:
+    result = flowkit.run(
+        path, [{"x": 1}], cache_dir=tmp / "cache", runs_root=tmp / "runs", name=name
+    )
+    trace = read_jsonl(result.run_dir / "traces.jsonl")[0]
+    return trace.get("output"), trace.get("cache_hit", False)
+
+
+def test_a_package_on_pythonpath_outside_the_project_is_keyed_by_its_text(
+    outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = outside.parent
+    write(outside / "ki_ext" / "__init__.py", "")
+    write(outside / "ki_ext" / "score.py", "def val():\n    return 'v1'\n")
+    monkeypatch.syspath_prepend(str(outside))
+    path = _ext_flow(root, "ki_ext")
+    assert _ext_run(path, root, "one") == ("v1", False)
+    assert _ext_run(path, root, "two") == ("v1", True)
+    write(outside / "ki_ext" / "score.py", "def val():\n    return 'v2'\n")
+    assert _ext_run(path, root, "three") == ("v2", False)
+
+
+class _EditableFinder(importlib.abc.MetaPathFinder):
+    """What ``pip install -e`` installs with setuptools: a finder that maps a top-level name to
+    the project's source folder (no sys.path entry)."""
+
+    def __init__(self, name: str, folder: Path) -> None:
+        self.name, self.folder = name, folder
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        init = self.folder / "__init__.py"
+        return importlib.util.spec_from_file_location(
+            fullname, init, submodule_search_locations=[str(self.folder)]
+        )
+
+
+def test_an_editable_install_is_keyed_by_its_text(
+    outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = outside.parent
+    write(outside / "src" / "ki_edit" / "__init__.py", "")
+    write(outside / "src" / "ki_edit" / "score.py", "def val():\n    return 'e1'\n")
+    finder = _EditableFinder("ki_edit", outside / "src" / "ki_edit")
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
+    path = _ext_flow(root, "ki_edit")
+    assert _ext_run(path, root, "one") == ("e1", False)
+    write(outside / "src" / "ki_edit" / "score.py", "def val():\n    return 'e2'\n")
+    assert _ext_run(path, root, "two") == ("e2", False)
+    assert _ext_run(path, root, "three") == ("e2", True)
+
+
+def test_installed_modules_and_flowkits_own_are_pinned_not_followed(tmp_path: Path) -> None:
+    import msgspec
+
+    start = write(
+        tmp_path / "n.py", "import json\nimport msgspec\nfrom flowkit.errors import display\n"
+    )
+    assert imports.project_files(start, (tmp_path,)) == [start.resolve()]
+    assert imports.is_installed(Path(json.__file__).resolve())
+    assert imports.is_installed(Path(msgspec.__file__).resolve())
+    assert not imports.is_user_code(Path(flowkit.__file__).resolve())
+    assert imports.is_user_code(start.resolve())

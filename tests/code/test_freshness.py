@@ -12,6 +12,7 @@ import pytest
 
 import flowkit
 from flowkit.flow.graph import Flow
+from flowkit.flow.loader import load_flows
 from tests.support import read_jsonl, write
 
 FLOW = """
@@ -131,3 +132,81 @@ def test_a_module_on_a_python_path_outside_the_flow_folder_is_fingerprinted(
     write(tmp_path / "lib" / "libmod.py", "def scale(x):\n    return x * 9\n")
     assert _run(path, tmp_path, "two") == {"n": (90, False)}
     assert _run(path, tmp_path, "three") == {"n": (90, True)}
+
+
+TWO = """
+    name: {name}
+    inputs: {{x: {{type: integer}}}}
+    outputs: {{v: ${{n.output}}}}
+    nodes:
+      - {{name: n, type: python, source: node.py, function: f, inputs: {{x: ${{inputs.x}}}}}}
+    """
+
+
+def _same_named(work: Path) -> None:
+    """Flows a/ and b/ each with their own helpers.py, imported inside the node's function."""
+    for name in ("a", "b"):
+        write(work / name / "f.yaml", TWO.format(name=f"flow_{name}"))
+        write(work / name / "node.py", "def f(x):\n    import helpers\n\n    return helpers.v\n")
+        write(work / name / "helpers.py", f"v = {name!r}\n")
+
+
+def _clash(node: str, mine: str, theirs: str, who: str) -> str:
+    return (
+        f"{node}: module 'helpers' is {mine} here but {theirs} for {who}; one process "
+        "holds one module of a name, so one of them would run the other's code: rename one of "
+        "them, or move each into a package of a name of its own (a folder with an "
+        "__init__.py: from mypackage import helpers)"
+    )
+
+
+def test_flows_run_together_that_bring_one_module_name_twice_are_refused(workdir: Path) -> None:
+    _same_named(workdir)
+    with pytest.raises(flowkit.ValidationError) as err:
+        load_flows(["a/f.yaml", "b/f.yaml"])  # `flowkit run a/f.yaml b/f.yaml`
+    assert [str(d) for d in err.value.diagnostics] == [
+        _clash("b/f.yaml:5: node 'n'", "b/helpers.py", "a/helpers.py", "node 'n' (a/f.yaml:5)")
+    ]
+    write(
+        workdir / "suite.yaml",
+        """
+        name: suite
+        inputs: {x: {type: integer}}
+        outputs: {a: "${a.output.v}", b: "${b.output.v}"}
+        nodes:
+          - {name: a, type: flow, flow: a/f.yaml, inputs: {x: "${inputs.x}"}}
+          - {name: b, type: flow, flow: b/f.yaml, inputs: {x: "${inputs.x}"}}
+        """,
+    )
+    with pytest.raises(flowkit.ValidationError) as err:
+        flowkit.load_flow("suite.yaml")
+    assert [str(d) for d in err.value.diagnostics] == [
+        _clash("b/f.yaml:5: node 'n'", "b/helpers.py", "a/helpers.py", "node 'n' (a/f.yaml:5)")
+    ]
+    # Each on its own (one after the other in one process) runs its own helpers.
+    for name in ("a", "b"):
+        result = flowkit.run(f"{name}/f.yaml", [{"x": 1}], cache_dir="c", name=name)
+        assert [r["outputs"]["v"] for r in result.rows()] == [name]
+
+
+def test_a_target_and_its_metric_flow_bringing_one_module_name_twice_are_refused(
+    workdir: Path,
+) -> None:
+    _same_named(workdir)
+    write(workdir / "app.py", "def app(question):\n    import helpers\n\n    return helpers.v\n")
+    write(workdir / "helpers.py", "v = 'app'\n")
+    write(
+        workdir / "a" / "metric.yaml",
+        """
+        name: metric
+        inputs: {answer: {type: string}}
+        outputs: {v: "${n.output}"}
+        nodes:
+          - {name: n, type: python, source: node.py, function: f, inputs: {x: "${inputs.answer}"}}
+        """,
+    )
+    with pytest.raises(flowkit.ValidationError) as err:
+        flowkit.run("a/metric.yaml", [{"question": "q"}], target="app.py:app", cache_dir="c")
+    assert [str(d) for d in err.value.diagnostics] == [
+        _clash("a/metric.yaml:5: node 'n'", "a/helpers.py", "helpers.py", "--target 'app.py:app'")
+    ]

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import flowkit
-from tests.support import read_jsonl, write, write_jsonl
+from tests.support import REPO, read_jsonl, write, write_jsonl
 
 APP_OBJECT = """
 import json
@@ -73,14 +76,11 @@ def test_an_object_whose_state_cannot_be_fingerprinted_runs_uncached_with_a_noti
     assert _target_runs(data, "app.py:app", "b") == [("plain Q?", False)]
     notices = first.info["notices"]
     assert len(notices) == 1
-    assert notices[0].startswith(
-        "--target 'app.py:app': the state of App cannot be fingerprinted (a value of type "
-        "object is not JSON"
-    )
-    assert notices[0].endswith(
-        "so its answers are not cached (give the object JSON attributes, "
-        "or a function, to cache them)"
-    )
+    assert notices == [
+        "--target 'app.py:app': the state of App (attribute 'client') cannot be fingerprinted "
+        "(a value of type object is not JSON), so its answers are not cached (give it plain "
+        "data to hold, in its attributes, closure and globals, to cache them)"
+    ]
 
 
 def test_an_async_call_method_is_awaited(workdir: Path, data: Path) -> None:
@@ -124,3 +124,137 @@ def test_an_app_flows_input_defaults_are_kept(workdir: Path) -> None:
     result = flowkit.run("f1_score", data, target="app.yaml", cache_dir="cache", output="a")
     rows = read_jsonl(result.run_dir / "outputs.jsonl")
     assert rows[0]["outputs"]["app_answer"] == "3 Q?"
+
+
+def _script(workdir: Path, text: str) -> str:
+    """Run ``text`` as a script (its own ``__main__``) in ``workdir``; its stdout."""
+    write(workdir / "script.py", text)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "script.py"],
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+SCRIPT_TARGET = """
+import sys
+
+import flowkit
+
+
+def app(question):
+    return "plain " + question
+
+
+result = flowkit.run("f1_score", "q.jsonl", target="__main__:app", cache_dir="c", output="a")
+print([row["outputs"]["app_answer"] for row in result.rows()], "__main__" in sys.modules)
+"""
+
+
+def test_a_scripts_own_function_is_a_target_and___main___stays_loaded(
+    workdir: Path, data: Path
+) -> None:
+    assert _script(workdir, SCRIPT_TARGET) == "['plain Q?'] True\n"
+
+
+NOTEBOOK = """
+import json
+import linecache
+import sys
+
+import flowkit
+
+cells = 0
+
+
+def cell(text):
+    '''Run ``text`` as ipykernel runs a notebook cell: its source kept only in linecache.'''
+    global cells
+    cells += 1
+    name = f"/tmp/ipykernel_0/{cells}.py"
+    linecache.cache[name] = (len(text), None, text.splitlines(True), name)
+    exec(compile(text, name, "exec"), sys.modules["__main__"].__dict__)
+
+
+def run(name):
+    result = flowkit.run("f1_score", "q.jsonl", target="__main__:app", cache_dir="c", output=name)
+    lines = (result.run_dir / "traces.jsonl").read_text().splitlines()
+    traces = [t for t in map(json.loads, lines) if t["node"] == "target"]
+    print(name, [row["outputs"]["app_answer"] for row in result.rows()],
+          [t.get("cache_hit", False) for t in traces], result.info["notices"])
+
+
+cell("STYLE = 'plain'\\ndef helper(q):\\n    return STYLE + ' ' + q\\n")
+cell("def app(question):\\n    return helper(question)\\n")
+run("first")
+run("same")
+cell("def helper(q):\\n    return STYLE + ' ~' + q\\n")
+run("helper")
+cell("STYLE = 'fancy'\\n")
+run("data")
+cell("client = object()\\ndef app(question):\\n    return helper(question) if client else ''\\n")
+run("object")
+"""
+
+
+def test_a_notebook_target_is_keyed_by_the_cells_it_reaches(workdir: Path, data: Path) -> None:
+    lines = _script(workdir, NOTEBOOK).splitlines()
+    uncached = (
+        "--target '__main__:app': global 'client' of app cannot be fingerprinted (a value of "
+        "type object is not JSON), so its answers are not cached (give it plain data to hold, "
+        "in its attributes, closure and globals, to cache them)"
+    )
+    assert lines == [
+        "first ['plain Q?'] [False] []",
+        "same ['plain Q?'] [True] []",
+        "helper ['plain ~Q?'] [False] []",
+        "data ['fancy ~Q?'] [False] []",
+        f"object ['fancy ~Q?'] [False] [{uncached!r}]",
+    ]
+
+
+STATE_APPS = """
+import json
+
+K = json.load(open("k.json"))
+
+
+def make(k):
+    def app(question):
+        return f"{k} {question}"
+
+    return app
+
+
+closure = make(K)
+
+
+class Base:
+    k = K
+
+
+class WithClassAttribute(Base):
+    def __call__(self, question):
+        return f"{self.k} {question}"
+
+
+with_class_attribute = WithClassAttribute()
+"""
+
+
+@pytest.mark.parametrize("app", ["closure", "with_class_attribute"])
+def test_a_closures_cells_and_a_class_attribute_are_the_targets_state(
+    workdir: Path, data: Path, app: str
+) -> None:
+    write(workdir / "apps.py", STATE_APPS)
+    write(workdir / "k.json", '"plain"')
+    assert _target_runs(data, f"apps.py:{app}", "a") == [("plain Q?", False)]
+    assert _target_runs(data, f"apps.py:{app}", "b") == [("plain Q?", True)]
+    write(workdir / "k.json", '"fancy"')  # the same code, another value set at import
+    assert _target_runs(data, f"apps.py:{app}", "c") == [("fancy Q?", False)]
