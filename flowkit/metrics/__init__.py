@@ -8,7 +8,8 @@
 - ``safety``: severity transcripts and defect rates by group.
 - ``judges``: turning judge replies into per-row results (chunk precision, intents, turns).
 - ``scores``: ``parse_score``, reading a score from a judge's reply; ``score_forms``: the forms
-  and their readers; ``score_modes``: which readers each mode tries (yes/no verdicts first word).
+  and their readers; ``score_modes``: which readers each mode tries; ``verdicts``: yes/no
+  verdicts, read from the reply's first word and invalid when it names both.
 - ``adapters``: reshaping data fields (chunks, histories, requests) into prompt text.
 - ``conversations``: per-turn scoring of the quality flows (one judge call per reply).
 - ``classification``: label accuracy, per-class counts and macro F1.

@@ -33,8 +33,8 @@ from typing import Any
 
 from flowkit.metrics.aggregate import SCORE_SUMMARY_KEYS, Metrics, score_summary
 from flowkit.metrics.keys import returns_keys
-from flowkit.metrics.score_forms import read_verdict
 from flowkit.metrics.scores import parse_score, passes
+from flowkit.metrics.verdicts import read_verdict
 
 ALIASES: dict[str, str] = {
     "relevance_to_query": "response/llm_judged/relevance_to_query/rating/percentage",

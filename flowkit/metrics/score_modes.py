@@ -15,7 +15,6 @@ from flowkit.metrics.score_forms import (
     _SEVERITY_KEYS,
     ReadConfig,
     Reading,
-    _both,
     _clean,
     _json_objects,
     _read_bare,
@@ -28,10 +27,9 @@ from flowkit.metrics.score_forms import (
     _read_sev_labelled,
     _read_tag,
     _Reply,
-    _yes_no_reader,
     tidy,
-    verdict_words,
 )
+from flowkit.metrics.verdicts import _both, _yes_no_reader, verdict_words
 
 _Reader = Callable[[_Reply, ReadConfig], "Reading | None"]
 _NUMBER: tuple[_Reader, ...] = (_read_labelled, _read_ratio, _read_bare)
