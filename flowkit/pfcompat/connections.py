@@ -75,7 +75,9 @@ def models_reached(settings: Any, names: list[str | None]) -> dict[str, Any]:
         except FlowkitError:  # not configured: a call would fail, and nothing is cached
             reached[name or ""] = None
             continue
-        reached[name or ""] = {"model": endpoint.model, "deployment": endpoint.deployment}
+        # The same rule as an llm node's key (Endpoint.reached); "deployment" always present,
+        # as these keys always had it.
+        reached[name or ""] = {"deployment": None, **endpoint.reached()}
     return {"model": settings.default_model, "connections": reached}
 
 
