@@ -162,10 +162,14 @@ def _unattributed(session: Any) -> None:
     no row's trace (several node calls were in progress; which one started it is unknown)."""
     message = (
         "model calls from threads a python tool started itself went to the run's model, but "
-        "while several rows run at once they cannot be put in their row's trace or token "
-        "counts; run such a thread's work with contextvars.copy_context().run"
+        "while several rows ran at once they could not be put in their row's trace, and the "
+        "run's token counts and cost leave them out; run such a thread's work with "
+        "contextvars.copy_context().run"
     )
     noted = session.noted if session is not None else set()
     if message not in noted:
         noted.add(message)
         logging.getLogger("flowkit.llm").warning("note: %s", message)
+        # The session's notes reach the run's notices (run.json), as an endpoint's do.
+        if session is not None and session.memory is not None:
+            session.memory.notes.append(message)

@@ -13,7 +13,7 @@ import pytest
 
 import flowkit
 from flowkit.testing.server import LocalServer
-from tests.support import read_jsonl, write
+from tests.support import read_json, read_jsonl, write
 
 TOOL = """
     from concurrent.futures import ThreadPoolExecutor
@@ -76,9 +76,13 @@ def test_a_tool_calling_chat_from_its_own_thread_reaches_the_runs_model(
     assert all(t["llm"]["usage"]["total_tokens"] > 0 for t in traces)
     # Rows at once: still the run's model (and the run's session: its rate limits, its usage).
     llm_server.reset()
+    llm_server.configure(latency=0.05)  # the rows' tool calls overlap
     many = flowkit.run(pooled, _rows("many", 8), model="judge-b", use_cache=False, concurrency=4)
     assert [r["outputs"]["said"] for r in many.rows()] == ["model=judge-b"] * 8
-    assert llm_server.stats()["by_model"] == {"judge-b": 12 - 4}
+    assert llm_server.stats()["by_model"] == {"judge-b": 8}
+    # Which row a call of several at once belongs to is unknown: the run says so.
+    notices = read_json(many.run_dir / "run.json")["notices"]
+    assert any("contextvars.copy_context().run" in n for n in notices)
 
 
 def test_two_runs_at_once_never_reach_each_others_model(
