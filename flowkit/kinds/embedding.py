@@ -91,7 +91,7 @@ class EmbeddingKind(Kind):
             node.spec.model,
             ctx.options.concurrency,  # the endpoint's in-flight limit unless it sets one
         )
-        return Binding(endpoint, {"model": endpoint.model})
+        return Binding(endpoint, endpoint.reached(chat=False))
 
     async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         text = inputs["text"]

@@ -118,9 +118,9 @@ class LlmKind(Kind):
             model,
             ctx.options.concurrency,  # the endpoint's in-flight limit unless it sets one
         )
-        # The model enters the key, the server address does not: a cache is meant to survive
-        # moving between equivalent endpoints (see README, "Cache").
-        return Binding(endpoint, {"model": endpoint.model})
+        # What selects the model (its name; an Azure deployment) enters the key, the server
+        # address does not: a cache is meant to survive moving between equivalent endpoints.
+        return Binding(endpoint, endpoint.reached())
 
     async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         each = node.spec.for_each

@@ -152,6 +152,23 @@ class Endpoint(BaseModel):
             found += [password, base64.b64encode(f"{user}:{password}".encode()).decode()]
         return [s for s in found if len(s) >= 4]
 
+    def reached(self, model: str | None = None, *, chat: bool = True) -> dict[str, str]:
+        """What identifies the model a request to this endpoint reaches (``model``, default
+        the endpoint's): what enters the cache key of a node that calls it, and what a resume
+        compares.
+
+        The model name, and for a chat call to an Azure connection that pins a ``deployment``
+        the deployment too: the request's path names it, so it, not the model label, decides
+        which model answers (embedding calls name the model as their deployment). Never the
+        address, key, timeouts, retries or limits: a cache survives moving between equivalent
+        endpoints (README, "Cache"). An endpoint without a deployment gives the model alone,
+        as keys had it before the deployment entered them, so existing caches stay valid.
+        """
+        found = {"model": model or self.model}
+        if chat and self.deployment:
+            found["deployment"] = self.deployment
+        return found
+
     def fingerprint(self) -> dict[str, str | None]:
         """What identifies the server for cache keys and run records; never holds a secret."""
         return {

@@ -6,7 +6,9 @@ object with `api_key`, `api_base`, `api_type`, `api_version`, built from flowkit
 is written anywhere. Chat calls made with such an object (`promptflow.tools.aoai.chat` and kin)
 go through flowkit.llm's scheduler: rate-limited, retried and counted like an llm node's, in the
 running flow's own session (``flowkit.llm.session``: the tool's thread runs in a copy of the
-node's context, and the task made for each call copies the thread's).
+node's context, and the task made for each call copies the thread's). A call from a thread the
+tool started itself, which has no context, uses the run in progress in the process
+(``flowkit.kinds.calls.node_call``: with several in progress it refuses, naming the fix).
 
 
 A tool whose code calls models is keyed, like an llm node, by the models it can reach
@@ -21,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import logging
 import threading
 from collections.abc import Coroutine
 from typing import Any
 
 from flowkit.errors import FlowkitError
-from flowkit.kinds.calls import current_settings, record_call
+from flowkit.kinds.calls import NodeCall, node_call, record_call
 from flowkit.llm.config import load_settings
 from flowkit.llm.endpoint import Endpoint
 
@@ -52,9 +55,15 @@ def _close_tool_loops() -> None:
         loop.close()
 
 
-def run_settings() -> Any:
-    """The running flow's settings (--model, --connection included), else the configuration."""
-    return current_settings() or load_settings()
+def run_settings(call: NodeCall | None = None) -> Any:
+    """The running flow's settings (--model, --connection included), else the configuration.
+
+    ``call``: the node call it is asked for (default: :func:`node_call`'s, which finds the run
+    of a thread the tool started itself)."""
+    call = call if call is not None else node_call()
+    if call is not None and call.settings is not None:
+        return call.settings
+    return load_settings()
 
 
 def endpoint_for(name: str | None, model: str | None = None, settings: Any = None) -> Endpoint:
@@ -75,7 +84,9 @@ def models_reached(settings: Any, names: list[str | None]) -> dict[str, Any]:
         except FlowkitError:  # not configured: a call would fail, and nothing is cached
             reached[name or ""] = None
             continue
-        reached[name or ""] = {"model": endpoint.model, "deployment": endpoint.deployment}
+        # The same rule as an llm node's key (Endpoint.reached); "deployment" always present,
+        # as these keys always had it.
+        reached[name or ""] = {"deployment": None, **endpoint.reached()}
     return {"model": settings.default_model, "connections": reached}
 
 
@@ -108,22 +119,57 @@ def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
     return loop.run_until_complete(coro)
 
 
-def chat(endpoint: Endpoint, model: str, prompt: str, params: dict[str, Any], **values: Any) -> str:
-    """Render a Prompt Flow chat prompt and ask the model; the reply text."""
+def chat(
+    endpoint: Endpoint,
+    model: str,
+    prompt: str,
+    params: dict[str, Any],
+    call: NodeCall | None = None,
+    /,
+    **values: Any,
+) -> str:
+    """Render a Prompt Flow chat prompt and ask the model in the session of the node call it
+    belongs to (``call``, default :func:`node_call`'s); the reply text. (Positional-only: the
+    prompt's variables may have any name.)"""
     from flowkit.flow.templates import from_file_text
     from flowkit.llm.client import chat as ask
+    from flowkit.llm.session import using
 
+    call = call if call is not None else node_call()
     messages = from_file_text(prompt, hashed=True).render(values)
     sent = {k: v for k, v in params.items() if v is not None and v != "" and v != {}}
-    result = run_coroutine(ask(endpoint, model, messages, sent))
-    record_call(
-        {
-            "model": result.model,
-            "messages": messages,
-            "usage": result.usage,
-            "finish_reason": result.finish_reason,
-            "attempts": result.attempts,
-            "request": {"model": model, "params": sent},
-        }
-    )
+    session = call.session if call is not None else None
+    # A thread the tool started has no session of its own: the run's, found through ``call``.
+    within = using(session) if session is not None else contextlib.nullcontext()
+    with within:
+        result = run_coroutine(ask(endpoint, model, messages, sent))
+    meta = {
+        "model": result.model,
+        "messages": messages,
+        "usage": result.usage,
+        "finish_reason": result.finish_reason,
+        "attempts": result.attempts,
+        "request": {"model": model, "params": sent},
+    }
+    if call is not None and call.calls is None:
+        _unattributed(session)
+    record_call(meta, call)
     return result.text
+
+
+def _unattributed(session: Any) -> None:
+    """Say once per run that a call from a thread the tool started reached the run's model but
+    no row's trace (several node calls were in progress; which one started it is unknown)."""
+    message = (
+        "model calls from threads a python tool started itself went to the run's model, but "
+        "while several rows ran at once they could not be put in their row's trace, and the "
+        "run's token counts and cost leave them out; run such a thread's work with "
+        "contextvars.copy_context().run"
+    )
+    noted = session.noted if session is not None else set()
+    if message not in noted:
+        noted.add(message)
+        logging.getLogger("flowkit.llm").warning("note: %s", message)
+        # The session's notes reach the run's notices (run.json), as an endpoint's do.
+        if session is not None and session.memory is not None:
+            session.memory.notes.append(message)

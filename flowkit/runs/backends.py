@@ -8,9 +8,13 @@ come back in order, so outputs.jsonl stays in input order with a bounded buffer.
 
 Rate limits: each worker (a process, or a thread of the threading backend) runs the run's model
 calls in its own session (``flowkit.llm.session``), kept across its chunks, with its own
-schedulers; a connection's `rpm`, `tpm` and `concurrency` are divided evenly between the workers
-(see ``_share``), so worker sessions do not join the process's shared budgets. What a worker's
-endpoints learn is merged into the cache folder's endpoint memory after each chunk.
+schedulers; a connection's `concurrency` is divided evenly between the workers (see ``_share``).
+Its declared `rpm` and `tpm` are a quota of the whole process: a worker in another process
+(loky, Dask, Ray) gets its even share of them and keeps it to itself, while the threading
+backend's workers, in the driver's process, join the process's shared budgets
+(``flowkit.llm.shared.PROCESS``) at the undivided declared rate, as the driver's own run and any
+other run in the process do, so all of them together stay under it. What a worker's endpoints
+learn is merged into the cache folder's endpoint memory after each chunk.
 """
 
 from __future__ import annotations
@@ -112,14 +116,19 @@ def _load(job: WorkerJob) -> Flow:
     return _flows[cached]
 
 
-def _share(settings: Any, workers: int) -> Any:
-    """Each worker gets 1/workers of every connection's request and token budgets."""
+IN_PROCESS = frozenset({"threading"})
+"""Backends whose workers are threads of the driver's process."""
+
+
+def _share(settings: Any, workers: int, in_process: bool = False) -> Any:
+    """Each worker gets 1/workers of every connection's concurrency and, unless the workers
+    share the process's declared budgets (``in_process``), of its request and token budgets."""
     if settings is None or workers <= 1:
         return settings
     conns = {}
     for name, conn in settings.connections.items():
         update = {}
-        for key in ("rpm", "tpm"):
+        for key in () if in_process else ("rpm", "tpm"):
             value = getattr(conn, key, None)
             if value:
                 update[key] = max(1, math.floor(value / workers))
@@ -135,15 +144,18 @@ _sessions: dict[int, tuple[str, Any]] = {}
 def _session(job: WorkerJob, cache_dir: Path) -> Any:
     """This worker's model-calling session for ``job``'s run: one per process, or per thread of
     the threading backend, kept for the run's later chunks (their endpoints go on where the last
-    chunk left them). A worker's session of an earlier run is closed."""
+    chunk left them). A worker's session of an earlier run is closed. A thread of the driver's
+    process draws from the process's declared budgets, a worker process from its share alone."""
     from flowkit.llm.memory import FILE, EndpointMemory
     from flowkit.llm.session import LlmSession
+    from flowkit.llm.shared import PROCESS
 
     thread = threading.get_ident()
     held = _sessions.get(thread)
     if held is not None and held[0] == job.run_id:
         return held[1]
-    session = LlmSession(memory=EndpointMemory(cache_dir / FILE), shared=None)
+    shared = PROCESS if job.config.backend in IN_PROCESS else None
+    session = LlmSession(memory=EndpointMemory(cache_dir / FILE), shared=shared)
     _sessions[thread] = (job.run_id, session)
     if held is not None:
         held[1].close()
@@ -170,7 +182,7 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
             connection=config.connection,
             embedding_model=config.embedding_model,
         )
-        settings = _share(loaded, config.workers)
+        settings = _share(loaded, config.workers, config.backend in IN_PROCESS)
     ctx = RunContext(options, settings)
     bound = bind(flow, ctx)  # this chunk's own binding: the cached flow is never written to
     cache = None

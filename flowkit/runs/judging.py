@@ -1,7 +1,8 @@
 """What identifies each model-calling node's judging, so a resume can refuse to mix two judges.
 
-A run records, per node that calls a model, the model it was bound to, its params and a hash of
-its prompt text (run.json ``"judging"``). A resume binds the flow again with today's
+A run records, per node that calls a model, the model it was bound to (and the Azure deployment
+its calls go to, which picks the model whatever the label), its params and a hash of its prompt
+text (run.json ``"judging"``). A resume binds the flow again with today's
 configuration (flowkit.yaml, the environment, the run's own ``--model``) and compares: rows
 judged by ``gpt-4o-mini`` and rows judged by ``gpt-4o`` must not be averaged into one metric
 without a word. :func:`judging` is the one place that reads a prepared node; :func:`changes`
@@ -19,7 +20,8 @@ from flowkit.engine.plan import calls_endpoint
 from flowkit.errors import UsageError
 
 Judging = dict[str, dict[str, Any]]
-"""Qualified node name → its ``model``, ``params`` and ``prompt`` (sha256 of the text)."""
+"""Qualified node name → its ``model``, ``deployment`` (an Azure connection's, when it pins
+one), ``params`` and ``prompt`` (sha256 of the text)."""
 
 
 def judging(bound: BoundFlow) -> Judging:
@@ -34,6 +36,8 @@ def judging(bound: BoundFlow) -> Judging:
         if not calls_endpoint(node) and "model" not in parts and "models" not in parts:
             continue
         entry: dict[str, Any] = {"model": parts.get("model", parts.get("models"))}
+        if "deployment" in parts:  # an Azure deployment picks the model the calls reach
+            entry["deployment"] = parts["deployment"]
         params = getattr(node.spec, "params", None)
         if isinstance(params, dict):
             entry["params"] = _readable_params(params)
@@ -57,6 +61,11 @@ def changes(before: Judging, now: Judging) -> dict[str, list[str]]:
         what: list[str] = []
         if old.get("model") != new.get("model"):
             what.append(f"model {old.get('model')} -> {new.get('model')}")
+        if old.get("deployment") != new.get("deployment"):
+            what.append(
+                f"deployment {old.get('deployment') or '(none)'} -> "
+                f"{new.get('deployment') or '(none)'}"
+            )
         old_params, new_params = old.get("params") or {}, new.get("params") or {}
         for key in sorted(old_params.keys() | new_params.keys()):
             if old_params.get(key, _UNSET) != new_params.get(key, _UNSET):

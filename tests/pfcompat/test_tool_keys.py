@@ -65,3 +65,39 @@ def test_the_model_a_tool_reaches_is_in_its_key_and_the_model_options_reach_it(
     pinned = ("--connections", "ask_model.deployment_name=judge-c")
     assert _tool_call(folder, workdir, "c", *pinned) == (False, "judge-c")
     assert _tool_call(folder, workdir, "c2", *pinned) == (True, "judge-c")
+
+
+HELPER = """
+    from promptflow.tools.aoai import chat
+
+
+    def ask(connection, prompt, deployment_name):
+        return chat(connection=connection, prompt=prompt, deployment_name=deployment_name)
+    """
+INDIRECT = """
+    from asker import ask
+    from promptflow.connections import AzureOpenAIConnection, OpenAIConnection
+    from promptflow.core import tool
+
+
+    @tool
+    def ask_model(
+        connection: AzureOpenAIConnection | OpenAIConnection, prompt: str, deployment_name: str
+    ) -> str:
+        return ask(connection, prompt, deployment_name)
+    """
+
+
+def test_a_tool_whose_helper_module_calls_chat_is_keyed_by_the_model_too(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    """The chat call may sit in a module the tool's file imports: the model it reaches is in
+    the tool's key all the same (another model's answers are never replayed)."""
+    folder = workdir / "indirect"
+    write(folder / "flow.dag.yaml", DAG)
+    write(folder / "ask_model.py", INDIRECT)
+    write(folder / "asker.py", HELPER)
+    write_jsonl(folder / "data.jsonl", [{"question": "Where is Paris?"}])
+    assert _tool_call(folder, workdir, "a", "--model", "judge-a") == (False, "judge-a")
+    assert _tool_call(folder, workdir, "a2", "--model", "judge-a") == (True, "judge-a")
+    assert _tool_call(folder, workdir, "b", "--model", "judge-b") == (False, "judge-b")

@@ -9,7 +9,9 @@ in the dev extra: see README, "Running at scale").
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +20,8 @@ import pytest
 
 import flowkit
 from flowkit.api import RunResult
-from flowkit.testing.server import LocalServer
-from tests.support import read_json, read_jsonl, write_jsonl
+from flowkit.testing.server import LocalServer, serve
+from tests.support import read_json, read_jsonl, write, write_jsonl
 
 WORDS = ["the", "a", "river", "city", "paris", "france", "water", "boils", "spider", "legs"]
 
@@ -164,3 +166,53 @@ def test_workers_use_the_runs_model_options(llm_server: LocalServer, workdir: Pa
     assert models == {"emb-x"}
     judging = read_json(result.run_dir / "run.json")["judging"]
     assert {entry["model"] for entry in judging.values()} == {"emb-x"}
+
+
+RPM = 600  # 10 requests a second, a burst of 5: the runs below take about 4 s together
+JUDGE = """
+    name: judge
+    inputs: {q: {type: string}}
+    outputs: {said: ${judge.output}}
+    nodes:
+      - name: judge
+        type: llm
+        messages: [{role: user, content: "Say something about {{ q }}"}]
+        inputs: {q: ${inputs.q}}
+    """
+
+
+def test_threading_workers_share_the_processs_declared_rpm_with_its_other_runs(
+    workdir: Path,
+) -> None:
+    """A local run and a run on two threading workers, at once in one process, against one
+    connection's declared rpm: the workers are threads of this process, so they draw from the
+    process's budget at the declared rate, with the local run, and no request is rejected."""
+    with serve(rpm=RPM, limit_window=60.0, retry_after=0.5) as server:
+        conn = {"base_url": server.base_url, "api_key": "k", "rpm": RPM, "max_retries": 3}
+        write(
+            workdir / "flowkit.yaml",
+            f"default_model: m1\nconnections:\n  lim: {json.dumps(conn)}\n",
+        )
+        write(workdir / "judge.yaml", JUDGE)
+        flow = flowkit.load_flow("judge.yaml")
+        start = threading.Barrier(2, timeout=20)
+        done: dict[str, RunResult] = {}
+
+        def run(name: str, **options: Any) -> None:
+            rows = [{"q": f"{name}-{i}"} for i in range(20)]
+            start.wait()
+            done[name] = flowkit.run(flow, rows, use_cache=False, name=name, **options)
+
+        threads = [
+            threading.Thread(target=run, args=("local",)),
+            threading.Thread(
+                target=run, args=("threads",), kwargs={"backend": "threading", "workers": 2}
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        stats = server.stats()
+    assert {name: r.counts["succeeded"] for name, r in done.items()} == {"local": 20, "threads": 20}
+    assert stats["by_status"].get("429", 0) == 0 and stats["chat_completions"] == 40

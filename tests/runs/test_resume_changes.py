@@ -234,3 +234,30 @@ def test_allowed_code_change_reruns_the_python_node_and_no_judge(
     clean = flowkit.run("judged.yaml", "data.jsonl", name="clean", use_cache=False)
     assert resumed.metrics == clean.metrics
     assert read_run_info(resumed.run_dir)["resumes"][-1]["changes"] == {"nodes": {}, "flow": True}
+
+
+def test_a_resume_with_another_azure_deployment_is_refused_naming_it(
+    project: Path, llm_server: LocalServer
+) -> None:
+    """The deployment an Azure connection pins picks the model its chat calls reach, whatever
+    the model label: a resume after it was edited would mix two judges."""
+    azure = (
+        "default_model: judge-label\nconnections:\n  az: {type: azure, azure_endpoint: "
+        f'"{llm_server.url}", api_version: "2024-06-01", api_key: k, deployment: dep1}}\n'
+    )
+    write(project / "flowkit.yaml", azure)
+    cut_run(project)
+    write(project / "flowkit.yaml", azure.replace("dep1", "dep2"))
+    llm_server.reset()
+
+    with pytest.raises(UsageError) as refused:
+        flowkit.resume("cut")
+
+    assert str(refused.value) == (
+        "run 'cut': the judging changed since the run; its rows would mix two judges:\n"
+        "  node 'judge': deployment dep1 -> dep2\n" + HINT
+    )
+    assert llm_server.stats()["chat_completions"] == 0
+    resumed = flowkit.resume("cut", allow_changes=True)
+    assert llm_server.stats()["by_model"] == {"dep2": ROWS}
+    assert read_run_info(resumed.run_dir)["judging"]["judge"]["deployment"] == "dep2"

@@ -53,11 +53,25 @@ def _connection(name: str, classes: list[type[_Connection]]) -> Any:
 
 
 def _calls_models(fn: Callable[..., Any]) -> bool:
+    """Whether the tool's file, or a project module it imports (transitively: a helper beside
+    it that calls chat for it), names ``promptflow.tools`` or ``openai``."""
+    from pathlib import Path
+
+    from flowkit.code.imports import project_files
+
     try:
-        text = open(inspect.getsourcefile(fn) or "", encoding="utf-8").read()  # noqa: SIM115
+        start = Path(inspect.getsourcefile(fn) or "")
+        files = project_files(start, (start.parent,)) if start.is_file() else []
     except (OSError, TypeError):
         return False
-    return "promptflow.tools" in text or "openai" in text
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if "promptflow.tools" in text or "openai" in text:
+            return True
+    return False
 
 
 def _models_key(

@@ -9,14 +9,17 @@ _PARAMS += ("frequency_penalty", "logit_bias", "user", "response_format", "seed"
 
 
 def _ask(connection: Any, prompt: str, model: str, kwargs: dict[str, Any]) -> str:
+    from flowkit.kinds.calls import node_call
     from flowkit.pfcompat.connections import chat, endpoint_for, run_settings
 
-    endpoint = getattr(connection, "_endpoint", None) or endpoint_for(None)
+    call = node_call()  # the run this call belongs to, even from a thread the tool started
+    settings = run_settings(call)
+    endpoint = getattr(connection, "_endpoint", None) or endpoint_for(None, settings=settings)
     params = {k: kwargs.pop(k) for k in list(kwargs) if k in _PARAMS}
     kwargs.pop("stream", None)
     # flowkit's configured model wins over the one written in the code, as for llm nodes.
-    chosen = run_settings().default_model or model or endpoint.model
-    return chat(endpoint, chosen, prompt, params, **kwargs)
+    chosen = settings.default_model or model or endpoint.model
+    return chat(endpoint, chosen, prompt, params, call, **kwargs)
 
 
 def chat(connection: Any, prompt: str, deployment_name: str = "", **kwargs: Any) -> str:
