@@ -78,6 +78,6 @@ def needs_settings(flow: Flow) -> bool:
     from flowkit.kinds.python import reaches_models
 
     return any(
-        calls_endpoint(node) or (node.kind == "python" and reaches_models(node))
+        calls_endpoint(node) or (node.kind in ("python", "aggregate") and reaches_models(node))
         for _, node, _ in walk_nodes(flow)
     )

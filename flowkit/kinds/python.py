@@ -112,6 +112,16 @@ def reaches_models(node: Node) -> bool:
     return getattr(getattr(node.impl, "fn", None), "__flowkit_models__", None) is not None
 
 
+def _reached_models(node: Node, ctx: Any) -> Binding:
+    """The models a tool's chat calls reach change its result as an llm node's model does:
+    they enter the key (flowkit.pfcompat.connections.models_reached)."""
+    models = getattr(getattr(node.impl, "fn", None), "__flowkit_models__", None)
+    if models is None:
+        return Binding()
+    literal = {param: value for param, ref, value in node.inputs if ref is None}
+    return Binding(key_parts={"models": models(ctx.settings, literal)})
+
+
 @register
 class PythonKind(Kind):
     name = "python"
@@ -122,13 +132,7 @@ class PythonKind(Kind):
         return _compile_function(node, base_dir, ctx)
 
     def prepare(self, node: Node, ctx: Any) -> Binding:
-        # The models a tool's chat calls reach change its result as an llm node's model does:
-        # they enter the key (flowkit.pfcompat.connections.models_reached).
-        models = getattr(getattr(node.impl, "fn", None), "__flowkit_models__", None)
-        if models is None:
-            return Binding()
-        literal = {param: value for param, ref, value in node.inputs if ref is None}
-        return Binding(key_parts={"models": models(ctx.settings, literal)})
+        return _reached_models(node, ctx)
 
     def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         with collecting_calls(getattr(ctx, "settings", None)) as calls:
@@ -159,16 +163,21 @@ class AggregateKind(Kind):
         compiled = _compile_function(node, base_dir, ctx)
         return None if compiled is None else Compiled(compiled.impl, compiled.key_parts)
 
+    def prepare(self, node: Node, ctx: Any) -> Binding:
+        return _reached_models(node, ctx)  # a Prompt Flow aggregation tool may call a model
+
     def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl
-        with collecting() as logged:
+        # Its model calls go to the run's model and session, as a python node's do.
+        with collecting() as logged, collecting_calls(getattr(ctx, "settings", None)) as calls:
             # Aggregates run after the rows' event loop has closed, so a coroutine gets its own.
             output = asyncio.run(impl.fn(**inputs)) if impl.is_coroutine else impl.fn(**inputs)
+        meta = as_llm_meta(calls)
         if node.spec.metrics == "logged":
-            return NodeResult(dict(logged), extra={"returned": output})
+            return NodeResult(dict(logged), llm=meta, extra={"returned": output})
         if not isinstance(output, dict):
             raise TypeError(
                 f"aggregate function {node.spec.function} returned {type(output).__name__}, "
                 "expected a dict of metric name → value"
             )
-        return NodeResult(output)
+        return NodeResult(output, llm=meta)

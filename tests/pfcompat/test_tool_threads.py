@@ -131,3 +131,67 @@ def _two_runs(flow: Any, server: LocalServer) -> int:
                 assert row["outputs"]["said"] == f"model={model}"
     assert set(server.stats()["by_model"]) <= {"judge-a", "judge-b"}
     return refused
+
+
+AGG_TOOL = """
+    from promptflow.connections import AzureOpenAIConnection, OpenAIConnection
+    from promptflow.core import log_metric, tool
+    from promptflow.tools.aoai import chat
+
+
+    @tool
+    def summarize(
+        connection: AzureOpenAIConnection | OpenAIConnection, answers: list, deployment_name: str
+    ) -> dict:
+        said = chat(
+            connection=connection,
+            prompt="user:\\n" + " ".join(answers),
+            deployment_name=deployment_name,
+        )
+        log_metric("said_by_judge_b", float(said == "model=judge-b"))
+        return {"said": said}
+    """
+AGG_DAG = """
+    inputs:
+      question: {type: string}
+    outputs:
+      echoed: {type: string, reference: "${echo.output}"}
+    nodes:
+    - name: echo
+      type: python
+      source: {type: code, path: echo.py}
+      inputs: {text: "${inputs.question}"}
+    - name: summarize
+      type: python
+      source: {type: code, path: summarize.py}
+      aggregation: true
+      inputs:
+        connection: open_ai_connection
+        answers: ${echo.output}
+        deployment_name: gpt-4
+    """
+ECHO = """
+    from promptflow.core import tool
+
+
+    @tool
+    def echo(text: str) -> str:
+        return text
+    """
+
+
+def test_an_aggregation_tool_calling_chat_reaches_the_runs_model_and_keys_on_it(
+    llm_server: LocalServer, workdir: Path, cache_dir: Path
+) -> None:
+    write(workdir / "agg" / "flow.dag.yaml", AGG_DAG)
+    write(workdir / "agg" / "summarize.py", AGG_TOOL)
+    write(workdir / "agg" / "echo.py", ECHO)
+    llm_server.configure(hook=lambda body: "model=" + body["model"])
+    try:
+        rows = _rows("agg", 3)
+        first = flowkit.run(workdir / "agg", rows, model="judge-b", cache_dir=cache_dir)
+        assert first.metrics["said_by_judge_b"] == 1.0  # not the environment's flowkit-test
+        other = flowkit.run(workdir / "agg", rows, model="judge-c", cache_dir=cache_dir)
+        assert other.metrics["said_by_judge_b"] == 0.0  # another model: asked again, not cached
+    finally:
+        llm_server.configure(hook=None, latency=0.0)
