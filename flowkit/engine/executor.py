@@ -207,7 +207,7 @@ class Executor:
         self.stats.rows += 1
         self.writer.row(line, record)
         for agg in self.aggregates:
-            collect(agg, scope, line)
+            collect(agg, scope, line, self.missing)
 
     def _run_inline(self, plan: Plan, scope: Scope, line: int, prefix: str) -> None:
         """Run the nodes of a plan none of whose nodes waits, in its order (the ready queue

@@ -13,7 +13,7 @@ from typing import Any
 from flowkit import kinds
 from flowkit.engine.bound import BoundFlow, BoundNode
 from flowkit.engine.records import OK, SKIPPED
-from flowkit.engine.scope import Scope
+from flowkit.engine.scope import MissingKeys, Scope
 from flowkit.flow.graph import Node
 from flowkit.flow.refs import MissingValue, Ref
 
@@ -133,9 +133,12 @@ def _schedule(flow: BoundFlow, tree: list[BoundNode]) -> Plan:
     return Plan(roots, counts, dependents, order, tree, any(n.is_async for n in tree))
 
 
-def collect(agg: AggTask, scope: Scope, line: int | None = None) -> None:
+def collect(
+    agg: AggTask, scope: Scope, line: int | None = None, missing: MissingKeys | None = None
+) -> None:
     """Add one finished row's values (of row ``line``) to an aggregate's columns, or count the
-    row left out. Without a line, the columns keep the order they were collected in."""
+    row left out. Without a line, the columns keep the order they were collected in. A key the
+    node's output lacks reads as null, as everywhere else, with its one warning (``missing``)."""
     for step in agg.path:
         child = scope.children.get(step)
         if child is None:
@@ -157,8 +160,13 @@ def collect(agg: AggTask, scope: Scope, line: int | None = None) -> None:
         try:
             values.append(scope.get(ref))
         except MissingValue:
-            agg.left_out += 1
-            return
+            if missing is None or ref.source != "node":
+                agg.left_out += 1
+                return
+            # Not left out in silence: a score the judge's parse lacks counts as a null one
+            # (invalid, for a summary), and the run says which key was missing.
+            missing.note(ref, scope.values.get(ref.name), "".join(f"{p}." for p in agg.path))
+            values.append(None)
     agg.columns.append(tuple(values))
     if line is not None:
         agg.lines.append(line)

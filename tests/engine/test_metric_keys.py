@@ -241,3 +241,29 @@ def test_a_resumed_run_adds_to_its_warning_instead_of_repeating_it(
         "warning: node 'n' returned no key 'scroe' for ${n.output.scroe} (its keys are: "
         "score); null in 3 reads"
     ]
+
+
+GRADER = """
+def grade(x):
+    return {"error": "could not grade"} if x % 2 else {"score": 5}
+"""
+
+
+def test_a_key_an_aggregate_reads_that_a_row_lacks_is_null_and_warned(tmp_path: Path) -> None:
+    # Left out in silence, the ungraded rows raised the pass rate; as nulls they count invalid.
+    write(tmp_path / "g.py", GRADER)
+    flow = write(
+        tmp_path / "t.yaml",
+        "name: t\ninputs: {x: {type: integer}}\noutputs: {g: ${n.output}}\nnodes:\n"
+        "  - {name: n, type: python, source: g.py, function: grade, inputs: {x: ${inputs.x}}}\n"
+        "  - {name: s, type: aggregate, function: flowkit.metrics.aggregate:score_summary,\n"
+        "     inputs: {scores: ${n.output.score}}}\n",
+    )
+    result = flowkit.run(
+        flow, [{"x": i} for i in range(4)], cache_dir=tmp_path / "cache", output=tmp_path / "r"
+    )
+    assert result.metrics["t.count"] == 2 and result.metrics["t.invalid"] == 2
+    assert result.info["notices"] == [
+        "warning: node 'n' returned no key 'score' for ${n.output.score} (its keys are: "
+        "error); null in 2 reads"
+    ]
