@@ -18,10 +18,11 @@ Conventions shared by all functions (see METRICS.md):
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from flowkit.metrics.keys import PER_ROW, returns_keys
@@ -135,8 +136,33 @@ def _safe_key(value: Any) -> str:
     names with dots and reports are read by tools that split on them.
     """
     text = str(value).strip().lower()
-    text = re.sub(r"[^0-9a-z_]+", "_", text).strip("_")
+    text = re.sub(r"[^\w]+", "_", text).strip("_")  # letters of any script stay
     return text or "empty"
+
+
+def _safe_keys(values: Iterable[Any]) -> dict[str, str]:
+    """Each value's text (stripped, lower-cased) → its key, one key per distinct text.
+
+    Texts that differ only in case or spacing share a key ("Yes", "yes "), but texts that
+    :func:`_safe_key` alone would merge ("C++", "C#" and "C"; "+1" and "-1") each get a key of
+    their own: a short hash of the text is appended, except to the one already spelt as its key.
+    """
+    texts = sorted({str(v).strip().lower() for v in values})
+    by_key: dict[str, list[str]] = {}
+    for text in texts:
+        by_key.setdefault(_safe_key(text), []).append(text)
+    out: dict[str, str] = {}
+    for key, same in by_key.items():
+        for text in same:
+            plain = len(same) == 1 or text == key
+            digest = hashlib.sha256(text.encode()).hexdigest()[:6]
+            out[text] = key if plain else f"{key}_{digest}"
+    return out
+
+
+def key_of(keys: dict[str, str], value: Any) -> str:
+    """``value``'s key among those :func:`_safe_keys` made."""
+    return keys[str(value).strip().lower()]
 
 
 # ----------------------------------------------------------------------- numeric summaries
@@ -365,14 +391,17 @@ def defect_rate(
 def counts(values: Sequence[Any]) -> Metrics:
     """How often each distinct value occurs, as ``n_<value>`` keys, plus the total ``count``.
 
-    Keys are made safe for metric names; values that become the same key (e.g. "Yes" and
-    "yes") are counted together, which is what a reader of the report expects.
+    Keys are made safe for metric names; values that differ only in case or spacing ("Yes" and
+    "yes") are counted together, which is what a reader of the report expects, and values
+    that differ otherwise never share a key (see :func:`_safe_keys`).
     """
-    rows = _rows(values)
+    rows = [
+        int(v) if isinstance(v, float) and v.is_integer() else v  # 1.0 and 1: one answer
+        for v in _rows(values)
+    ]
+    keys = _safe_keys(rows)
     tally: dict[str, int] = {}
     for value in rows:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # 1.0 and 1 are the same answer; "n_1_0" would split them
-        key = f"n_{_safe_key(value)}"
+        key = f"n_{key_of(keys, value)}"
         tally[key] = tally.get(key, 0) + 1
     return {"count": len(rows), **dict(sorted(tally.items()))}

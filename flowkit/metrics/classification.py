@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from flowkit.metrics.aggregate import Metrics, _safe_key
+from flowkit.metrics.aggregate import Metrics, _safe_keys, key_of
 from flowkit.metrics.keys import returns_keys
 
 
@@ -45,12 +45,13 @@ def summary(predictions: Sequence[Any], labels: Sequence[Any]) -> Metrics:
     correct = Counter(t for p, t in pairs if p == t)
     out: Metrics = {"accuracy": sum(correct.values()) / len(pairs), "count": len(pairs)}
     f1s = []
+    keys = _safe_keys(set(support) | set(predicted))
     for cls in sorted(set(support) | set(predicted)):
         precision = correct[cls] / predicted[cls] if predicted[cls] else 0.0
         recall = correct[cls] / support[cls] if support[cls] else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
         f1s.append(f1)
-        key = f"class.{_safe_key(cls)}"
+        key = f"class.{key_of(keys, cls)}"
         out[f"{key}.support"] = support[cls]
         out[f"{key}.predicted"] = predicted[cls]
         out[f"{key}.correct"] = correct[cls]

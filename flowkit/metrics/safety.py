@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from flowkit.metrics.aggregate import Metrics, _safe_key, defect_rate
+from flowkit.metrics.aggregate import Metrics, _safe_key, _safe_keys, defect_rate, key_of
 from flowkit.metrics.keys import returns_keys
 from flowkit.metrics.scores import DEFAULT_LEVELS
 from flowkit.metrics.severity import _check_levels
@@ -198,12 +198,13 @@ def defect_rate_by_group(
             raise ValueError(f"{kind} has {len(column)} rows but groups has {len(groups)}")
         thresholds = list(threshold) if isinstance(threshold, list | tuple) else None
         by_group: dict[str, Metrics] = {}
+        group_keys = _safe_keys(seen)
         for group in seen:
             rows = [i for i, g in enumerate(labels) if g == group]
             cut = [thresholds[i] for i in rows] if thresholds is not None else threshold
             by_group[group] = defect_rate([column[i] for i in rows], cut, levels)
             for key, value in by_group[group].items():
-                out[f"{kind}.{_safe_key(group)}.{key}"] = value
+                out[f"{kind}.{key_of(group_keys, group)}.{key}"] = value
         first = by_group.get(str(base)) if base is not None else None
         second = by_group.get(str(treat)) if treat is not None else None
         for key in rate_keys:

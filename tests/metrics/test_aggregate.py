@@ -369,3 +369,21 @@ def test_every_result_is_strict_json() -> None:
     ]
     for result in results:
         json.dumps(result, allow_nan=False)
+
+
+def test_labels_a_metric_name_cannot_spell_apart_still_get_keys_of_their_own() -> None:
+    # "C++", "C#" and "C" once all became n_c (and "+1"/"-1" class.1): one label's numbers
+    # replaced another's without a word. Case and spacing alone still count as one label.
+    from flowkit.metrics.aggregate import counts
+    from flowkit.metrics.classification import summary
+
+    tally = counts(["да", "нет", "нет", "C++", "C#", "C", "Yes", " yes"])
+    assert tally["count"] == 8
+    assert tally["n_да"] == 1 and tally["n_нет"] == 2 and tally["n_yes"] == 2
+    assert tally["n_c"] == 1
+    assert sorted(v for k, v in tally.items() if k.startswith("n_c_")) == [1, 1]
+    assert len(tally) == 7  # count, да, нет, yes, c, and c++ and c# apart
+
+    metrics = summary(["+1", "-1", "+1"], ["+1", "-1", "-1"])
+    supports = sorted(v for k, v in metrics.items() if k.endswith(".support"))
+    assert supports == [1, 2]  # two classes, two keys
