@@ -60,6 +60,11 @@ def _make_loader(file: str, fast: bool = False) -> type[yaml.SafeLoader]:
                     raise yaml.constructor.ConstructorError(
                         None, None, "a mapping key must be a plain value", key_node.start_mark
                     )
+                if not isinstance(key, str):
+                    # A key is a name, as written: YAML 1.1 would make `yes:` True and `1:`
+                    # an int, which no JSON value (a cache key, a trace) can hold as a key,
+                    # and which `yes_no: {yes: 1, no: 0}` means as the words.
+                    key = key_node.value
                 out[key] = self.construct_object(value_node, deep=True)
                 out.key_lines[key] = key_node.start_mark.line + 1
             return out

@@ -79,3 +79,16 @@ def test_a_mapping_key_must_be_a_plain_value() -> None:
         parse_yaml("? [a, b]\n: 1\n", "f.yaml")
     assert info.value.diagnostic.line == 1
     assert "a mapping key must be a plain value" in info.value.diagnostic.message
+
+
+def test_mapping_keys_are_names_as_written() -> None:
+    # YAML 1.1 reads `yes:` as True and `1:` as an int: `yes_no: {yes: 1, no: 0}` means the
+    # words, and no JSON value (a cache key, a trace) can hold a non-text key.
+    raw = parse_yaml(
+        "yes_no: {yes: 1, no: 0, on: 2}\nby_grade: {1: low, 2.5: mid, null: none}\n", "f.yaml"
+    )
+    assert raw == {
+        "yes_no": {"yes": 1, "no": 0, "on": 2},
+        "by_grade": {"1": "low", "2.5": "mid", "null": "none"},
+    }
+    assert raw["yes_no"].line_of("no") == 1
