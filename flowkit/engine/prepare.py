@@ -52,6 +52,12 @@ def _bind(flow: Flow, ctx: RunContext, prefix: str, problems: list[str]) -> Boun
         except UsageError as err:
             problems.append(err.message)
             binding = kinds.Binding()
+        except Exception as err:  # a kind's own bug: reported with the others, before any row
+            problems.append(
+                f"flow {flow.name!r} node {node.name!r}: node type {node.kind!r} failed: "
+                f"{type(err).__name__}: {err}"
+            )
+            binding = kinds.Binding()
         # Declared environment variables are read again for each run: the function reads them
         # when it runs, not when the flow was loaded (a notebook may change them in between).
         run_parts = MappingProxyType({**binding.key_parts, **declared_env(node.spec)})

@@ -289,7 +289,11 @@ class LoadContext:
         from flowkit import kinds
 
         with recording_names() as reached:
-            compiled = kinds.get(node.kind).compile(node, base_dir, self)
+            try:
+                compiled = kinds.get(node.kind).compile(node, base_dir, self)
+            except Exception as err:  # a kind's own bug: this node's problem, not a traceback
+                self.error(node, f"node type {node.kind!r} failed: {type(err).__name__}: {err}")
+                compiled = None
         key = "source" if getattr(node.spec, "source", None) else "function"
         for clash in self.modules.claim(reached, f"node {node.name!r} ({self.where(node)})"):
             self.error(node, clash, key=key)

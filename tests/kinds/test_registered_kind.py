@@ -312,3 +312,42 @@ def test_a_kind_cannot_take_a_built_in_or_registered_type() -> None:
         register(Shout)  # the same kind again (a notebook cell run twice) is fine
     finally:
         del kinds.KINDS["shout"]
+
+
+class BoomSpec(NodeSpec):
+    type: Literal["boom"]
+    at: Literal["compile", "prepare"] = "compile"
+    """Where the kind raises."""
+
+
+def test_a_kind_that_raises_is_a_node_problem_not_a_traceback(tmp_path: Path) -> None:
+    @register
+    class BoomKind(Kind):
+        name = "boom"
+        spec_model = BoomSpec
+
+        def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled:
+            if node.spec.at == "compile":
+                raise RuntimeError("compile exploded")
+            return Compiled()
+
+        def prepare(self, node: Node, ctx: Any) -> Binding:
+            raise RuntimeError("prepare exploded")
+
+    try:
+        flow = write(tmp_path / "flow.yaml", "name: f\nnodes:\n  - {name: b, type: boom}\n")
+        with pytest.raises(ValidationError) as info:
+            flowkit.load_flow(flow)
+        assert [str(d) for d in info.value.diagnostics] == [
+            f"{flow}:3: node 'b': node type 'boom' failed: RuntimeError: compile exploded"
+        ]
+        write(flow, "name: f\nnodes:\n  - {name: b, type: boom, at: prepare}\n")
+        data = write_jsonl(tmp_path / "d.jsonl", [{}])
+        with pytest.raises(UsageError) as refused:
+            flowkit.run(flow, data, cache_dir=tmp_path / "cache", runs_root=tmp_path / "runs")
+        assert str(refused.value) == (
+            "flow 'f' node 'b': node type 'boom' failed: RuntimeError: prepare exploded"
+        )
+        assert not (tmp_path / "runs").exists()  # refused before any row
+    finally:
+        del kinds.KINDS["boom"]
