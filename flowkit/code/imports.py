@@ -323,14 +323,26 @@ class ModuleClaims:
         self._by_name: dict[str, tuple[Path, str]] = {}
 
     def claim(self, reached: dict[str, set[Path]], who: str) -> list[str]:
-        """Note what ``who`` (``node 'x' (f.yaml:7)``) reached; a message for each clash."""
+        """Note what ``who`` (``node 'x' (f.yaml:7)``) reached; a message for each clash.
+
+        Two copies of one text (Prompt Flow folders that each carry the same ``utils.py``) are
+        no clash: either copy runs the same code. (A copy that reads files beside itself
+        through ``__file__`` would read the first copy's; that is what the cache key, keyed
+        by the text, assumes anyway.)"""
         problems = []
         for name in sorted(reached):
             for file in sorted(reached[name]):
                 first = self._by_name.setdefault(name, (file, who))
-                if first[0] != file:
+                if first[0] != file and not _same_text(first[0], file):
                     problems.append(_clash(name, file, *first))
         return problems
+
+
+def _same_text(one: Path, other: Path) -> bool:
+    try:
+        return one.read_bytes() == other.read_bytes()
+    except OSError:
+        return False
 
 
 def _clash(name: str, file: Path, other: Path, who: str) -> str:

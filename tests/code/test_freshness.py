@@ -210,3 +210,14 @@ def test_a_target_and_its_metric_flow_bringing_one_module_name_twice_are_refused
     assert [str(d) for d in err.value.diagnostics] == [
         _clash("a/metric.yaml:5: node 'n'", "a/helpers.py", "helpers.py", "--target 'app.py:app'")
     ]
+
+
+def test_flows_that_carry_the_same_text_under_one_module_name_run_together(
+    workdir: Path,
+) -> None:
+    # Prompt Flow folders often each carry the same utils.py: either copy runs the same code.
+    _same_named(workdir)
+    write(workdir / "b" / "helpers.py", "v = 'a'\n")  # b's copy now holds a's text
+    flow = load_flows(["a/f.yaml", "b/f.yaml"])
+    result = flowkit.run(flow, [{"x": 1}], cache_dir="c", name="both")
+    assert [r["outputs"] for r in result.rows()] == [{"flow_a": {"v": "a"}, "flow_b": {"v": "a"}}]
