@@ -1,11 +1,12 @@
 """What a run needs of a node result cache: the ``ResultCache`` protocol, and ``MISS``.
 
-The engine, the job and the scale-out workers hold a cache through this protocol only, so a
-store other than the SQLite one (``flowkit.cache.store.Cache``) can stand in. The behaviour they
-rely on is pinned by ``tests/cache/test_result_cache_contract.py``, run over every
-implementation: a value put is got back equal (as JSON: what a rerun replays), an unknown key is
-``MISS``, ``prefetch`` never changes what ``get`` answers, and ``flush`` and ``close`` may be
-called again.
+The engine holds a cache through this protocol only, so a store other than the SQLite one
+(``flowkit.cache.store.Cache``) can stand in there. The job and the scale-out workers make the
+SQLite one and also use what only it has (a worker's pending entries, sent to the driver).
+The behaviour the engine relies on is pinned by ``tests/cache/test_result_cache_contract.py``,
+run over every implementation: a value put is got back equal (as JSON: what a rerun replays),
+an unknown key is ``MISS``, ``prefetch`` never changes what ``get`` answers, and ``flush`` and
+``close`` may be called again.
 """
 
 from __future__ import annotations

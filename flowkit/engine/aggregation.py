@@ -157,12 +157,15 @@ def _clash(output: Any, agg: AggTask, owners: dict[str, str], qual: str) -> tupl
     if not taken:
         return None
     others = sorted({owners[f"{prefix}.{k}"] for k in taken})
-    declare = (
-        ""
-        if node_keys(agg.node.node) is not None
-        else "Declare each aggregate function's keys with @returns_keys (flowkit.metrics.keys), "
-        "so that validation finds this before the run. "
-    )
+    if agg.node.spec.metrics == "logged":  # its keys are the names it logs: no declaration
+        declare = "Log the metric under a name of its own. "
+    elif node_keys(agg.node.node) is None:
+        declare = (
+            "Declare each aggregate function's keys with @returns_keys (flowkit.metrics.keys), "
+            "so that validation finds this before the run. "
+        )
+    else:
+        declare = ""
     return "MetricKeyClash", (
         f"metric {'key' if len(taken) == 1 else 'keys'} {', '.join(map(repr, taken))} already "
         f"written by aggregate node {', '.join(map(repr, others))}, so none of this node's "

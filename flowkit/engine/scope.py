@@ -7,10 +7,13 @@ parsed at load time and a read is a dict lookup plus a short path walk.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowkit.engine.records import OK, SKIPPED, ErrorInfo
 from flowkit.flow.refs import MissingValue, Ref, walk
+
+if TYPE_CHECKING:
+    from flowkit.engine.sink import RunSink
 
 
 class Scope:
@@ -47,12 +50,10 @@ def when_holds(when: tuple[tuple[Ref, bool, Any], ...], scope: Scope) -> bool:
     return True
 
 
-def run_notices(writer: Any) -> list[str]:
+def run_notices(writer: RunSink) -> list[str]:
     """The run's notices list (run.json "notices"), made when the run has none yet: what the
     engine adds to it during the run is written when the run closes."""
-    info = getattr(writer, "info", None)
-    if not isinstance(info, dict):
-        return []
+    info = writer.info
     if not isinstance(info.get("notices"), list):
         info["notices"] = list(info.get("notices") or ())
     notices: list[str] = info["notices"]
@@ -69,11 +70,10 @@ class MissingKeys:
 
     __slots__ = ("_counts", "_index", "_info", "_notices")
 
-    def __init__(self, writer: Any) -> None:
+    def __init__(self, writer: RunSink) -> None:
         self._notices = run_notices(writer)
-        info = getattr(writer, "info", None)
-        self._info: dict[str, Any] | None = info if isinstance(info, dict) else None
-        kept = self._info.get("missing_keys") if self._info is not None else None
+        self._info: dict[str, Any] | None = writer.info
+        kept = self._info.get("missing_keys")
         # node → reference text → [what is wrong with it, reads that came back null]
         self._counts: dict[str, dict[str, list[Any]]] = kept if isinstance(kept, dict) else {}
         self._index: dict[str, int] = {}  # node → its warning's place in the notices

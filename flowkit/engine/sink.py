@@ -23,6 +23,12 @@ class RunSink(Protocol):
         """The run's id, written into every trace record."""
         ...
 
+    @property
+    def info(self) -> dict[str, Any]:
+        """The run's record (run.json's fields): what the engine adds to it while rows run
+        (``notices``, ``missing_keys``) is kept when the run closes."""
+        ...
+
     def trace(self, record: NodeRecord) -> None:
         """Keep one node's record for one row, after those traced before it."""
         ...

@@ -73,6 +73,8 @@ class MemoryWriter:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
+        self.info: dict[str, Any] = {}
+        """Unused: what a chunk notes comes back in ChunkResult, and the driver's run keeps it."""
         self.rows: list[tuple[int, dict[str, Any]]] = []
         self.traces: list[bytes] = []
 

@@ -114,3 +114,13 @@ def test_rows_given_in_any_order_are_read_back_by_index(opened: Opened) -> None:
         assert isinstance(opened.sink.maybe_flush(), bool)
     _, back = opened.finish()
     assert back == rows
+
+
+def test_the_runs_record_takes_what_the_engine_adds(opened: Opened) -> None:
+    # The engine adds warnings (and their counts) to the run's record while rows run: each sink
+    # hands out one dict that holds them, the same one each time.
+    info = opened.sink.info
+    assert isinstance(info, dict) and opened.sink.info is info
+    notices = info.setdefault("notices", [])
+    notices.append("warning: node 'n' returned no key 'x'")
+    assert opened.sink.info["notices"] == ["warning: node 'n' returned no key 'x'"]
