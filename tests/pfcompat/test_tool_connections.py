@@ -12,6 +12,7 @@ import pytest
 import flowkit
 from flowkit.errors import UsageError
 from flowkit.runs.folder import read_run_info
+from flowkit.runs.judging import changes, describe
 from flowkit.testing.server import LocalServer
 from tests.support import read_jsonl, write, write_jsonl
 
@@ -124,3 +125,26 @@ def test_a_resume_after_a_connection_named_by_the_data_changed_is_refused_naming
         "deployment": "m-c",
         "model": "judge-label",
     }
+
+
+def test_a_tool_entry_recorded_before_connections_were_named_reads_as_one() -> None:
+    """A run.json written before a tool's entry named its connections held its whole key under
+    ``model``: a resume reads it as today's entry, one phrase per change."""
+    before = {"ask": {"model": {"model": None, "connections": {"": {"deployment": "m-a"}}}}}
+    now = {
+        "ask": {
+            "model": None,
+            "connections": {"": {"deployment": "m-b"}, "az2": {"deployment": "m-c"}},
+        }
+    }
+    assert describe(changes(before, now)) == [
+        "node 'ask': connection (default): deployment m-a -> m-b, "
+        "connection az2: (not reached) -> deployment m-c"
+    ]
+    assert changes(before, {"ask": _normal_copy(before["ask"])}) == {}
+
+
+def _normal_copy(entry: dict[str, object]) -> dict[str, object]:
+    model = entry["model"]
+    assert isinstance(model, dict)
+    return {"model": model["model"], "connections": model["connections"]}
