@@ -9,11 +9,13 @@ folder (flowkit.runs.job). Whatever happens after the folder exists, it ends wit
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import contextlib
 import functools
 import inspect
 import os
 import time
+import types
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -114,6 +116,7 @@ def run(
     target: str | None = None,
     overwrite: bool = False,
     trace: Trace = "compact",
+    environment: collections.abc.Mapping[str, str] = types.MappingProxyType({}),
     settings: Settings | None = None,
     on_progress: Callable[[Stats], None] | None = None,
 ) -> RunResult:
@@ -129,7 +132,8 @@ def run(
     ``flow`` judges its answers (flowkit.flow.target). A run folder that already holds anything
     is refused unless ``overwrite`` is given (which replaces its run files only). ``trace`` is
     what traces.jsonl keeps: ``"full"``, or ``"compact"`` (python nodes' successes without
-    their inputs; see README, Traces).
+    their inputs; see README, Traces). ``environment``: variables set for the run and restored
+    after (the CLI's ``--environment-variables``; see flowkit.runs.environment).
     """
     given = locals()
     config = RunConfig.of(

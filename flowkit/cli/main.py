@@ -270,6 +270,7 @@ def run(
             target=target,
             overwrite=overwrite,
             trace=trace_level,
+            environment=habits.environment,
         )
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
@@ -296,6 +297,7 @@ _RUN_DEFINING = (
     "run_file",
     "flow_opt",
     "pf_connections",
+    "env_vars",
     "prior_run",
     "limit",
     "no_cache",

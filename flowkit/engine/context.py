@@ -75,9 +75,13 @@ class Stats:
 class RunContext:
     """What node kinds may use while running: settings, threads, the shared stats."""
 
-    def __init__(self, options: RunOptions, settings: Any = None) -> None:
+    def __init__(
+        self, options: RunOptions, settings: Any = None, environment: dict[str, str] | None = None
+    ) -> None:
         self.options = options
         self.settings = settings
+        self.environment = environment or {}
+        """The variables the run sets (RunConfig.environment): in its python nodes' keys."""
         self.threads = ThreadPoolExecutor(max_workers=max(4, options.concurrency))
         self.timeout = options.timeout
         self.flow_name = ""

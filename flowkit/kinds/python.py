@@ -112,14 +112,26 @@ def reaches_models(node: Node) -> bool:
     return getattr(getattr(node.impl, "fn", None), "__flowkit_models__", None) is not None
 
 
-def _reached_models(node: Node, ctx: Any) -> Binding:
-    """The models a tool's chat calls reach change its result as an llm node's model does:
-    they enter the key (flowkit.pfcompat.connections.models_reached)."""
+def _run_parts(node: Node, ctx: Any) -> Binding:
+    """What a run adds to a python node's key.
+
+    The models a tool's chat calls reach change its result as an llm node's model does
+    (flowkit.pfcompat.connections.models_reached): a connection parameter given a literal name
+    reaches that connection; one given a reference (``${inputs.conn}``) may reach any, so every
+    configured connection is in the key. The variables the run sets (``environment``, the CLI's
+    ``--environment-variables``) are set precisely to change what code does: in every python
+    node's key.
+    """
+    parts: dict[str, Any] = {}
     models = getattr(getattr(node.impl, "fn", None), "__flowkit_models__", None)
-    if models is None:
-        return Binding()
-    literal = {param: value for param, ref, value in node.inputs if ref is None}
-    return Binding(key_parts={"models": models(ctx.settings, literal)})
+    if models is not None:
+        literal = {param: value for param, ref, value in node.inputs if ref is None}
+        dynamic = frozenset(param for param, ref, _ in node.inputs if ref is not None)
+        parts["models"] = models(ctx.settings, literal, dynamic)
+    environment = getattr(ctx, "environment", None)
+    if environment:
+        parts["environment"] = dict(sorted(environment.items()))
+    return Binding(key_parts=parts) if parts else Binding()
 
 
 @register
@@ -132,7 +144,7 @@ class PythonKind(Kind):
         return _compile_function(node, base_dir, ctx)
 
     def prepare(self, node: Node, ctx: Any) -> Binding:
-        return _reached_models(node, ctx)
+        return _run_parts(node, ctx)
 
     def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         with collecting_calls(getattr(ctx, "settings", None)) as calls:
@@ -164,7 +176,7 @@ class AggregateKind(Kind):
         return None if compiled is None else Compiled(compiled.impl, compiled.key_parts)
 
     def prepare(self, node: Node, ctx: Any) -> Binding:
-        return _reached_models(node, ctx)  # a Prompt Flow aggregation tool may call a model
+        return _run_parts(node, ctx)  # a Prompt Flow aggregation tool may call a model
 
     def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
         impl: _Callable = node.impl

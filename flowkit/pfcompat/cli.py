@@ -51,6 +51,8 @@ def habits_of(
     base.mapping = {**base.mapping, **pairs(mapping_pairs, "--column-mapping")}
     base.connections = [*base.connections, *conn_pairs]
     base.environment = {**base.environment, **pairs(list(env_vars), "--environment-variables")}
+    # Set in this process now, as Prompt Flow does, so that code imported while the flow loads
+    # sees them too; the run records them and sets them again (RunConfig.environment).
     apply_environment(base.environment)
     base.model, base.connection = model_overrides(base.connections)
     return base

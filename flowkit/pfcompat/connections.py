@@ -13,7 +13,9 @@ tool started itself, which has no context, uses the run in progress in the proce
 
 A tool whose code calls models is keyed, like an llm node, by the models it can reach
 (:func:`models_reached`): the run's model (``--model``) and, for each connection it is given
-and the default one, the model and deployment that connection resolves to. The server's
+and the default one, the model and deployment that connection resolves to. A connection
+parameter whose name comes from the data (``${inputs.conn}``) may be any connection: every
+configured one is in the key then. The server's
 address stays out of the key, as for llm nodes (a cache survives moving between equivalent
 endpoints).
 """
@@ -73,10 +75,17 @@ def endpoint_for(name: str | None, model: str | None = None, settings: Any = Non
     return settings.resolve(known, model or settings.default_model or "gpt-4")
 
 
-def models_reached(settings: Any, names: list[str | None]) -> dict[str, Any]:
+def models_reached(settings: Any, names: list[str | None], every: bool = False) -> dict[str, Any]:
     """What the chat calls of a tool given the connections ``names`` can reach, for its cache
-    key: the run's model, and each connection's (and the default's) model and deployment."""
+    key: the run's model, and each connection's (and the default's) model and deployment.
+
+    ``every``: a connection parameter is not a literal (a reference to the data or another
+    node), so the tool may be handed any configured connection: each one's is in the key. A
+    change to any of them reruns the node; over-eager, but never a stale or foreign answer.
+    """
     settings = settings or run_settings()
+    if every:
+        names = [*names, *sorted(settings.connections)]
     reached: dict[str, Any] = {}
     for name in dict.fromkeys([*names, None]):
         try:

@@ -166,6 +166,13 @@ def _session(job: WorkerJob, cache_dir: Path) -> Any:
 
 def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     """Run one chunk of mapped rows in this worker; return everything it produced."""
+    from flowkit.runs.environment import run_environment
+
+    with run_environment(job.config.environment):  # a worker process has its own
+        return _run_chunk(job, rows)
+
+
+def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     from flowkit.cache.store import Cache, default_cache_dir
     from flowkit.engine.bound import timings
     from flowkit.engine.context import RunContext
@@ -185,7 +192,7 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
             embedding_model=config.embedding_model,
         )
         settings = _share(loaded, config.workers, config.backend in IN_PROCESS)
-    ctx = RunContext(options, settings)
+    ctx = RunContext(options, settings, config.environment)
     bound = bind(flow, ctx)  # this chunk's own binding: the cached flow is never written to
     cache = None
     directory = Path(config.cache_dir) if config.cache_dir else default_cache_dir()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 from pydantic import ValidationError as PydanticError
 
 from flowkit.engine.context import RunOptions
@@ -72,6 +72,8 @@ class RunConfig(BaseModel):
     """Replace the run files of an existing run folder."""
     trace: Trace = "compact"
     """What traces.jsonl keeps: everything, or python nodes' successes without their inputs."""
+    environment: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    """Environment variables set for the run (and restored after); in python nodes' keys."""
 
     @model_validator(mode="after")
     def _scheduler_needs_a_cluster(self) -> RunConfig:

@@ -30,6 +30,7 @@ from flowkit.errors import DataError, FlowkitError, UsageError, did_you_mean, di
 from flowkit.flow.graph import Flow
 from flowkit.llm.session import current_session, run_session
 from flowkit.runs.config import RunConfig
+from flowkit.runs.environment import run_environment
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
@@ -78,10 +79,11 @@ def make_job(
             "endpoints through the environment or flowkit.yaml"
         )
     maps.check(peek_columns(data_path))
-    settings = _settings(flow, config, settings)
     options = config.run_options()
-    ctx = RunContext(options, settings)
-    bound = bind(flow, ctx)
+    with run_environment(config.environment):  # what settings and endpoints read
+        settings = _settings(flow, config, settings)
+        ctx = RunContext(options, settings, config.environment)
+        bound = bind(flow, ctx)
     _check_refresh(flow, options.refresh)
     return Job(flow, data_path, maps, config, options, ctx, settings, on_progress, bound=bound)
 
@@ -108,10 +110,15 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     The run's model calls, aggregates' included, go through its own session
     (``flowkit.llm.session``: schedulers, clients, endpoint memory); endpoints open where their
     last run left off, and its findings are kept for the next beside the cache
-    (``flowkit.llm.memory``).
+    (``flowkit.llm.memory``). The variables the run sets are set for it and restored after
+    (flowkit.runs.environment).
     """
     cache_dir = Path(job.config.cache_dir) if job.config.cache_dir else default_cache_dir()
-    with importable(job.flow.import_path), run_session(cache_dir):
+    with (
+        run_environment(job.config.environment),
+        importable(job.flow.import_path),
+        run_session(cache_dir),
+    ):
         return _execute(job, writer, kept=kept)
 
 

@@ -21,7 +21,9 @@ from flowkit.errors import UsageError
 
 Judging = dict[str, dict[str, Any]]
 """Qualified node name → its ``model``, ``deployment`` (an Azure connection's, when it pins
-one), ``params`` and ``prompt`` (sha256 of the text)."""
+one), ``params`` and ``prompt`` (sha256 of the text). A Prompt Flow tool's has, instead of a
+deployment, ``connections``: each connection its chat calls may reach (``""``: the default)
+→ its ``model`` and ``deployment``, or None where it is not configured."""
 
 
 def judging(bound: BoundFlow) -> Judging:
@@ -35,7 +37,7 @@ def judging(bound: BoundFlow) -> Judging:
         parts = {**node.node.key_parts, **node.run_parts}
         if not calls_endpoint(node) and "model" not in parts and "models" not in parts:
             continue
-        entry: dict[str, Any] = {"model": parts.get("model", parts.get("models"))}
+        entry: dict[str, Any] = _reached(parts.get("models")) or {"model": parts.get("model")}
         if "deployment" in parts:  # an Azure deployment picks the model the calls reach
             entry["deployment"] = parts["deployment"]
         params = getattr(node.spec, "params", None)
@@ -58,6 +60,7 @@ def changes(before: Judging, now: Judging) -> dict[str, list[str]]:
         if new is None:
             out[node] = ["no longer calls a model"]
             continue
+        old, new = _normal(old), _normal(new)
         what: list[str] = []
         if old.get("model") != new.get("model"):
             what.append(f"model {old.get('model')} -> {new.get('model')}")
@@ -66,6 +69,7 @@ def changes(before: Judging, now: Judging) -> dict[str, list[str]]:
                 f"deployment {old.get('deployment') or '(none)'} -> "
                 f"{new.get('deployment') or '(none)'}"
             )
+        what += _connection_changes(old.get("connections"), new.get("connections"))
         old_params, new_params = old.get("params") or {}, new.get("params") or {}
         for key in sorted(old_params.keys() | new_params.keys()):
             if old_params.get(key, _UNSET) != new_params.get(key, _UNSET):
@@ -116,6 +120,47 @@ def rerun_notice(flow: str, changed: dict[str, list[str]], cached: bool) -> str:
 
 
 _UNSET = object()
+
+
+def _reached(models: Any) -> dict[str, Any] | None:
+    """A tool's entry from what its key says it reaches (pfcompat.connections.models_reached)."""
+    if not isinstance(models, dict) or not isinstance(models.get("connections"), dict):
+        return None
+    return {"model": models.get("model"), "connections": dict(models["connections"])}
+
+
+def _normal(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry as this version writes it: a run.json written before a tool's entry named its
+    connections held the whole key under ``model``."""
+    return {**entry, **(_reached(entry.get("model")) or {})}
+
+
+def _connection_changes(old: Any, new: Any) -> list[str]:
+    """``connection az2: deployment m-b -> m-c``, one phrase per connection and field."""
+    old, new = old or {}, new or {}
+    what: list[str] = []
+    for name in sorted(old.keys() | new.keys()):
+        label = f"connection {name or '(default)'}"
+        before, now = old.get(name, _UNSET), new.get(name, _UNSET)
+        if before is _UNSET or now is _UNSET or before is None or now is None:
+            if before != now:
+                what.append(f"{label}: {_configured(before)} -> {_configured(now)}")
+            continue
+        for field in sorted(before.keys() | now.keys()):
+            if before.get(field) != now.get(field):
+                what.append(
+                    f"{label}: {field} {before.get(field) or '(none)'} -> "
+                    f"{now.get(field) or '(none)'}"
+                )
+    return what
+
+
+def _configured(reached: Any) -> str:
+    if reached is _UNSET:
+        return "(not reached)"
+    if reached is None:
+        return "(not configured)"
+    return ", ".join(f"{k} {v or '(none)'}" for k, v in sorted(reached.items()))
 
 
 def _shown(value: Any) -> str:

@@ -76,15 +76,19 @@ def _calls_models(fn: Callable[..., Any]) -> bool:
 
 def _models_key(
     conn_params: dict[str, list[type[_Connection]]],
-) -> Callable[[Any, dict[str, Any]], Any]:
+) -> Callable[[Any, dict[str, Any], frozenset[str]], Any]:
     """For the node's cache key: the models the tool's chat calls reach, given the run's
-    settings and the node's literal inputs (the connection names it is given)."""
+    settings, the node's literal inputs (the connection names it is given) and the names of
+    its inputs that are references (a connection named by the data may be any of them)."""
 
-    def models(settings: Any, literal_inputs: dict[str, Any]) -> Any:
+    def models(settings: Any, literal_inputs: dict[str, Any], dynamic: frozenset[str]) -> Any:
         from flowkit.pfcompat.connections import models_reached
 
         names = [literal_inputs.get(p) for p in conn_params]
-        return models_reached(settings, [n if isinstance(n, str) else None for n in names])
+        every = any(p in dynamic for p in conn_params)
+        return models_reached(
+            settings, [n if isinstance(n, str) else None for n in names], every=every
+        )
 
     return models
 
