@@ -47,7 +47,7 @@ from flowkit.runs.folder import (
 )
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
 from flowkit.runs.judging import changes, judging, refusal, rerun_notice
-from flowkit.runs.resume import data_fingerprint
+from flowkit.runs.resume import data_fingerprint, prior_fingerprint
 
 __all__ = ["Interrupted", "RunConfig", "RunResult", "arun", "resume", "run", "run_configured"]
 
@@ -246,6 +246,7 @@ def _start(
             "data_fingerprint": data_fingerprint(data_path),
             "mapping": config.mapping or {},
             "prior_run": config.prior_run,
+            "prior_fingerprint": prior_fingerprint(prior) if prior else None,
             "timeout": config.timeout,
             "model": config.model,
             "connection": config.connection,
@@ -346,6 +347,13 @@ def _resume(
             hint="restore the data the run read, or start a new run",
         )
     prior = Path(config.prior_run) if config.prior_run else None
+    recorded = inv.get("prior_fingerprint")
+    if prior is not None and recorded is not None and prior_fingerprint(prior) != recorded:
+        raise UsageError(
+            f"{where}: earlier run {config.prior_run} changed since the run (its outputs are "
+            "this run's data)",
+            hint="restore that run's folder, or start a new run",
+        )
     job = make_job(
         flow, data_path, Mapping(flow, config.mapping or None, prior), config, settings, on_progress
     )

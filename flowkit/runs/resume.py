@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flowkit.data.jsonl import raw_records
+from flowkit.data.jsonl import FOREIGN_OUTPUTS, raw_records
 from flowkit.engine.bound import BoundFlow
 from flowkit.engine.context import Stats
 from flowkit.engine.executor import Executor
@@ -36,6 +36,13 @@ def data_fingerprint(path: Path) -> dict[str, Any]:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def prior_fingerprint(run_dir: Path) -> dict[str, Any]:
+    """What ``${run.outputs.x}`` read of an earlier run: its rows are this run's data too, so a
+    resume must read the same (an app run again into that folder would mix two versions)."""
+    files = ["outputs.jsonl", "inputs.jsonl", str(FOREIGN_OUTPUTS)]
+    return {f: data_fingerprint(run_dir / f) for f in files if (run_dir / f).is_file()}
 
 
 @dataclass(slots=True)

@@ -305,3 +305,34 @@ def test_cli_resume_takes_no_flow_data_or_run_defining_options(project: Path) ->
     missing = CliRunner().invoke(main, ["run", "--data", "data.jsonl"])
     assert missing.exit_code == 2
     assert "error: run needs a FLOW and --data (or --resume RUN)" in missing.stderr
+
+
+def test_resume_refuses_an_earlier_run_whose_outputs_changed(workdir: Path) -> None:
+    # An evaluation reads an app run's outputs (--run): running the app again into that folder
+    # must not let a resume judge v2 answers beside v1 ones.
+    write(workdir / "app.py", "def answer(q):\n    return 'v1-' + q\n")
+    write(
+        workdir / "app.yaml",
+        "name: app\ninputs: {q: {type: string}}\noutputs: {answer: ${a.output}}\nnodes:\n"
+        "  - {name: a, type: python, source: app.py, function: answer, inputs: {q: ${inputs.q}}}\n",
+    )
+    write(workdir / "ev.py", "def ev(answer):\n    return len(answer)\n")
+    write(
+        workdir / "ev.yaml",
+        "name: ev\ninputs: {answer: {type: string}}\noutputs: {n: ${e.output}}\nnodes:\n"
+        "  - {name: e, type: python, source: ev.py, function: ev,\n"
+        "     inputs: {answer: ${inputs.answer}}}\n",
+    )
+    data = write_jsonl(workdir / "d.jsonl", [{"q": "a"}, {"q": "b"}])
+    flowkit.run("app.yaml", data, output="appA")
+    mapping = {"answer": "${run.outputs.answer}"}
+    flowkit.run("ev.yaml", data, prior_run="appA", mapping=mapping, output="evE")
+    flowkit.resume("evE")  # unchanged: nothing to refuse
+    write(workdir / "app.py", "def answer(q):\n    return 'v2-' + q\n")
+    flowkit.run("app.yaml", data, output="appA", overwrite=True)
+    with pytest.raises(UsageError) as refused:
+        flowkit.resume("evE")
+    assert str(refused.value) == (
+        f"run 'evE': earlier run {workdir / 'appA'} changed since the run (its outputs are this "
+        "run's data)\n  hint: restore that run's folder, or start a new run"
+    )
