@@ -44,15 +44,15 @@ class RunConfig(BaseModel):
     """Where the cache lives; None is the default (FLOWKIT_CACHE_DIR or the user cache)."""
     output: str | None = None
     """The run folder to write; None makes one under ``runs_root``."""
-    name: str | None = None
+    name: str | None = Field(None, min_length=1)
     """The run's name (its folder under ``runs_root``)."""
     runs_root: str = "runs"
     """Where run folders are made and run names are looked up."""
-    model: str | None = None
+    model: str | None = Field(None, min_length=1)
     """Chat model for llm nodes that pin none."""
-    connection: str | None = None
+    connection: str | None = Field(None, min_length=1)
     """Connection (from flowkit.yaml) for llm nodes that pin none."""
-    embedding_model: str | None = None
+    embedding_model: str | None = Field(None, min_length=1)
     """Embeddings model for embedding nodes that pin none."""
     timeout: float | None = Field(None, gt=0, strict=True)
     """Seconds per model request; None keeps the connection's setting."""
@@ -66,7 +66,7 @@ class RunConfig(BaseModel):
     """Rows sent to a worker at a time, with a backend other than local."""
     strict: bool = Field(False, strict=True)
     """Read every data row first and stop before running if any is bad."""
-    target: str | None = None
+    target: str | None = Field(None, min_length=1)
     """An app (``module:function`` or an app flow) called per row, whose answers are judged."""
     overwrite: bool = Field(False, strict=True)
     """Replace the run files of an existing run folder."""

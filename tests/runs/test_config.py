@@ -98,6 +98,10 @@ def test_importing_flowkit_loads_neither_the_api_nor_pydantic() -> None:
             "bad run option concurrency: input should be a valid integer, not True; use_cache: "
             "input should be a valid boolean, not 'no'",
         ),
+        (  # an empty name is no model: it would fall back to the environment's unseen
+            {"model": ""},
+            "bad run option model: string should have at least 1 character, not ''",
+        ),
         (
             {"scheduler": "tcp://10.0.0.1:8786"},
             "bad run option scheduler 'tcp://10.0.0.1:8786' goes with backend dask or ray, "
