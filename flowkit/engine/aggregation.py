@@ -26,6 +26,7 @@ from flowkit.flow.wiring import COLLISION_FIX
 
 if TYPE_CHECKING:
     from flowkit.engine.executor import AggTask, Executor
+    from flowkit.engine.sink import RunSink
     from flowkit.flow.graph import Node
 
 AGGREGATE_LINE = -1
@@ -179,7 +180,7 @@ def _bare(
     key: str,
     value: Any,
     qual: str,
-    writer: Any,
+    writer: RunSink,
 ) -> None:
     """Report ``key`` unprefixed, unless another aggregate of the run writes it too: a gate or a
     dashboard on the bare name would read whichever flow came first."""

@@ -15,11 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowkit.flow.graph import Flow, Node
 from flowkit.flow.refs import Ref
 from flowkit.flow.spec import FlowSpec, InputSpec
+
+if TYPE_CHECKING:
+    from flowkit.llm.endpoint import Endpoint
 
 SLOW_CALL_SECONDS = 0.005
 """An inline (non-blocking) python function slower than this a call, on average over the run,
@@ -43,7 +46,7 @@ class BoundNode:
     """The frozen node it binds."""
     qual: str
     """Its qualified name in the flow tree (`suite.judge`), as traces and --refresh name it."""
-    endpoint: Any
+    endpoint: Endpoint | None
     """The model endpoint the run resolved for it (llm, embedding); None for other kinds."""
     run_parts: Mapping[str, Any]
     """The run-time part of its cache key (the model), beside the node's load-time parts."""
@@ -66,6 +69,12 @@ class BoundNode:
     @property
     def is_aggregate(self) -> bool:
         return self.kind == "aggregate"
+
+    def model_endpoint(self) -> Endpoint:
+        """The endpoint this run bound for the node: only kinds that call one have it."""
+        if self.endpoint is None:
+            raise RuntimeError(f"node {self.qual!r} has no model endpoint bound for this run")
+        return self.endpoint
 
     def refs(self) -> list[Ref]:
         return self.node.refs()

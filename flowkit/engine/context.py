@@ -6,7 +6,10 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flowkit.llm.config import Settings
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,10 @@ class RunContext:
     """What node kinds may use while running: settings, threads, the shared stats."""
 
     def __init__(
-        self, options: RunOptions, settings: Any = None, environment: dict[str, str] | None = None
+        self,
+        options: RunOptions,
+        settings: Settings | None = None,
+        environment: dict[str, str] | None = None,
     ) -> None:
         self.options = options
         self.settings = settings
@@ -89,3 +95,13 @@ class RunContext:
         self.batchers: dict[int, Any] = {}
         """Per embedding node (by its ``BoundNode``'s id, so per run), the batcher collecting
         texts across rows."""
+
+    def model_settings(self) -> Settings:
+        """The run's model settings, loaded before ``prepare`` for kinds that call an endpoint
+        (``calls_endpoint``); a kind that reads them without saying so is told here."""
+        if self.settings is None:
+            raise RuntimeError(
+                "no model settings were loaded for this run: a kind that calls a model endpoint "
+                "says so with calls_endpoint = True"
+            )
+        return self.settings

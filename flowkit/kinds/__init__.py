@@ -26,9 +26,11 @@ if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
     from flowkit.engine.bound import BoundNode
+    from flowkit.engine.context import RunContext
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
     from flowkit.flow.spec import NodeSpec
+    from flowkit.llm.endpoint import Endpoint
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -49,7 +51,7 @@ class Compiled:
 class Binding:
     """What one run makes of a node (see flowkit.engine.bound.BoundNode)."""
 
-    endpoint: Any = None
+    endpoint: Endpoint | None = None
     """The model endpoint the run's settings resolve for the node."""
     key_parts: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     """What the run adds to the node's cache key (the model; never the server address)."""
@@ -87,15 +89,15 @@ class Kind:
         """What the node compiles to; None after reporting its problems to ``ctx``."""
         return Compiled()
 
-    def prepare(self, node: Node, ctx: Any) -> Binding:
+    def prepare(self, node: Node, ctx: RunContext) -> Binding:
         """What a run (``ctx``) makes of the node before any row runs; raise UsageError."""
         return Binding()
 
-    def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: RunContext) -> NodeResult:
         """Run a node whose ``is_async`` is False, inline in the event loop's thread."""
         raise NotImplementedError
 
-    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: RunContext) -> NodeResult:
         """Run a node whose ``is_async`` is True; the executor makes it a task."""
         return self.run_sync(node, inputs, ctx)
 

@@ -15,6 +15,7 @@ from flowkit.kinds import Binding, Compiled, Kind, NodeResult, register
 
 if TYPE_CHECKING:
     from flowkit.engine.bound import BoundNode
+    from flowkit.engine.context import RunContext
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
 
@@ -25,7 +26,7 @@ class _Batcher:
     """Collects texts for a short while, then embeds them in one request. One per bound node,
     so per run (``RunContext.batchers``)."""
 
-    def __init__(self, node: BoundNode, ctx: Any) -> None:
+    def __init__(self, node: BoundNode, ctx: RunContext) -> None:
         self.node, self.ctx = node, ctx
         self.queue: list[tuple[str, asyncio.Future[Any]]] = []
         self.timer: asyncio.TimerHandle | None = None
@@ -51,7 +52,7 @@ class _Batcher:
     async def _send(self, batch: list[tuple[str, asyncio.Future[Any]]]) -> None:
         from flowkit.llm.client import embed
 
-        endpoint = self.node.endpoint
+        endpoint = self.node.model_endpoint()
         try:
             result = await embed(
                 endpoint,
@@ -83,8 +84,8 @@ class EmbeddingKind(Kind):
             return None
         return Compiled(is_async=True)
 
-    def prepare(self, node: Node, ctx: Any) -> Binding:
-        endpoint = ctx.settings.check_embedding(
+    def prepare(self, node: Node, ctx: RunContext) -> Binding:
+        endpoint = ctx.model_settings().check_embedding(
             ctx.flow_name,
             node.name,
             node.spec.connection,
@@ -93,7 +94,7 @@ class EmbeddingKind(Kind):
         )
         return Binding(endpoint, endpoint.reached(chat=False))
 
-    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: RunContext) -> NodeResult:
         text = inputs["text"]
         if not isinstance(text, str):
             raise TypeError(f"embedding input 'text' must be a string, got {type(text).__name__}")
@@ -102,5 +103,5 @@ class EmbeddingKind(Kind):
             batcher = ctx.batchers[id(node)] = _Batcher(node, ctx)
         vector, usage = await batcher.submit(text)
         return NodeResult(
-            vector, llm={"model": node.endpoint.model, "messages": [], "usage": usage}
+            vector, llm={"model": node.model_endpoint().model, "messages": [], "usage": usage}
         )

@@ -20,6 +20,7 @@ from flowkit.kinds import Binding, Compiled, Kind, NodeResult, register
 
 if TYPE_CHECKING:
     from flowkit.engine.bound import BoundNode
+    from flowkit.engine.context import RunContext
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
 
@@ -108,10 +109,10 @@ class LlmKind(Kind):
             LlmImpl(template, node.spec.prompt, rich), {"prompt": template.source}, is_async=True
         )
 
-    def prepare(self, node: Node, ctx: Any) -> Binding:
-        spec = node.spec
-        model = spec.model or (None if ctx.settings.default_model else spec.model_default)
-        endpoint = ctx.settings.check(
+    def prepare(self, node: Node, ctx: RunContext) -> Binding:
+        spec, settings = node.spec, ctx.model_settings()
+        model = spec.model or (None if settings.default_model else spec.model_default)
+        endpoint = settings.check(
             ctx.flow_name,
             node.name,
             spec.connection,
@@ -122,7 +123,7 @@ class LlmKind(Kind):
         # address does not: a cache is meant to survive moving between equivalent endpoints.
         return Binding(endpoint, endpoint.reached())
 
-    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: RunContext) -> NodeResult:
         each = node.spec.for_each
         if each is None:
             output, meta = await _ask(node, inputs, ctx)
@@ -137,7 +138,7 @@ class LlmKind(Kind):
             for k, v in meta["usage"].items():
                 usage[k] = usage.get(k, 0) + v
         meta = {
-            "model": done[0][1]["model"] if done else node.endpoint.model,
+            "model": done[0][1]["model"] if done else node.model_endpoint().model,
             "request": done[0][1]["request"] if done else None,
             "messages": [{"item": i, "messages": m["messages"]} for i, (_, m) in enumerate(done)],
             "usage": usage,
@@ -156,13 +157,15 @@ def _shown(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "extra_headers": {k: "****" for k in headers}}
 
 
-async def _ask(node: BoundNode, inputs: dict[str, Any], ctx: Any) -> tuple[Any, dict[str, Any]]:
+async def _ask(
+    node: BoundNode, inputs: dict[str, Any], ctx: RunContext
+) -> tuple[Any, dict[str, Any]]:
     """One rendered prompt, asked until readable (``retries_on_invalid``); (output, trace meta)."""
     from flowkit.llm.client import chat
 
     impl: LlmImpl = node.impl
     messages = impl.template.render(inputs)
-    endpoint = node.endpoint
+    endpoint = node.model_endpoint()
     params = dict(node.spec.params)
     usage: dict[str, int] = {}
     asked = 0

@@ -27,6 +27,7 @@ from flowkit.kinds.metric_log import collecting
 
 if TYPE_CHECKING:
     from flowkit.engine.bound import BoundNode, CallTiming
+    from flowkit.engine.context import RunContext
     from flowkit.flow.graph import Node
     from flowkit.flow.loader import LoadContext
 
@@ -112,7 +113,7 @@ def reaches_models(node: Node) -> bool:
     return getattr(getattr(node.impl, "fn", None), "__flowkit_models__", None) is not None
 
 
-def _run_parts(node: Node, ctx: Any) -> Binding:
+def _run_parts(node: Node, ctx: RunContext) -> Binding:
     """What a run adds to a python node's key.
 
     The models a tool's chat calls reach change its result as an llm node's model does
@@ -143,15 +144,15 @@ class PythonKind(Kind):
     def compile(self, node: Node, base_dir: Path, ctx: LoadContext) -> Compiled | None:
         return _compile_function(node, base_dir, ctx)
 
-    def prepare(self, node: Node, ctx: Any) -> Binding:
+    def prepare(self, node: Node, ctx: RunContext) -> Binding:
         return _run_parts(node, ctx)
 
-    def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: RunContext) -> NodeResult:
         with collecting_calls(getattr(ctx, "settings", None)) as calls:
             output = _call(node.impl, inputs, node.timing)
         return NodeResult(output, llm=as_llm_meta(calls))
 
-    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    async def run(self, node: BoundNode, inputs: dict[str, Any], ctx: RunContext) -> NodeResult:
         impl: _Callable = node.impl
         with collecting_calls(getattr(ctx, "settings", None)) as calls:
             if impl.is_coroutine:
@@ -175,10 +176,10 @@ class AggregateKind(Kind):
         compiled = _compile_function(node, base_dir, ctx)
         return None if compiled is None else Compiled(compiled.impl, compiled.key_parts)
 
-    def prepare(self, node: Node, ctx: Any) -> Binding:
+    def prepare(self, node: Node, ctx: RunContext) -> Binding:
         return _run_parts(node, ctx)  # a Prompt Flow aggregation tool may call a model
 
-    def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: Any) -> NodeResult:
+    def run_sync(self, node: BoundNode, inputs: dict[str, Any], ctx: RunContext) -> NodeResult:
         impl: _Callable = node.impl
         # Its model calls go to the run's model and session, as a python node's do.
         with collecting() as logged, collecting_calls(getattr(ctx, "settings", None)) as calls:

@@ -69,7 +69,7 @@ def echo_model() -> Iterator[None]:
         calls_endpoint = True
 
         def prepare(self, node: Node, ctx: Any) -> Binding:
-            endpoint = ctx.settings.check(
+            endpoint = ctx.model_settings().check(
                 ctx.flow_name, node.name, None, node.spec.model, ctx.options.concurrency
             )
             return Binding(endpoint=endpoint, key_parts={"model": endpoint.model})
