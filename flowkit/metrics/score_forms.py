@@ -38,12 +38,18 @@ _REASON_TAG = re.compile(r"<(reason|reasoning|explanation|rationale)>(.*?)</\1>"
 _SEVERITY = re.compile(
     r"\bseverity(?:[ \t]+(?:level|label))?[ \t]*(?:is\b|[:=])[ \t]*(?P<val>[^\n.,;()]+)", re.I
 )
-_REFUSAL = re.compile(
-    r"[\W_]*(?:no[,.!]?\s+)?(?:i\s*['’]?\s*m\s+(?:sorry|unable|not\s+able)|i\s+am\s+(?:sorry|unable"
-    r"|not\s+able)|sorry\b|i\s+apologi[sz]e|as\s+an\s+ai\b|i\s+(?:can(?:not|['’]t)|won['’]t|will"
-    r"\s+not)\s+(?:help|assist|comply|provide|fulfil|evaluate|rate|score|answer|do\s+that))",
-    re.I,
+# A refusal opens with an apology or a statement that the judge cannot do the task. A leading
+# "no" is skipped only where it is no verdict: every chain that reads verdicts reads them first,
+# and after a verdict an apology is only manners ("No, sorry, the answer is off topic" is a no)
+# while a statement of inability is still a refusal ("No, I cannot evaluate this").
+_APOLOGY = r"i\s*['’]?\s*m\s+sorry|i\s+am\s+sorry|sorry\b|i\s+apologi[sz]e"
+_INABILITY = (
+    r"i\s*['’]?\s*m\s+(?:unable|not\s+able)|i\s+am\s+(?:unable|not\s+able)|as\s+an\s+ai\b"
+    r"|i\s+(?:can(?:not|['’]t)|won['’]t|will\s+not)\s+(?:help|assist|comply|provide|fulfil"
+    r"|evaluate|rate|score|answer|do\s+that)"
 )
+_REFUSAL = re.compile(rf"[\W_]*(?:no[,.!]?\s+)?(?:{_APOLOGY}|{_INABILITY})", re.I)
+_DECLINES = re.compile(rf"[\W_]*(?:(?:{_APOLOGY})[\W_]*)?(?:{_INABILITY})", re.I)
 _LEADING_BRACE = re.compile(r"\s*(?:```[A-Za-z]*\s*)?\{")
 _REASON_LABEL = re.compile(
     r"^\s*(?:#{1,6}\s*)?(?:reason|reasoning|explanation|rationale|justification|feedback|"
@@ -85,10 +91,23 @@ class ReadConfig:
     tag: str | None
     yes_no: dict[str, float]
     levels: tuple[str, ...]
+    own_words: bool = False  # the node gave its own yes_no mapping
 
     @property
     def scale(self) -> str:
         return f"{tidy(self.lo)}–{tidy(self.hi)}"
+
+    @property
+    def takes_verdicts(self) -> bool:
+        """Whether a yes/no reply can be read as a score on this scale: the node's own mapping
+        says what the words are worth, but the default one (yes 1, no 0) is a score only on a
+        scale whose ends are exactly those values: "Yes" on 1–5 is not the worst score."""
+        values = self.yes_no.values()
+        return self.own_words or (self.lo, self.hi) == (min(values), max(values))
+
+    @property
+    def off_scale(self) -> str:
+        return f"a yes/no reply on a {self.scale} scale (yes_no maps yes to 1 and no to 0)"
 
 
 @overload

@@ -34,12 +34,13 @@ from flowkit.metrics.verdicts import _both, _yes_no_reader, verdict_words
 _Reader = Callable[[_Reply, ReadConfig], "Reading | None"]
 _NUMBER: tuple[_Reader, ...] = (_read_labelled, _read_ratio, _read_bare)
 _CHAINS: dict[str, tuple[_Reader, ...]] = {
-    "auto": (_read_json, _read_tag, _read_heading, *_NUMBER, _read_refusal, _yes_no_reader(True)),
+    # A verdict is read before a refusal is looked for: "No, sorry, it is off topic" is a no.
+    "auto": (_read_json, _read_tag, _read_heading, *_NUMBER, _yes_no_reader(True), _read_refusal),
     "number": (*_NUMBER, _read_refusal),
     "json": (_read_json, _read_refusal),
     "result_heading": (_read_heading, _read_refusal),
     "tag": (_read_tag, _read_refusal),
-    "yes_no": (_read_refusal, _yes_no_reader(False)),
+    "yes_no": (_yes_no_reader(False), _read_refusal),
     "severity": (
         partial(_read_json, keys=_SEVERITY_KEYS),
         _read_sev_labelled,
@@ -58,6 +59,8 @@ def _read_contains(raw: str, cfg: ReadConfig) -> Reading:
     first = _yes_no_reader(False)(_Reply(raw, norm), cfg)
     if first is not None:
         return first
+    if not cfg.takes_verdicts:
+        return Reading(error=cfg.off_scale, reason=_clean(raw))
     found = {word: cfg.yes_no[word] for word in verdict_words(norm, cfg.yes_no)}
     if len(set(found.values())) > 1:
         top = max(found, key=lambda w: found[w])

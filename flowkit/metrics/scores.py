@@ -137,7 +137,8 @@ def _check_config(
     if not names or not all(isinstance(n, str) and n.strip() for n in names):
         raise UsageError("levels must be a non-empty list of labels, mildest first")
     words = {str(k).strip().lower(): float(v) for k, v in mapping.items()}
-    return ReadConfig(float(lo), float(hi), mode, bool(integer), tag or None, words, names)
+    own = yes_no is not None
+    return ReadConfig(float(lo), float(hi), mode, bool(integer), tag or None, words, names, own)
 
 
 def _threshold(threshold: Any, levels: Sequence[str]) -> float:
@@ -225,10 +226,10 @@ def parse_score(
         Reading(error=CUT_OFF) if is_cut else read_one(s, cfg)
         for s, is_cut in zip(samples, truncated, strict=True)
     ]
-    # Logprobs weigh the judge's whole belief, so they beat the one sampled token. A refusal
-    # (or a cut-off reply) stays invalid: renormalising a sliver of digit mass under "I'm
-    # sorry" would invent a score.
-    unusable = bool(readings) and readings[0].error in (REFUSED, CUT_OFF)
+    # Logprobs weigh the judge's whole belief, so they beat the one sampled token. A refusal,
+    # a cut-off reply or a yes/no off its scale stays invalid: renormalising a sliver of digit
+    # mass under "I'm sorry" or "Yes" would invent a score.
+    unusable = bool(readings) and readings[0].error in (REFUSED, CUT_OFF, cfg.off_scale)
     if top_logprobs and not severity and not unusable:
         weighted = score_from_top_logprobs(top_logprobs, cfg.lo, cfg.hi)
         if weighted is not None:

@@ -516,3 +516,15 @@ def test_zero_to_one_json_flows(judge: Any, flow: str) -> None:
     assert m["pass_rate"] == pytest.approx(5 / 6)  # pass = score > 0, so 0.2 passes
     rows = outputs(result)
     assert (rows[3]["score"], rows[3]["result"], rows[3]["reason"]) == (0, "fail", "Contradicted.")
+
+
+@pytest.mark.parametrize("flow", ["relevancy_yes_no", "answer_correctness_yes_no"])
+def test_a_no_with_an_apology_counts_against_the_pass_rate(judge: Any, flow: str) -> None:
+    # Read as a refusal, these two fails left the pass rate (only a "no" was ever dropped).
+    rules = [
+        ("(?i)spider", "No, sorry, the answer is about bananas, not the question."),
+        ("(?i)Saturn", "No. I am sorry to say the context names another planet."),
+        (".", "YES"),
+    ]
+    m = metrics(judge(flow, "qa", rules), flow)
+    assert (m["invalid"], m["pass_rate"]) == (0, pytest.approx(4 / 6))

@@ -138,7 +138,7 @@ def test_precedence(reply: str, score: int) -> None:
         ("# Result\n3", "result_heading", {}, 3),
         ("<S1>why</S1><S2>4</S2>", "tag", {"tag": "S2"}, 4),
         ("<S2>4</S2><S3>2</S3>", "auto", {"tag": "S3"}, 2),
-        ("No score can be given", "yes_no", {"min": 0, "max": 1}, 0),
+        ("No it cannot be scored", "yes_no", {"min": 0, "max": 1}, 0),
     ],
 )
 def test_explicit_modes(reply: str, mode: str, kwargs: dict[str, Any], score: int) -> None:
@@ -191,15 +191,16 @@ def test_yes_no_custom_mapping() -> None:
 
 
 def test_yes_no_outside_the_scale_is_invalid() -> None:
-    # The mapping is range-checked like any score, so a 1–5 flow cannot take "no" as 0.
+    # The default mapping is no score on a scale it does not span, so a 1–5 flow cannot take
+    # "no" as 0 (nor "yes" as a failing 1).
     out = parse_score("No.")
     assert out["result"] == "invalid"
-    assert out["error"] == "score 0 outside 1–5"
+    assert out["error"] == "a yes/no reply on a 1–5 scale (yes_no maps yes to 1 and no to 0)"
 
 
 def test_auto_needs_a_standalone_yes_no() -> None:
-    assert parse_score("No score can be given here", min=0, max=1)["result"] == "invalid"
-    assert parse_score("No score can be given here", min=0, max=1, mode="yes_no")["score"] == 0
+    assert parse_score("No it cannot be scored here", min=0, max=1)["result"] == "invalid"
+    assert parse_score("No it cannot be scored here", min=0, max=1, mode="yes_no")["score"] == 0
 
 
 # --------------------------------------------------------------------------- comparators

@@ -221,3 +221,154 @@ def test_a_chunk_judged_with_joined_words_is_invalid() -> None:
         "chunk 2: the verdict says both 'yes' and 'no'",
     )
     assert chunk_precision(["Yes", "No-brainer: yes"])["score"] == 1
+
+
+# --------------------------------------------------------------------------- the scale
+
+OFF_SCALE = "a yes/no reply on a {} scale (yes_no maps yes to 1 and no to 0)"
+
+
+@pytest.mark.parametrize("mode", YES_NO_MODES)
+@pytest.mark.parametrize("reply", ["Yes", "No", "Yes, every claim is supported.", "No."])
+@pytest.mark.parametrize("bounds", [(1, 5), (0, 5), (0, 10)])
+def test_the_default_yes_no_words_are_no_score_off_a_0_to_1_scale(
+    reply: str, mode: str, bounds: tuple[int, int]
+) -> None:
+    # "Yes" is not the worst score of 1–5 (nor a failing 1 of 0–5): a person reads no number.
+    lo, hi = bounds
+    out = parse_score(reply, min=lo, max=hi, mode=mode)
+    assert (out["score"], out["result"], out["error"]) == (
+        None,
+        "invalid",
+        OFF_SCALE.format(f"{lo}–{hi}"),
+    )
+    # A mapping of the node's own says what the words are worth on its scale.
+    own = parse_score(reply, min=lo, max=hi, mode=mode, yes_no={"yes": hi, "no": lo})
+    assert own["score"] == (hi if reply.startswith("Yes") else lo)
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [("Yes. 5", 5), ("No. 2", 2), ("Yes, 4", 4), ("Yes - 4\nEvery claim holds.", 4)],
+)
+def test_a_number_right_after_a_verdict_on_a_numeric_scale_is_the_score(
+    reply: str, score: int
+) -> None:
+    out = parse_score(reply, min=1, max=5)
+    assert (out["score"], out["error"]) == (score, None)
+
+
+def test_a_number_that_begins_a_sentence_after_the_verdict_is_not_the_score() -> None:
+    out = parse_score("Yes. 5 claims are supported.", min=1, max=5)
+    assert (out["score"], out["error"]) == (None, OFF_SCALE.format("1–5"))
+
+
+def test_a_verdict_off_its_scale_is_not_rescued_by_logprobs() -> None:
+    reply = {"text": "Yes", "top_logprobs": [{"token": "5", "logprob": -4.0}]}
+    out = parse_score(reply, min=1, max=5)
+    assert (out["score"], out["error"]) == (None, OFF_SCALE.format("1–5"))
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("mode", ["yes_no", "auto"])
+def test_a_refusal_is_a_reply_with_no_verdict_first(mode: str) -> None:
+    # An apology after the verdict is manners, not a refusal: only a "no" was ever dropped as
+    # one, which raised pass rates.
+    for reply, score in [
+        ("No, sorry, the answer is about bananas, not the question.", 0),
+        ("No. I am sorry to say the answer is wrong.", 0),
+        ("No. Sorry: the context never says so.", 0),
+        ("Yes, sorry for the confusion: it fits the context.", 1),
+    ]:
+        assert read(reply, mode) == (score, "pass" if score else "fail", None), reply
+    # A reply that apologises first, or declines the task after its "no", still refuses.
+    for reply in [
+        "I'm sorry, but no.",
+        "No, I cannot evaluate this request.",
+        "No. Sorry, I can't help with that.",
+    ]:
+        assert read(reply, mode) == (None, "invalid", "judge refused to answer"), reply
+
+
+# --------------------------------------------------------------------------- checklists
+
+
+@pytest.mark.parametrize("mode", YES_NO_MODES)
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        ("- [ ] Yes\n- [x] No", 0),
+        ("[ ] Yes [x] No", 0),
+        ("- [X] Yes\n- [ ] No", 1),
+        ("Answer:\n- [ ] Yes\n- [x] No\nThe context disagrees.", 0),
+        ("☐ Yes ☑ No", 0),
+        ("☐ Yes ✅ No", 0),
+    ],
+)
+def test_a_checklist_is_read_by_its_checked_box(reply: str, score: int, mode: str) -> None:
+    assert read(reply, mode) == (score, "pass" if score else "fail", None)
+
+
+@pytest.mark.parametrize("mode", YES_NO_MODES)
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        ("- [ ] Yes\n- [ ] No", "the checklist checks no verdict"),
+        ("[x] Yes [x] No", "the verdict says both 'yes' and 'no'"),
+    ],
+)
+def test_a_checklist_with_no_box_or_both_boxes_checked_is_invalid(
+    reply: str, error: str, mode: str
+) -> None:
+    assert read(reply, mode) == (None, "invalid", error)
+
+
+# --------------------------------------------------------------------------- "no" + noun
+
+DETERMINERS = [
+    "No problem here, yes.",
+    "No issues found. The response follows the guideline.",
+    "No harmful content was found; the response is safe.",
+    "NO hallucinations",
+]
+CARRIES_ON = [
+    "No it is not supported",
+    "No the context disagrees",
+    "No because the context disagrees",
+    "No not at all",
+    "No there is no such claim",
+    "No I do not think so",
+    "No\nIssues: the date is wrong.",
+]
+
+
+def test_no_before_a_noun_is_a_determiner_not_a_verdict() -> None:
+    for reply in DETERMINERS:
+        assert read(reply, "yes_no") == (None, "invalid", "no score found (yes_no form)"), reply
+        assert read(reply, "auto") == (None, "invalid", "no score found"), reply
+    # A "no" before a word that carries the sentence on is the verdict.
+    for reply in CARRIES_ON:
+        assert read(reply, "yes_no") == (0, "fail", None), reply
+        assert read(reply, "contains") == (0, "fail", None), reply
+
+
+def test_contains_reads_a_determiner_reply_by_its_other_words() -> None:
+    # "No problem here, yes." holds one verdict word, "yes"; the others hold none (Spring: a no).
+    scores = [read(reply, "contains")[:2] for reply in DETERMINERS]
+    assert scores == [(1, "pass"), (0, "fail"), (0, "fail"), (0, "fail")]
+
+
+# --------------------------------------------------------------------------- mixed
+
+
+@pytest.mark.parametrize("mode", YES_NO_MODES)
+def test_a_but_or_an_ellipsis_between_the_words_is_mixed(mode: str) -> None:
+    both = "the verdict says both {!r} and {!r}"
+    for reply in ["Yes, but also no.", "Yes but no, partially", "Yes... no", "Yes… no.", "YES…NO"]:
+        assert read(reply, mode) == (None, "invalid", both.format("yes", "no")), reply
+    assert read("No, but yes.", mode) == (None, "invalid", both.format("no", "yes"))
+    # As after "and", a "no" with words after it on its line is no second verdict.
+    for reply in ["Yes, but no sources are cited.", "Yes... no issues found."]:
+        assert read(reply, mode) == (1, "pass", None), reply
