@@ -13,6 +13,7 @@
 - ``adapters``: reshaping data fields (chunks, histories, requests) into prompt text.
 - ``conversations``: per-turn scoring of the quality flows (one judge call per reply).
 - ``classification``: label accuracy, per-class counts and macro F1.
+- ``names``: metric names made from values (labels, groups), never one name for two values.
 - ``traces``: reading MLflow traces (response, retrieved context, latency, tokens).
 
 Imports point down to ``flowkit.errors`` only.

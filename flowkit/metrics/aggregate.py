@@ -18,14 +18,13 @@ Conventions shared by all functions (see METRICS.md):
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from flowkit.metrics.keys import PER_ROW, returns_keys
+from flowkit.metrics.names import _safe_key, _safe_keys, key_of
 from flowkit.metrics.scores import COMPARATORS, passes
 from flowkit.metrics.severity import DEFAULT_LEVELS as DEFAULT_LEVELS  # public here since 0.1
 from flowkit.metrics.severity import _check_levels, _severity_index, _threshold_level
@@ -127,42 +126,6 @@ def _threshold_number(threshold: Any, row: int) -> Number:
     if number is None:
         raise ValueError(f"row {row}: threshold {threshold!r} is not a number")
     return number
-
-
-def _safe_key(value: Any) -> str:
-    """Make a value usable inside a metric name: lower-case, words joined by ``_``.
-
-    Anything other than letters, digits and ``_`` becomes ``_`` because the engine joins
-    names with dots and reports are read by tools that split on them.
-    """
-    text = str(value).strip().lower()
-    text = re.sub(r"[^\w]+", "_", text).strip("_")  # letters of any script stay
-    return text or "empty"
-
-
-def _safe_keys(values: Iterable[Any]) -> dict[str, str]:
-    """Each value's text (stripped, lower-cased) → its key, one key per distinct text.
-
-    Texts that differ only in case or spacing share a key ("Yes", "yes "), but texts that
-    :func:`_safe_key` alone would merge ("C++", "C#" and "C"; "+1" and "-1") each get a key of
-    their own: a short hash of the text is appended, except to the one already spelt as its key.
-    """
-    texts = sorted({str(v).strip().lower() for v in values})
-    by_key: dict[str, list[str]] = {}
-    for text in texts:
-        by_key.setdefault(_safe_key(text), []).append(text)
-    out: dict[str, str] = {}
-    for key, same in by_key.items():
-        for text in same:
-            plain = len(same) == 1 or text == key
-            digest = hashlib.sha256(text.encode()).hexdigest()[:6]
-            out[text] = key if plain else f"{key}_{digest}"
-    return out
-
-
-def key_of(keys: dict[str, str], value: Any) -> str:
-    """``value``'s key among those :func:`_safe_keys` made."""
-    return keys[str(value).strip().lower()]
 
 
 # ----------------------------------------------------------------------- numeric summaries

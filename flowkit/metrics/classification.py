@@ -12,8 +12,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from flowkit.metrics.aggregate import Metrics, _safe_keys, key_of
+from flowkit.metrics.aggregate import Metrics
 from flowkit.metrics.keys import returns_keys
+from flowkit.metrics.names import _safe_keys, key_of
 
 
 def _label(value: Any) -> str:

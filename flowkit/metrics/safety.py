@@ -19,8 +19,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from flowkit.metrics.aggregate import Metrics, _safe_key, _safe_keys, defect_rate, key_of
+from flowkit.metrics.aggregate import Metrics, defect_rate
 from flowkit.metrics.keys import returns_keys
+from flowkit.metrics.names import _safe_key, _safe_keys, key_of
 from flowkit.metrics.scores import DEFAULT_LEVELS
 from flowkit.metrics.severity import _check_levels
 
