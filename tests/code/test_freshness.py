@@ -210,3 +210,57 @@ def test_a_target_and_its_metric_flow_bringing_one_module_name_twice_are_refused
     assert [str(d) for d in err.value.diagnostics] == [
         _clash("a/metric.yaml:5: node 'n'", "a/helpers.py", "helpers.py", "--target 'app.py:app'")
     ]
+
+
+NS_CODE = "from nsp import mod\n\n\ndef f(x):\n    return mod.get() + x\n"
+NS_LAYOUTS = {
+    # nsp/ has no __init__.py: a namespace package, which keeps `mod` and `leaf` as attributes.
+    "namespace": {"nsp/mod.py": "from . import leaf\n\n\ndef get():\n    return leaf.V\n"},
+    "nested_namespace": {
+        "nsp/mod.py": "from nsp.inner import leaf\n\n\ndef get():\n    return leaf.V\n"
+    },
+    "regular": {
+        "nsp/__init__.py": "",
+        "nsp/mod.py": "from . import leaf\n\n\ndef get():\n    return leaf.V\n",
+    },
+}
+
+
+@pytest.mark.parametrize("on_path", [True, False], ids=["folder_on_path", "folder_off_path"])
+@pytest.mark.parametrize("layout", sorted(NS_LAYOUTS))
+def test_a_module_of_a_package_edited_after_it_ran_runs_its_new_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, on_path: bool
+) -> None:
+    """In one process (a notebook): run, edit the leaf module a package's module imports, run
+    again. A package (a namespace package too) holding the old module as an attribute must not
+    hand it out again, or the old result is stored under the new text's key (and a later CLI
+    run reads it)."""
+    folder = tmp_path / "p"
+    leaf = "nsp/inner/leaf.py" if layout == "nested_namespace" else "nsp/leaf.py"
+    for name, text in {**NS_LAYOUTS[layout], "code.py": NS_CODE, leaf: "V = 1\n"}.items():
+        write(folder / name, text)
+    path = write(
+        folder / "f.yaml",
+        """
+        name: ns
+        inputs: {x: {type: integer}}
+        outputs: {y: ${n.output}}
+        nodes:
+          - {name: n, type: python, source: code.py, function: f, inputs: {x: ${inputs.x}}}
+        """,
+    )
+    if on_path:  # a script or notebook started in the flow's folder
+        monkeypatch.syspath_prepend(str(folder))
+    before = set(sys.modules)
+    try:
+        flow = flowkit.load_flow(path)
+        assert _run(flow, tmp_path, "one") == {"n": (11, False)}
+        write(folder / leaf, "V = 2\n")  # same length, same second
+        assert _run(flow, tmp_path, "two") == {"n": (12, False)}
+        for name in [n for n in sys.modules if n == "nsp" or n.startswith("nsp.")]:
+            del sys.modules[name]  # a new process: the CLI
+        assert _run(path, tmp_path, "three") == {"n": (12, True)}
+    finally:
+        for name in set(sys.modules) - before:
+            if name == "nsp" or name.startswith("nsp."):
+                del sys.modules[name]
