@@ -251,21 +251,30 @@ def drop(names: Iterable[str]) -> list[str]:
         ids = {id(m) for m in gone.values()}
         todo = []
         for name, module in list(sys.modules.items()):
-            if not isinstance(module, ModuleType) or not hasattr(module, "__path__"):
+            # Read from its dict: a module's own __getattr__ (a lazy loader) must not run here.
+            if not isinstance(module, ModuleType) or "__path__" not in vars(module):
                 continue
             held = [k for k, v in list(vars(module).items()) if id(v) in ids]
             if not held or not _droppable(name):
                 continue
-            file = getattr(module, "__file__", None)
+            file = vars(module).get("__file__")
             if not file:  # a namespace package
                 for key in held:
                     with contextlib.suppress(AttributeError):
                         delattr(module, key)
             elif is_user_code(_resolved(file)):
                 todo.extend(n for n in list(sys.modules) if n == name or n.startswith(name + "."))
-        todo = [n for n in dict.fromkeys(todo) if n not in gone and _droppable(n)]
+        todo = [n for n in dict.fromkeys(todo) if n not in gone and _reloadable(n)]
     importlib.invalidate_caches()
     return list(gone)
+
+
+def _reloadable(name: str) -> bool:
+    """Whether a module can be imported afresh: Python source or a namespace package (an
+    extension module is initialised once per process)."""
+    module = sys.modules.get(name)
+    file = vars(module).get("__file__") if isinstance(module, ModuleType) else None
+    return _droppable(name) and (not file or file.endswith(".py"))
 
 
 def _droppable(name: str) -> bool:
