@@ -238,9 +238,9 @@ def drop(names: Iterable[str]) -> list[str]:
     old one. So every package of the user's code that holds a dropped module as an attribute
     lets go of it. A namespace package (a folder without ``__init__.py``) has no code of its
     own: it loses the attribute, and the next import sets it again. A regular package's
-    ``__init__`` may have bound the name itself (``from . import mod``): it is dropped too,
-    and so are its loaded submodules, since a package imported again would lack the
-    attributes of those left behind. ``__main__`` and flowkit's own never go."""
+    ``__init__`` may have bound the name itself (``from . import mod``): it is dropped too.
+    A package dropped takes its loaded submodules along, since a package imported again would
+    lack the attributes of those left behind. ``__main__`` and flowkit's own never go."""
     gone: dict[str, ModuleType] = {}
     todo = [n for n in dict.fromkeys(names) if _droppable(n)]
     while todo:
@@ -249,7 +249,8 @@ def drop(names: Iterable[str]) -> list[str]:
             if module is not None:
                 gone[name] = module
         ids = {id(m) for m in gone.values()}
-        todo = []
+        # A package imported again would lack the attributes of submodules left loaded.
+        todo = [n for n in list(sys.modules) if n.rpartition(".")[0] in gone]
         for name, module in list(sys.modules.items()):
             # Read from its dict: a module's own __getattr__ (a lazy loader) must not run here.
             if not isinstance(module, ModuleType) or "__path__" not in vars(module):
@@ -263,7 +264,7 @@ def drop(names: Iterable[str]) -> list[str]:
                     with contextlib.suppress(AttributeError):
                         delattr(module, key)
             elif is_user_code(_resolved(file)):
-                todo.extend(n for n in list(sys.modules) if n == name or n.startswith(name + "."))
+                todo.append(name)
         todo = [n for n in dict.fromkeys(todo) if n not in gone and _reloadable(n)]
     importlib.invalidate_caches()
     return list(gone)

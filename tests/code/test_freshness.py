@@ -264,3 +264,27 @@ def test_a_module_of_a_package_edited_after_it_ran_runs_its_new_text(
         for name in set(sys.modules) - before:
             if name == "nsp" or name.startswith("nsp."):
                 del sys.modules[name]
+
+
+def test_a_package_dropped_for_a_stale_module_takes_its_loaded_submodules_along(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package imported again lacks the attributes of submodules left loaded: `import pk.b`
+    would then find `pk.b` in sys.modules and never set `pk.b`, so `pk.b.W` fails."""
+    from flowkit.code import freshness
+
+    write(tmp_path / "pk" / "__init__.py", "from . import a\n")
+    write(tmp_path / "pk" / "a.py", "V = 1\n")
+    write(tmp_path / "pk" / "b.py", "W = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import pk.b  # type: ignore[import-not-found]  # the user's own, unrelated import
+
+        write(tmp_path / "pk" / "a.py", "V = 2\n")
+        freshness.forget_stale([tmp_path / "pk" / "__init__.py", tmp_path / "pk" / "a.py"])
+        import pk.b  # noqa: F811  # as the user's code does again
+
+        assert (pk.a.V, pk.b.W) == (2, 1)
+    finally:
+        for name in [n for n in sys.modules if n == "pk" or n.startswith("pk.")]:
+            del sys.modules[name]
