@@ -220,7 +220,9 @@ def _filed(target: Any, roots: tuple[Path, ...]) -> str:
         return hashlib.sha256(inspect.getsource(target).encode()).hexdigest()
     except (OSError, TypeError):
         version = _package_version(module_name)
-        ident = f"{module_name}:{getattr(target, '__qualname__', repr(target))}@{version}"
+        # Never its repr: it may hold an address, which no other process shares.
+        name = getattr(target, "__qualname__", None) or type(target).__qualname__
+        ident = f"{module_name}:{name}@{version}"
         return hashlib.sha256(ident.encode()).hexdigest()
 
 

@@ -226,13 +226,56 @@ def forget_stale(files: Iterable[Path]) -> list[str]:
         stale = stale or ran is None or ran != disk_digest(file)
     if not stale:
         return []
-    dropped = []
-    for _, names in loaded:
-        for name in names:
-            sys.modules.pop(name, None)
-            dropped.append(name)
+    return drop([name for _, names in loaded for name in names])
+
+
+def drop(names: Iterable[str]) -> list[str]:
+    """Drop the modules ``names`` from ``sys.modules`` so that the next import reads their
+    file again; the names dropped (more than asked, see below).
+
+    A package keeps its submodules as attributes, and ``from pkg import mod`` takes the
+    attribute when there is one: a package left holding a dropped module would hand out the
+    old one. So every package of the user's code that holds a dropped module as an attribute
+    lets go of it. A namespace package (a folder without ``__init__.py``) has no code of its
+    own: it loses the attribute, and the next import sets it again. A regular package's
+    ``__init__`` may have bound the name itself (``from . import mod``): it is dropped too.
+    A package dropped takes its loaded submodules along, since a package imported again would
+    lack the attributes of those left behind. ``__main__`` and flowkit's own never go."""
+    gone: dict[str, ModuleType] = {}
+    todo = [n for n in dict.fromkeys(names) if _droppable(n)]
+    while todo:
+        for name in todo:
+            module = sys.modules.pop(name, None)
+            if module is not None:
+                gone[name] = module
+        ids = {id(m) for m in gone.values()}
+        # A package imported again would lack the attributes of submodules left loaded.
+        todo = [n for n in list(sys.modules) if n.rpartition(".")[0] in gone]
+        for name, module in list(sys.modules.items()):
+            # Read from its dict: a module's own __getattr__ (a lazy loader) must not run here.
+            if not isinstance(module, ModuleType) or "__path__" not in vars(module):
+                continue
+            held = [k for k, v in list(vars(module).items()) if id(v) in ids]
+            if not held or not _droppable(name):
+                continue
+            file = vars(module).get("__file__")
+            if not file:  # a namespace package
+                for key in held:
+                    with contextlib.suppress(AttributeError):
+                        delattr(module, key)
+            elif is_user_code(_resolved(file)):
+                todo.append(name)
+        todo = [n for n in dict.fromkeys(todo) if n not in gone and _reloadable(n)]
     importlib.invalidate_caches()
-    return dropped
+    return list(gone)
+
+
+def _reloadable(name: str) -> bool:
+    """Whether a module can be imported afresh: Python source or a namespace package (an
+    extension module is initialised once per process)."""
+    module = sys.modules.get(name)
+    file = vars(module).get("__file__") if isinstance(module, ModuleType) else None
+    return _droppable(name) and (not file or file.endswith(".py"))
 
 
 def _droppable(name: str) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from flowkit.code.freshness import active, in_a_project, watching
+from flowkit.code.freshness import active, drop, in_a_project, watching
 
 _lock = threading.Lock()
 _holders: dict[str, int] = {}
@@ -79,9 +79,11 @@ def importable(folders: Iterable[str]) -> Iterator[None]:
 def _leave(folder: str, before: frozenset[str]) -> None:
     if folder in sys.path:
         sys.path.remove(folder)
-    for name, module in list(sys.modules.items()):
-        if name not in before and _found_in(folder, name, getattr(module, "__file__", None)):
-            del sys.modules[name]
+    drop(
+        name
+        for name, module in list(sys.modules.items())
+        if name not in before and _found_in(folder, name, getattr(module, "__file__", None))
+    )
     sys.path_importer_cache.pop(folder, None)
 
 
@@ -118,5 +120,4 @@ def _unshadow(folders: tuple[str, ...]) -> None:
             if not file or not in_a_project(Path(file).resolve()):
                 continue
             if Path(file).resolve() != own.resolve():
-                for sub in [n for n in sys.modules if n == name or n.startswith(name + ".")]:
-                    del sys.modules[sub]
+                drop([n for n in sys.modules if n == name or n.startswith(name + ".")])

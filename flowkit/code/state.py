@@ -11,11 +11,16 @@ imports, nested functions and comprehensions included):
 - a function, class or module from a file: that file's fingerprint (the user's code by its
   text, an installed one by its version), as for a node's function;
 - plain data (what canonical JSON carries): that JSON;
+- a bound method (``svc.ask``, in a partial, a closure or a global): its function, and its
+  object by the rule of an object: its class's code and its state (:func:`attributes`, each
+  by this rule); an object of the user's own class the same way;
 - anything else (a client, an open file, a model): it cannot be fingerprinted, and
   :class:`Unfingerprintable` says which name resisted, so the caller runs the code uncached
   with a notice rather than key it by less than it is.
 
-The same rule keys a closure's cells and an object's (or its class's) attributes.
+The same rule keys a closure's cells and an object's (or its class's) attributes. A class is
+keyed by its code and plain attributes, not by what a metaclass caches in it (``_abc_impl``)
+nor by its ``__slots__`` descriptors (the values they give are its instances' state).
 """
 
 from __future__ import annotations
@@ -29,7 +34,15 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path, PurePath
-from types import CodeType, FunctionType, ModuleType
+from types import (
+    CodeType,
+    FunctionType,
+    GetSetDescriptorType,
+    MemberDescriptorType,
+    MethodType,
+    ModuleType,
+    SimpleNamespace,
+)
 from typing import Any
 
 from flowkit.cache.canonical import UnstorableValue, canonical_bytes
@@ -66,6 +79,15 @@ class Walker:
 
     def value(self, value: Any, what: str) -> Any:
         """A JSON-able stand-in for ``value`` that changes whenever it does."""
+        if isinstance(value, functools.cached_property):  # a descriptor: its function's code
+            return self.value(value.func, what)
+        if isinstance(value, MethodType) and not inspect.isclass(value.__self__):
+            # `svc.ask` reached through a partial, a closure or a global answers from its
+            # object's state as much as from its code.
+            return {
+                "method": self.value(value.__func__, what),
+                "self": self.instance(value.__self__),
+            }
         if isinstance(value, ModuleType) or (
             (inspect.isroutine(value) or inspect.isclass(value)) and not is_unfiled(value)
         ):
@@ -82,6 +104,8 @@ class Walker:
             return ["re", value.pattern, value.flags]
         if isinstance(value, PurePath):
             return ["path", str(value)]
+        if type(value) is SimpleNamespace:
+            return {k: self.value(v, f"{what} (attribute {k!r})") for k, v in vars(value).items()}
         if isinstance(value, type):
             return self.cls(value)
         if isinstance(value, functools.partial):
@@ -94,7 +118,31 @@ class Walker:
             return self.value(value.__func__, what)
         if isinstance(value, property):
             return [self.value(f, what) for f in (value.fget, value.fset, value.fdel) if f]
-        return self.data(value, what)
+        try:
+            return self.data(value, what)
+        except Unfingerprintable:
+            if not _users(type(value)):
+                raise
+        # An object of the user's own class (`svc` in `lambda q: svc.ask(q)`, or in a partial):
+        # the same rule as an object target.
+        return self.instance(value)
+
+    def instance(self, obj: Any) -> Any:
+        """An object by its class's code and its state (:func:`attributes`), each attribute by
+        the rule of :meth:`value`: what a bound method's object or an object target is."""
+        if id(obj) in self._done:
+            return self._done[id(obj)] or f"cycle:{type(obj).__qualname__}"
+        self._done[id(obj)] = None
+        what = f"the state of {type(obj).__name__}"
+        parts = {
+            "class": self.value(type(obj), type(obj).__qualname__),
+            "state": {
+                k: self.value(v, f"{what} (attribute {k!r})") for k, v in attributes(obj).items()
+            },
+        }
+        digest = hashlib.sha256(canonical_bytes(parts)).hexdigest()
+        self._done[id(obj)] = digest
+        return digest
 
     def data(self, value: Any, what: str) -> Any:
         try:
@@ -137,6 +185,8 @@ class Walker:
         for name, attr in sorted(vars(cls).items()):
             if name.startswith("__") and name.endswith("__") and name != "__call__":
                 continue
+            if name in _MACHINERY or isinstance(attr, _SLOTS):
+                continue  # a metaclass's cache; a slot, whose value the instance's state holds
             parts.append([name, self.value(attr, f"{cls.__name__}.{name}")])
         digest = hashlib.sha256(canonical_bytes(parts)).hexdigest()
         self._done[id(cls)] = digest
@@ -226,6 +276,8 @@ def attributes(obj: Any) -> dict[str, Any]:
     return state
 
 
+_SLOTS = (MemberDescriptorType, GetSetDescriptorType)
+"""A class's descriptors for ``__slots__`` (and ``__dict__``): the values live on instances."""
 _MACHINERY = frozenset({"_abc_impl"})
 """Class attributes a metaclass sets (``abc.ABCMeta``'s cache), not the user's state."""
 

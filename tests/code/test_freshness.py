@@ -221,3 +221,81 @@ def test_flows_that_carry_the_same_text_under_one_module_name_run_together(
     flow = load_flows(["a/f.yaml", "b/f.yaml"])
     result = flowkit.run(flow, [{"x": 1}], cache_dir="c", name="both")
     assert [r["outputs"] for r in result.rows()] == [{"flow_a": {"v": "a"}, "flow_b": {"v": "a"}}]
+
+
+NS_CODE = "from nsp import mod\n\n\ndef f(x):\n    return mod.get() + x\n"
+NS_LAYOUTS = {
+    # nsp/ has no __init__.py: a namespace package, which keeps `mod` and `leaf` as attributes.
+    "namespace": {"nsp/mod.py": "from . import leaf\n\n\ndef get():\n    return leaf.V\n"},
+    "nested_namespace": {
+        "nsp/mod.py": "from nsp.inner import leaf\n\n\ndef get():\n    return leaf.V\n"
+    },
+    "regular": {
+        "nsp/__init__.py": "",
+        "nsp/mod.py": "from . import leaf\n\n\ndef get():\n    return leaf.V\n",
+    },
+}
+
+
+@pytest.mark.parametrize("on_path", [True, False], ids=["folder_on_path", "folder_off_path"])
+@pytest.mark.parametrize("layout", sorted(NS_LAYOUTS))
+def test_a_module_of_a_package_edited_after_it_ran_runs_its_new_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, on_path: bool
+) -> None:
+    """In one process (a notebook): run, edit the leaf module a package's module imports, run
+    again. A package (a namespace package too) holding the old module as an attribute must not
+    hand it out again, or the old result is stored under the new text's key (and a later CLI
+    run reads it)."""
+    folder = tmp_path / "p"
+    leaf = "nsp/inner/leaf.py" if layout == "nested_namespace" else "nsp/leaf.py"
+    for name, text in {**NS_LAYOUTS[layout], "code.py": NS_CODE, leaf: "V = 1\n"}.items():
+        write(folder / name, text)
+    path = write(
+        folder / "f.yaml",
+        """
+        name: ns
+        inputs: {x: {type: integer}}
+        outputs: {y: ${n.output}}
+        nodes:
+          - {name: n, type: python, source: code.py, function: f, inputs: {x: ${inputs.x}}}
+        """,
+    )
+    if on_path:  # a script or notebook started in the flow's folder
+        monkeypatch.syspath_prepend(str(folder))
+    before = set(sys.modules)
+    try:
+        flow = flowkit.load_flow(path)
+        assert _run(flow, tmp_path, "one") == {"n": (11, False)}
+        write(folder / leaf, "V = 2\n")  # same length, same second
+        assert _run(flow, tmp_path, "two") == {"n": (12, False)}
+        for name in [n for n in sys.modules if n == "nsp" or n.startswith("nsp.")]:
+            del sys.modules[name]  # a new process: the CLI
+        assert _run(path, tmp_path, "three") == {"n": (12, True)}
+    finally:
+        for name in set(sys.modules) - before:
+            if name == "nsp" or name.startswith("nsp."):
+                del sys.modules[name]
+
+
+def test_a_package_dropped_for_a_stale_module_takes_its_loaded_submodules_along(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package imported again lacks the attributes of submodules left loaded: `import pk.b`
+    would then find `pk.b` in sys.modules and never set `pk.b`, so `pk.b.W` fails."""
+    from flowkit.code import freshness
+
+    write(tmp_path / "pk" / "__init__.py", "from . import a\n")
+    write(tmp_path / "pk" / "a.py", "V = 1\n")
+    write(tmp_path / "pk" / "b.py", "W = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import pk.b  # type: ignore[import-not-found]  # the user's own, unrelated import
+
+        write(tmp_path / "pk" / "a.py", "V = 2\n")
+        freshness.forget_stale([tmp_path / "pk" / "__init__.py", tmp_path / "pk" / "a.py"])
+        import pk.b  # noqa: F811  # as the user's code does again
+
+        assert (pk.a.V, pk.b.W) == (2, 1)
+    finally:
+        for name in [n for n in sys.modules if n == "pk" or n.startswith("pk.")]:
+            del sys.modules[name]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -258,3 +259,159 @@ def test_a_closures_cells_and_a_class_attribute_are_the_targets_state(
     assert _target_runs(data, f"apps.py:{app}", "b") == [("plain Q?", True)]
     write(workdir / "k.json", '"fancy"')  # the same code, another value set at import
     assert _target_runs(data, f"apps.py:{app}", "c") == [("fancy Q?", False)]
+
+
+STATEFUL_SCRIPT = """
+import functools
+import json
+
+from pydantic import BaseModel, PrivateAttr
+
+import flowkit
+
+
+class Svc:
+    def __init__(self, k):
+        self.k = k
+
+    def ask(self, question, scale=1):
+        return f"{self.k * scale} {question}"
+
+
+def make(fn):
+    def app(question):
+        return fn(question)
+
+    return app
+
+
+svc = Svc(1)
+partial_app = functools.partial(svc.ask, scale=1)
+closure_app = make(svc.ask)
+ask = svc.ask
+
+
+def global_app(question):
+    return ask(question)
+
+
+def lambda_app(question):
+    return svc.ask(question)
+
+
+class Model(BaseModel):
+    k: int = 1
+    _secret: int = PrivateAttr(default=1)
+
+    def __call__(self, question):
+        return f"{self.k}{self._secret} {question}"
+
+
+class Slotted:
+    __slots__ = ("k",)
+
+    def __init__(self):
+        self.k = 1
+
+    def __call__(self, question):
+        return f"{self.k} {question}"
+
+
+class Cached:
+    k = 1
+
+    @functools.cached_property
+    def value(self):
+        return Cached.k
+
+    def __call__(self, question):
+        return f"{self.value} {question}"
+
+
+model, slotted, cached = Model(), Slotted(), Cached()
+
+
+def run(app):
+    result = flowkit.run("f1_score", "q.jsonl", target=f"__main__:{app}", cache_dir="c")
+    lines = (result.run_dir / "traces.jsonl").read_text().splitlines()
+    traces = [t for t in map(json.loads, lines) if t["node"] == "target"]
+    notices = [n for n in result.info["notices"] if n.startswith("--target")]
+    answers = [row["outputs"]["app_answer"] for row in result.rows()]
+    return answers + [t.get("cache_hit", False) for t in traces] + notices
+
+
+def change_svc():
+    svc.k += 4
+
+
+def change_model():
+    model._secret += 1
+
+
+def change_slotted():
+    slotted.k += 1
+
+
+def change_cached():
+    Cached.k += 1
+    cached.__dict__.pop("value", None)  # computed only when the app ran
+
+
+for app, change in [
+    ("partial_app", change_svc),
+    ("closure_app", change_svc),
+    ("global_app", change_svc),
+    ("lambda_app", change_svc),
+    ("model", change_model),
+    ("slotted", change_slotted),
+    ("cached", change_cached),
+]:
+    first = run(app)
+    change()
+    print(app, first, run(app))
+"""
+
+
+def test_a_targets_bound_methods_and_objects_anywhere_are_keyed_by_their_state(
+    workdir: Path, data: Path
+) -> None:
+    """`svc.ask` reached through a partial, a closure or a global, an object a function uses,
+    a pydantic model, a `__slots__` class and a cached property, all in `__main__`: each is
+    cached (no notice), keyed by the state it answers from, the same in another process."""
+    first = _script(workdir, STATEFUL_SCRIPT).splitlines()
+    expected = {
+        "partial_app": ("1 Q?", "5 Q?"),
+        "closure_app": ("5 Q?", "9 Q?"),
+        "global_app": ("9 Q?", "13 Q?"),
+        "lambda_app": ("13 Q?", "17 Q?"),
+        "model": ("11 Q?", "12 Q?"),
+        "slotted": ("1 Q?", "2 Q?"),
+        "cached": ("1 Q?", "2 Q?"),
+    }
+    assert first == [
+        f"{app} [{before!r}, False] [{after!r}, False]" for app, (before, after) in expected.items()
+    ]
+    again = _script(workdir, STATEFUL_SCRIPT).splitlines()  # another process, the same state
+    assert again == [
+        f"{app} [{before!r}, True] [{after!r}, True]" for app, (before, after) in expected.items()
+    ]
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.conn = object()
+
+    def ask(self, question: str) -> str:
+        return question
+
+
+def test_a_bound_method_whose_object_cannot_be_fingerprinted_makes_the_app_uncacheable() -> None:
+    from flowkit.flow.target import app_fingerprint
+
+    client = _Client()
+    why = (
+        "the state of _Client (attribute 'conn') cannot be fingerprinted (a value of type "
+        "object is not JSON)"
+    )
+    assert app_fingerprint(functools.partial(client.ask)) == (None, why)
+    assert app_fingerprint(lambda question: client.ask(question)) == (None, why)
