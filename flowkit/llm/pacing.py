@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from flowkit.llm.budget import Clock, Sleep, TokenBucket
 from flowkit.llm.endpoint import Limits
@@ -182,27 +182,11 @@ class Pacer:
         shared = self.declared
         if shared is not None:
             await self._draw(shared, tokens)
-        if self._rpm is not None:
-            await self._rpm.acquire(1)
-        if self._tpm is not None and tokens > 0:
-            try:
-                await self._tpm.acquire(tokens)
-            except asyncio.CancelledError:
-                if self._rpm is not None:
-                    self._rpm.adjust(-1)
-                raise
+        await _take(self._rpm, self._tpm, tokens)
 
     async def _draw(self, shared: DeclaredBudget, tokens: int) -> None:
         """Wait for the declared budgets shared with other runs."""
-        if shared.rpm is not None:
-            await shared.rpm.acquire(1)
-        if shared.tpm is not None and tokens > 0:
-            try:
-                await shared.tpm.acquire(tokens)
-            except asyncio.CancelledError:
-                if shared.rpm is not None:
-                    shared.rpm.adjust(-1)
-                raise
+        await _take(shared.rpm, shared.tpm, tokens)
         # A server-requested pause that began while this request waited holds it too.
         await self.pause_over()
 
@@ -349,3 +333,24 @@ class Pacer:
             return 0.0  # too few to measure: a cut from this would be a guess
         span = now - times[0] + self.window / 60.0
         return len(times) / span * self.window
+
+
+class _Bucket(Protocol):
+    async def acquire(self, amount: float) -> float: ...
+
+    def adjust(self, delta: float) -> None: ...
+
+
+async def _take(rpm: _Bucket | None, tpm: _Bucket | None, tokens: int) -> None:
+    """One request from ``rpm`` and ``tokens`` from ``tpm`` (this run's buckets, or the budgets
+    shared with other runs: both acquire and adjust alike); the request is given back if the
+    wait for tokens is cancelled."""
+    if rpm is not None:
+        await rpm.acquire(1)
+    if tpm is not None and tokens > 0:
+        try:
+            await tpm.acquire(tokens)
+        except asyncio.CancelledError:
+            if rpm is not None:
+                rpm.adjust(-1)
+            raise
