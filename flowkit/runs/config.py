@@ -44,7 +44,7 @@ class RunConfig(BaseModel):
     """Where the cache lives; None is the default (FLOWKIT_CACHE_DIR or the user cache)."""
     output: str | None = None
     """The run folder to write; None makes one under ``runs_root``."""
-    name: str | None = Field(None, min_length=1)
+    name: str | None = None
     """The run's name (its folder under ``runs_root``)."""
     runs_root: str = "runs"
     """Where run folders are made and run names are looked up."""
