@@ -34,12 +34,13 @@ import re
 import site
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.machinery import ModuleSpec
 from pathlib import Path
+from typing import Any
 
 from flowkit.errors import display
 
@@ -259,17 +260,16 @@ def reach(
             mtime = current.stat().st_mtime_ns
         except OSError:
             continue
-        for name, level in _imports(str(current), mtime):
-            if level:
-                found = _relative_file(current, name, level)
-                full = _relative_name(current, known.get(current), name, level)
-            else:
-                found, full = module_file(name, search), name
-            if found is None or found.suffix != ".py":
-                continue
-            found = found.resolve()
-            if not belongs(found):
-                continue
+        # flowkit's own modules import only flowkit's, the standard library's and installed
+        # ones, which resolve alike wherever a flow lies: resolved once per file and version of
+        # it (the built-in flows' nodes reach the same files again and again).
+        memo_key = (current, mtime, known.get(current), search, own)
+        children = _flowkit_children.get(memo_key) if current.is_relative_to(_FLOWKIT) else None
+        if children is None:
+            children = _children(current, mtime, known.get(current), search, belongs)
+            if current.is_relative_to(_FLOWKIT):
+                _flowkit_children[memo_key] = children
+        for full, found in children:
             if full is not None:
                 names[(full, found)] = None
                 known.setdefault(found, full)
@@ -279,6 +279,33 @@ def reach(
     rest = sorted(p for p in seen if p != first)
     _note_names(names)
     return Reach((first, *rest), tuple(names))
+
+
+_flowkit_children: dict[tuple[Any, ...], list[tuple[str | None, Path]]] = {}
+
+
+def _children(
+    current: Path,
+    mtime: int,
+    name: str | None,
+    search: tuple[Path, ...],
+    belongs: Callable[[Path], bool],
+) -> list[tuple[str | None, Path]]:
+    """The files of the user's code (``belongs``) that ``current`` imports, with the module
+    name each is imported under when it is known."""
+    out: list[tuple[str | None, Path]] = []
+    for imported, level in _imports(str(current), mtime):
+        if level:
+            found = _relative_file(current, imported, level)
+            full = _relative_name(current, name, imported, level)
+        else:
+            found, full = module_file(imported, search), imported
+        if found is None or found.suffix != ".py":
+            continue
+        found = found.resolve()
+        if belongs(found):
+            out.append((full, found))
+    return out
 
 
 def project_files(start: Path, roots: tuple[Path, ...], own: Path | None = None) -> list[Path]:
