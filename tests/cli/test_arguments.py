@@ -74,6 +74,7 @@ def test_paths_the_os_refuses_are_one_line_errors(workdir: Path) -> None:
     assert "error: cannot write the report to 'file/x.html': 'file' is a file" in result.output
 
 
+@pytest.mark.slow
 def test_an_unreachable_dask_scheduler_is_one_line(workdir: Path) -> None:
     pytest.importorskip("dask.distributed")
     write_jsonl(workdir / "d.jsonl", [{"answer": "a", "ground_truth": "a"}])

@@ -286,6 +286,7 @@ def damaged(draw: st.DrawFn) -> dict[str, Any]:
     return flow
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(flow=damaged())
 def test_damaged_builtin_flows(tree: Path, flow: dict[str, Any]) -> None:

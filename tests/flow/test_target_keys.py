@@ -372,6 +372,7 @@ for app, change in [
 """
 
 
+@pytest.mark.slow
 def test_a_targets_bound_methods_and_objects_anywhere_are_keyed_by_their_state(
     workdir: Path, data: Path
 ) -> None:

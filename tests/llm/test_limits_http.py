@@ -52,6 +52,7 @@ def _drive(base_url: str, calls: int, **limits: object) -> tuple[float, Schedule
     return asyncio.run(body()), sched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("headers", [True, False], ids=["with-headers", "without-headers"])
 def test_rate_converges_under_the_limit(headers: bool) -> None:
     # In a child process: a server sharing the client's GIL would bunch its replies.

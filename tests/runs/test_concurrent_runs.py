@@ -60,6 +60,7 @@ def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
     return proc.returncode, out + err
 
 
+@pytest.mark.slow
 def test_two_runs_share_one_cache_without_corrupting_it(project: Path) -> None:
     cache = project / "shared-cache"
     common = ("run", "slow.yaml", "--data", "data.jsonl", "--cache-dir", str(cache), "-q")
