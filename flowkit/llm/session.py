@@ -60,6 +60,9 @@ class LlmSession:
         self.shared = shared
         self.noted: set[str] = set()
         """Configuration notes already said in this run (``config``)."""
+        self.notes: list[str] = []
+        """What the run's notices (run.json) must say of its model calls, besides what
+        endpoint memory notes (``memory.notes``)."""
         self.closed = False
         self._lock = threading.Lock()
         self._schedulers: dict[tuple[tuple[str, ...], str, int], Scheduler] = {}

@@ -179,6 +179,6 @@ def _unattributed(session: Any) -> None:
     if message not in noted:
         noted.add(message)
         logging.getLogger("flowkit.llm").warning("note: %s", message)
-        # The session's notes reach the run's notices (run.json), as an endpoint's do.
-        if session is not None and session.memory is not None:
-            session.memory.notes.append(message)
+        # The session's notes reach the run's notices (run.json).
+        if session is not None:
+            session.notes.append(message)

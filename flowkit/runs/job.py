@@ -144,9 +144,9 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             job.on_progress(stats)
 
     cache_dir = Path(job.config.cache_dir) if job.config.cache_dir else default_cache_dir()
-    memory = current_session().memory
+    session = current_session()
     # Endpoints that opened where their last run left off (noted as they open).
-    remembered: list[str] = memory.notes if memory is not None else []
+    remembered: list[str] = session.memory.notes if session.memory is not None else []
     try:
         if options.use_cache:
             cache = Cache(cache_dir)
@@ -188,7 +188,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             raise
         finally:
             with _sigint_deferred():
-                notices = list(writer.info.get("notices") or ()) + remembered
+                notices = [*(writer.info.get("notices") or ()), *remembered, *session.notes]
                 notices += slow_notices(flow)
                 if cache is not None:
                     cache.close()
