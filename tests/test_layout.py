@@ -83,7 +83,9 @@ def test_packages_import_one_way() -> None:
         "engine",
         "data",
         "runs",
+        "labels",
         "inspect",
+        "review",
         "api",
         "cli",
     ]

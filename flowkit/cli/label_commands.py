@@ -1,0 +1,115 @@
+"""The commands about people's labels: agree (judge vs people) and review (the labelling page).
+
+They read run folders and labels files; `flowkit.cli.group` loads them when named.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from flowkit.cli.terminal import console, err_console
+
+_NAMES = {
+    "n": "rows labelled",
+    "accuracy": "exact agreement",
+    "kappa": "Cohen's kappa",
+    "tpr": "true-positive rate",
+    "tnr": "true-negative rate",
+    "weighted_kappa": "quadratic weighted kappa",
+    "spearman": "Spearman",
+    "kendall": "Kendall tau-b",
+    "mae": "mean absolute error",
+    "alpha": "Krippendorff's alpha (people)",
+    "judge_mean": "judge only",
+    "human_mean": "labels only",
+    "corrected_mean": "corrected (PPI++)",
+    "judge_pass_rate": "pass rate, judge only",
+    "human_pass_rate": "pass rate, labels only",
+    "corrected_pass_rate": "pass rate, corrected",
+}
+_CI = {
+    "judge_mean": "judge_ci",
+    "human_mean": "human_ci",
+    "corrected_mean": "ci",
+    "corrected_pass_rate": "pass_rate_ci",
+}
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _print(report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    for name, figures in report["outputs"].items():
+        table = Table(
+            title=f"{name} ({figures.get('scale', 'no labels')}, metric {figures['metric']})",
+            title_justify="left",
+        )
+        table.add_column("figure")
+        table.add_column("value", justify="right")
+        table.add_column("95% interval")
+        for key, label in _NAMES.items():
+            if key not in figures:
+                continue
+            ci = figures.get(_CI.get(key, f"{key}_ci"))
+            shown = f"[{_number(ci[0])}, {_number(ci[1])}]" if ci else ""
+            table.add_row(label, _number(figures[key]), shown)
+        probe = figures.get("length_bias")
+        if probe:
+            flag = "  BIASED" if probe["flagged"] else ""
+            lo, hi = probe["ci"]
+            table.add_row(
+                "judge score per 100 tokens at equal label",
+                _number(probe["per_100_tokens"]),
+                f"[{_number(lo)}, {_number(hi)}]{flag}",
+            )
+        console.print(table)
+        confusion = figures.get("confusion")
+        if confusion:
+            grid = Table(title="confusion: people (rows) x judge (columns)", title_justify="left")
+            grid.add_column("")
+            for level in confusion["levels"]:
+                grid.add_column(_number(level), justify="right")
+            for level, counts in zip(confusion["levels"], confusion["matrix"], strict=True):
+                grid.add_row(_number(level), *(str(c) for c in counts))
+            console.print(grid)
+
+
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option(
+    "--labels",
+    "labels_file",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="JSONL of people's labels (or the run's data file with human_<output> columns).",
+)
+@click.option("--key", help="Column matching labels to rows [default: request_id, id or line].")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object.")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def agree(run_ref: str, labels_file: str, key: str | None, as_json: bool, runs_dir: str) -> None:
+    """How far the run's judges agree with people, and the metrics corrected for their error."""
+    from flowkit.labels.read import read_labels
+    from flowkit.labels.summary import agree as agreement
+    from flowkit.runs.folder import resolve_run_dir
+
+    labels = read_labels(Path(labels_file), resolve_run_dir(run_ref, Path(runs_dir)), key)
+    report = agreement(labels)
+    note = labels.unmatched_note()
+    if note:
+        err_console.print(f"warning: {note}", highlight=False)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, allow_nan=False, default=str))
+    else:
+        _print(report)
+
+
+COMMANDS = [agree]

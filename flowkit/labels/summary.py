@@ -1,0 +1,190 @@
+"""What ``flowkit agree`` reports and what a run with labels adds to metrics.json.
+
+Per labelled output: the rows labelled; agreement (for pass/fail: accuracy, true-positive and
+true-negative rates, Cohen's κ; for ordinal scores: quadratic weighted κ, Spearman, Kendall,
+mean absolute error, exact agreement and the confusion matrix); with several annotators,
+Krippendorff's α among the people; the judge-only, labels-only and corrected (PPI++) means and
+pass rates; the length probe. Each figure has its 95% interval (see ``agreement``).
+
+With several annotators a row's human label is their majority (a tie goes to the lower value:
+a judge is not credited with the doubt), and the judge is compared with that.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from flowkit.labels import agreement as ag
+from flowkit.labels.bias import count_tokens, length_bias
+from flowkit.labels.estimates import Estimate, mean_estimate, ppi_mean
+from flowkit.labels.read import Labels, Output
+
+
+def majority(votes: dict[str, float]) -> float:
+    counts = Counter(votes.values())
+    top = max(counts.values())
+    return min(v for v, c in counts.items() if c == top)
+
+
+def _passes(value: float, rule: tuple[float, str]) -> float:
+    threshold, comparator = rule
+    return float(value >= threshold if comparator == ">=" else value > threshold)
+
+
+def estimates(output: Output, labels: Labels) -> dict[str, dict[str, Estimate]]:
+    """``mean`` (scores only) and ``pass_rate``: each ``judge``, ``labels`` and ``corrected``."""
+    labelled = sorted(line for line in output.human if line in output.judge)
+    rest = sorted(line for line in output.judge if line not in output.human)
+    if not labelled:
+        return {}
+    human = {line: majority(output.human[line]) for line in labelled}
+    kinds = (
+        {"pass_rate": lambda line, v: v}
+        if output.binary
+        else {
+            "mean": lambda line, v: v,
+            "pass_rate": lambda line, v: _passes(v, labels.pass_rule.get(line, (3.0, ">"))),
+        }
+    )
+    out = {}
+    for kind, of in kinds.items():
+        y = np.array([of(line, human[line]) for line in labelled])
+        f = np.array([of(line, output.judge[line]) for line in labelled])
+        fu = np.array([of(line, output.judge[line]) for line in rest])
+        out[kind] = {
+            "judge": mean_estimate(np.concatenate([f, fu])),
+            "labels": mean_estimate(y),
+            "corrected": ppi_mean(y, f, fu),
+        }
+    return out
+
+
+def corrected_metrics(labels: Labels) -> dict[str, Any]:
+    """The metrics.json keys labels add: ``<metric>.<mean|pass_rate>.corrected`` and
+    ``.corrected_ci``, ``.judge_ci``, ``.labels_only`` and ``.labels_only_ci``, and
+    ``<metric>.labelled`` (rows with a label)."""
+    out: dict[str, Any] = {}
+    for output in labels.outputs.values():
+        found = estimates(output, labels)
+        for kind, figures in found.items():
+            stem = f"{output.metric}.{kind}"
+            out[f"{stem}.corrected"] = figures["corrected"].value
+            out[f"{stem}.corrected_ci"] = [figures["corrected"].lo, figures["corrected"].hi]
+            out[f"{stem}.judge_ci"] = [figures["judge"].lo, figures["judge"].hi]
+            out[f"{stem}.labels_only"] = figures["labels"].value
+            out[f"{stem}.labels_only_ci"] = [figures["labels"].lo, figures["labels"].hi]
+        if found:
+            out[f"{output.metric}.labelled"] = figures["labels"].n
+    return out
+
+
+def _pair(interval: tuple[float, float]) -> list[float]:
+    return [interval[0], interval[1]]
+
+
+def agreement(output: Output, labels: Labels) -> dict[str, Any]:
+    """One output's figures, as ``flowkit agree --json`` prints them under its name."""
+    lines = sorted(line for line in output.human if line in output.judge)
+    human = np.array([majority(output.human[line]) for line in lines])
+    judge = np.array([output.judge[line] for line in lines])
+    n = len(lines)
+    out: dict[str, Any] = {"n": n, "metric": output.metric}
+    if n == 0:
+        return out
+    out["scale"] = "pass/fail" if output.binary else "ordinal"
+    same = int((human == judge).sum())
+    out["accuracy"], out["accuracy_ci"] = same / n, _pair(ag.wilson(same, n))
+
+    def boot(fn: Any) -> list[float]:
+        return _pair(ag.bootstrap(lambda rows: fn(human[rows], judge[rows]), n))
+
+    if output.binary:
+        out["kappa"] = ag.cohen_kappa(human, judge)
+        out["kappa_ci"] = boot(ag.cohen_kappa)
+        for name, side in (("tpr", 1.0), ("tnr", 0.0)):
+            mask = human == side
+            hits = int((judge[mask] == side).sum())
+            total = int(mask.sum())
+            out[name] = hits / total if total else None
+            out[f"{name}_ci"] = _pair(ag.wilson(hits, total))
+    else:
+        out["weighted_kappa"] = ag.cohen_kappa(human, judge, quadratic=True)
+        out["weighted_kappa_ci"] = boot(lambda h, j: ag.cohen_kappa(h, j, quadratic=True))
+        out["spearman"] = ag.spearman(human, judge)
+        out["spearman_ci"] = _pair(ag.fisher_interval(out["spearman"], n, 1.06, 3))
+        out["kendall"] = ag.kendall(human, judge)
+        out["kendall_ci"] = _pair(ag.fisher_interval(out["kendall"], n, 0.437, 4))
+        errors = np.abs(human - judge)
+        out["mae"], out["mae_ci"] = float(errors.mean()), _pair(ag.mean_interval(errors))
+    levels = sorted({*human.tolist(), *judge.tolist()})
+    out["confusion"] = {
+        "levels": levels,
+        "matrix": ag.confusion(human, judge, levels).tolist(),
+        "rows": "people",
+        "columns": "judge",
+    }
+    annotators = sorted({a for line in lines for a in output.human[line]})
+    out["annotators"] = len(annotators)
+    if len(annotators) > 1:
+        coders = np.array(
+            [[output.human[line].get(a, np.nan) for line in lines] for a in annotators]
+        )
+        level = "nominal" if output.binary else "ordinal"
+        out["alpha"] = ag.krippendorff_alpha(coders, level)
+        out["alpha_ci"] = _pair(
+            ag.bootstrap(lambda rows: ag.krippendorff_alpha(coders[:, rows], level), n)
+        )
+    found = estimates(output, labels)
+    main = found.get("pass_rate" if output.binary else "mean")
+    if main:
+        out["judge_mean"], out["judge_ci"] = (
+            main["judge"].value,
+            [main["judge"].lo, main["judge"].hi],
+        )
+        out["human_mean"], out["human_ci"] = (
+            main["labels"].value,
+            [main["labels"].lo, main["labels"].hi],
+        )
+        out["corrected_mean"] = main["corrected"].value
+        out["ci"] = [main["corrected"].lo, main["corrected"].hi]
+    if not output.binary and "pass_rate" in found:
+        rate = found["pass_rate"]
+        out["judge_pass_rate"] = rate["judge"].value
+        out["human_pass_rate"] = rate["labels"].value
+        out["corrected_pass_rate"] = rate["corrected"].value
+        out["pass_rate_ci"] = [rate["corrected"].lo, rate["corrected"].hi]
+    with_text = [i for i, line in enumerate(lines) if line in labels.answers]
+    if not output.binary and with_text:
+        probe = length_bias(
+            [float(judge[i]) for i in with_text],
+            [float(human[i]) for i in with_text],
+            [count_tokens(labels.answers[lines[i]]) for i in with_text],
+        )
+        if probe is not None:
+            out["length_bias"] = probe.as_dict()
+    return out
+
+
+def finite(value: Any) -> Any:
+    """NaN (a figure one value everywhere leaves undefined) as None, so the JSON is valid."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
+def agree(labels: Labels) -> dict[str, Any]:
+    """Everything ``flowkit agree --json`` prints (an undefined figure is null)."""
+    return finite(
+        {
+            "key": labels.key,
+            "unmatched": [{"label_line": n, "key": k} for n, k in labels.unmatched],
+            "outputs": {name: agreement(o, labels) for name, o in labels.outputs.items()},
+        }
+    )
