@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from flowkit.cli.terminal import console, err_console
+from flowkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from flowkit.inspect.gates import Gate
 
 _NAMES = {
     "n": "rows labelled",
@@ -110,6 +114,34 @@ def agree(run_ref: str, labels_file: str, key: str | None, as_json: bool, runs_d
         click.echo(json.dumps(report, indent=2, allow_nan=False, default=str))
     else:
         _print(report)
+
+
+def check_labels(labels_file: str | None, key: str | None, gates: list[Gate]) -> None:
+    """`run --labels` is read after the rows run: refuse what cannot work before the first."""
+    from flowkit.labels.read import GATED
+
+    if labels_file is None:
+        if key is not None:
+            raise UsageError("--key goes with --labels FILE")
+        for gate in gates:
+            if gate.metric.endswith(GATED):
+                raise UsageError(f"--gate {gate}: {gate.metric!r} needs --labels FILE")
+    elif not Path(labels_file).is_file():
+        raise UsageError(f"no labels file {labels_file!r}")
+
+
+def add_labels(run_dir: Path, labels_file: str, key: str | None) -> dict[str, Any]:
+    """After `run --labels`: the corrected figures, added to metrics.json and returned."""
+    from flowkit.labels.summary import add_to_metrics
+
+    added, note = add_to_metrics(run_dir, Path(labels_file), key)
+    for name, value in added.items():
+        if name.endswith(".corrected"):
+            lo, hi = added[f"{name}_ci"]
+            console.print(f"{name} {_number(value)} [{_number(lo)}, {_number(hi)}]")
+    if note:
+        err_console.print(f"warning: {note}", highlight=False)
+    return added
 
 
 COMMANDS = [agree]

@@ -128,6 +128,13 @@ def main() -> None:
     help="A CI gate such as 'groundedness.mean>=4'; exit 1 when it does not hold.",
 )
 @click.option(
+    "--labels",
+    "labels_file",
+    type=click.Path(dir_okay=False),
+    help="People's labels (JSONL): add corrected metrics (….corrected) to metrics.json.",
+)
+@click.option("--key", "labels_key", help="With --labels: the column matching labels to rows.")
+@click.option(
     "--backend",
     default="local",
     show_default=True,
@@ -192,6 +199,8 @@ def run(
     otel: bool,
     overwrite: bool = False,
     trace_level: str = "compact",
+    labels_file: str | None = None,
+    labels_key: str | None = None,
 ) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data.
 
@@ -199,6 +208,7 @@ def run(
     """
     from flowkit.api import resume as resume_flow
     from flowkit.api import run_configured
+    from flowkit.cli.label_commands import add_labels, check_labels
     from flowkit.cli.run_end import exit_if_valueless, report_end
     from flowkit.flow.loader import load_flows
     from flowkit.inspect.gates import check_gate_names, check_gates, parse_gate
@@ -207,6 +217,7 @@ def run(
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
     parsed_gates = [parse_gate(g) for g in gates]
+    check_labels(labels_file, labels_key, parsed_gates)
     from flowkit.pfcompat.cli import finish_mapping, habits_of
 
     habits = habits_of(
@@ -286,6 +297,8 @@ def run(
             f"{result.failed_ratio:.1%} of rows failed, more than --fail-on-error {fail_on_error}",
         )
         sys.exit(1)
+    if labels_file is not None:
+        result.metrics.update(add_labels(result.run_dir, labels_file, labels_key))
     check_gates(parsed_gates, result.metrics, err_console)
     exit_if_valueless(result)
 

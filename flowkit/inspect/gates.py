@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from flowkit.errors import GateError, UsageError, did_you_mean, one_of
+from flowkit.labels.read import GATED
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
@@ -88,6 +89,8 @@ def check_gate_names(gates: list[Gate], flow: Any) -> None:
     known = [(prefix, metric_keys(node), node) for prefix, node in aggregate_nodes(flow)]
     prefixes = list(dict.fromkeys(prefix for prefix, _, _ in known))
     for gate in gates:
+        if gate.metric.endswith(GATED):  # added by --labels: the metric it corrects must exist
+            gate = Gate(gate.metric.rpartition(".")[0], gate.op, gate.value)
         owners = [(p, keys) for p, keys, _ in known if gate.metric.startswith(f"{p}.")]
         if owners:
             if any(keys is None for _, keys in owners):

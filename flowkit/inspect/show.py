@@ -28,6 +28,8 @@ from flowkit.runs.folder import effective_status, read_metrics, read_run_info, r
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, list) and len(value) == 2:  # an interval (`….corrected_ci`)
+        return f"[{_fmt(value[0])}, {_fmt(value[1])}]"
     return "—" if value is None else str(value)
 
 

@@ -26,6 +26,8 @@ from flowkit.errors import DataError, UsageError, did_you_mean, display, one_of
 from flowkit.metrics.scores import DEFAULT_LEVELS
 from flowkit.runs.folder import read_run_info
 
+GATED = (".corrected", ".labels_only")
+"""Suffixes of the metrics ``--labels`` adds that a ``--gate`` may name."""
 RESERVED = ("annotator", "label_id", "time", "note", "undo", "request_id", "id", "line")
 """Columns of a labels file that are never labels."""
 _TRUE = {"pass", "true", "yes", "y"}
@@ -139,9 +141,9 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
         label_id = record.get("label_id")
         if label_id is not None:
             if record.get("undo"):
-                for slot, (_, _, lid) in list(latest.items()):
+                for where, (_, _, lid) in list(latest.items()):
                     if lid == label_id:
-                        del latest[slot]
+                        del latest[where]
                 continue
             if label_id in seen:
                 continue
@@ -169,13 +171,13 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
                 latest[(row_key, annotator, output)] = (number, number_value, label_id)
     unmatched: dict[int, str] = {}
     for (row_key, annotator, output), (number, value, _) in latest.items():
-        line = by_key.get(row_key)
-        if line is None:
+        matched = by_key.get(row_key)
+        if matched is None:
             unmatched.setdefault(number, row_key)
             continue
         metric = flow if output in ("score", "result") and flow else output
         slot = labels.outputs.setdefault(output, Output(output, metric))
-        slot.human.setdefault(line, {})[annotator] = value
+        slot.human.setdefault(matched, {})[annotator] = value
     labels.unmatched = sorted(unmatched.items())
     for name, slot in labels.outputs.items():
         for row in rows:

@@ -12,7 +12,9 @@ a judge is not credited with the doubt), and the judge is compared with that.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,8 @@ import numpy as np
 from flowkit.labels import agreement as ag
 from flowkit.labels.bias import count_tokens, length_bias
 from flowkit.labels.estimates import Estimate, mean_estimate, ppi_mean
-from flowkit.labels.read import Labels, Output
+from flowkit.labels.read import Labels, Output, read_labels
+from flowkit.runs.folder import write_json
 
 
 def majority(votes: dict[str, float]) -> float:
@@ -188,3 +191,16 @@ def agree(labels: Labels) -> dict[str, Any]:
             "outputs": {name: agreement(o, labels) for name, o in labels.outputs.items()},
         }
     )
+
+
+def add_to_metrics(
+    run_dir: Path, labels_file: Path, key: str | None
+) -> tuple[dict[str, Any], str | None]:
+    """Pair ``labels_file`` with the run, add the corrected figures to its metrics.json and
+    return them (with the note on unmatched labels, if any), for ``flowkit run --labels``."""
+    labels = read_labels(labels_file, run_dir, key)
+    added = finite(corrected_metrics(labels))
+    path = run_dir / "metrics.json"
+    metrics = json.loads(path.read_text("utf-8")) if path.is_file() else {}
+    write_json(path, {**metrics, **added})
+    return added, labels.unmatched_note()
