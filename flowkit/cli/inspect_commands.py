@@ -144,10 +144,14 @@ def compare(
         seed=seed,
         top=top,
     )
+    from flowkit.cli.label_commands import corrected_differences, print_corrected, with_corrected
+
+    corrected = corrected_differences(dir_a, dir_b)  # {} unless both runs have labels
     if as_json:
-        click.echo(result.to_json())
+        click.echo(with_corrected(result.to_json(), corrected))
     else:
         console.print(render(result, dir_a, dir_b))
+        print_corrected(corrected)
 
 
 @click.command()

@@ -144,4 +144,39 @@ def add_labels(run_dir: Path, labels_file: str, key: str | None) -> dict[str, An
     return added
 
 
+def corrected_differences(run_a: Path, run_b: Path) -> list[dict[str, Any]]:
+    """compare's corrected (PPI++) differences; empty unless both runs have labels."""
+    from flowkit.labels.store import RUN_LABELS
+
+    if not ((run_a / RUN_LABELS).is_file() and (run_b / RUN_LABELS).is_file()):
+        return []
+    from flowkit.labels.compare import corrected_differences as differences
+
+    return differences(run_a, run_b)
+
+
+def with_corrected(text: str, corrected: list[dict[str, Any]]) -> str:
+    """compare's JSON, with a "corrected" list when both runs have labels."""
+    if not corrected:
+        return text
+    return json.dumps({**json.loads(text), "corrected": corrected}, indent=2)
+
+
+def print_corrected(corrected: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    if not corrected:
+        return
+    table = Table(title="corrected by people's labels (PPI++), B - A", title_justify="left")
+    for column in ("metric", "delta", "95% interval", "labels"):
+        table.add_column(column)
+    for row in corrected:
+        lo, hi = row["ci"]
+        how = (
+            f"{row['shared']} rows labelled in both" if row["how"] == "paired" else "each run's own"
+        )
+        table.add_row(row["metric"], _number(row["delta"]), f"[{_number(lo)}, {_number(hi)}]", how)
+    console.print(table)
+
+
 COMMANDS = [agree]

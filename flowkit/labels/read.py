@@ -28,7 +28,7 @@ from flowkit.runs.folder import read_run_info
 
 GATED = (".corrected", ".labels_only")
 """Suffixes of the metrics ``--labels`` adds that a ``--gate`` may name."""
-RESERVED = ("annotator", "label_id", "time", "note", "undo", "request_id", "id", "line")
+RESERVED = ("annotator", "label_id", "time", "note", "undo", "source", "request_id", "id", "line")
 """Columns of a labels file that are never labels."""
 _TRUE = {"pass", "true", "yes", "y"}
 _FALSE = {"fail", "false", "no", "n"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,19 @@ def _passes(value: float, rule: tuple[float, str]) -> float:
     return float(value >= threshold if comparator == ">=" else value > threshold)
 
 
+def kinds(output: Output) -> tuple[str, ...]:
+    """The estimands of an output: a pass rate, and for a score also its mean."""
+    return ("pass_rate",) if output.binary else ("mean", "pass_rate")
+
+
+def scale(kind: str, output: Output, labels: Labels) -> Callable[[int, float], float]:
+    """(row line, value) → what is averaged: the value itself for a mean or a pass/fail
+    output; whether a score passes the row's rule (threshold, comparator) for its pass rate."""
+    if kind == "mean" or output.binary:
+        return lambda line, value: value
+    return lambda line, value: _passes(value, labels.pass_rule.get(line, (3.0, ">")))
+
+
 def estimates(output: Output, labels: Labels) -> dict[str, dict[str, Estimate]]:
     """``mean`` (scores only) and ``pass_rate``: each ``judge``, ``labels`` and ``corrected``."""
     labelled = sorted(line for line in output.human if line in output.judge)
@@ -44,16 +58,9 @@ def estimates(output: Output, labels: Labels) -> dict[str, dict[str, Estimate]]:
     if not labelled:
         return {}
     human = {line: majority(output.human[line]) for line in labelled}
-    kinds = (
-        {"pass_rate": lambda line, v: v}
-        if output.binary
-        else {
-            "mean": lambda line, v: v,
-            "pass_rate": lambda line, v: _passes(v, labels.pass_rule.get(line, (3.0, ">"))),
-        }
-    )
     out = {}
-    for kind, of in kinds.items():
+    for kind in kinds(output):
+        of = scale(kind, output, labels)
         y = np.array([of(line, human[line]) for line in labelled])
         f = np.array([of(line, output.judge[line]) for line in labelled])
         fu = np.array([of(line, output.judge[line]) for line in rest])
@@ -198,7 +205,10 @@ def add_to_metrics(
 ) -> tuple[dict[str, Any], str | None]:
     """Pair ``labels_file`` with the run, add the corrected figures to its metrics.json and
     return them (with the note on unmatched labels, if any), for ``flowkit run --labels``."""
+    from flowkit.labels.store import keep_with_run
+
     labels = read_labels(labels_file, run_dir, key)
+    keep_with_run(run_dir, labels, labels_file)
     added = finite(corrected_metrics(labels))
     path = run_dir / "metrics.json"
     metrics = json.loads(path.read_text("utf-8")) if path.is_file() else {}
