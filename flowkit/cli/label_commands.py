@@ -52,7 +52,7 @@ def _number(value: Any) -> str:
 def _print(report: dict[str, Any]) -> None:
     from rich.table import Table
 
-    for name, figures in report["outputs"].items():
+    for name, figures in report.get("outputs", {}).items():
         table = Table(
             title=f"{name} ({figures.get('scale', 'no labels')}, metric {figures['metric']})",
             title_justify="left",
@@ -85,6 +85,8 @@ def _print(report: dict[str, Any]) -> None:
             for level, counts in zip(confusion["levels"], confusion["matrix"], strict=True):
                 grid.add_row(_number(level), *(str(c) for c in counts))
             console.print(grid)
+    if "position_swap" in report:
+        _print_swap(report["position_swap"])
 
 
 @click.command()
@@ -92,28 +94,70 @@ def _print(report: dict[str, Any]) -> None:
 @click.option(
     "--labels",
     "labels_file",
-    required=True,
     type=click.Path(dir_okay=False),
-    help="JSONL of people's labels (or the run's data file with human_<output> columns).",
+    help="JSONL of people's labels (or the data file with human_<output> columns) "
+    "[default: RUN/labels.jsonl, what `flowkit review` writes].",
 )
 @click.option("--key", help="Column matching labels to rows [default: request_id, id or line].")
+@click.option(
+    "--swapped",
+    metavar="RUN2",
+    help="Position-swap probe: RUN2 is RUN's pairwise judge with the two answers swapped.",
+)
+@click.option("--verdict", metavar="NAME", help="With --swapped: the output holding A/B/tie.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object.")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
-def agree(run_ref: str, labels_file: str, key: str | None, as_json: bool, runs_dir: str) -> None:
+def agree(
+    run_ref: str,
+    labels_file: str | None,
+    key: str | None,
+    swapped: str | None,
+    verdict: str | None,
+    as_json: bool,
+    runs_dir: str,
+) -> None:
     """How far the run's judges agree with people, and the metrics corrected for their error."""
     from flowkit.labels.read import read_labels
+    from flowkit.labels.store import RUN_LABELS
     from flowkit.labels.summary import agree as agreement
     from flowkit.runs.folder import resolve_run_dir
 
-    labels = read_labels(Path(labels_file), resolve_run_dir(run_ref, Path(runs_dir)), key)
-    report = agreement(labels)
-    note = labels.unmatched_note()
-    if note:
-        err_console.print(f"warning: {note}", highlight=False)
+    run_dir = resolve_run_dir(run_ref, Path(runs_dir))
+    path = Path(labels_file) if labels_file else run_dir / RUN_LABELS
+    report: dict[str, Any] = {}
+    if labels_file or path.is_file() or not swapped:
+        if not path.is_file() and not labels_file:
+            raise UsageError(
+                f"run {run_dir.name!r} has no labels yet",
+                hint="pass --labels FILE, or label rows with `flowkit review RUN`",
+            )
+        labels = read_labels(path, run_dir, key or (None if labels_file else "line"))
+        report = agreement(labels)
+        note = labels.unmatched_note()
+        if note:
+            err_console.print(f"warning: {note}", highlight=False)
+    if swapped:
+        from flowkit.labels.bias import swap_probe
+
+        report["position_swap"] = swap_probe(
+            run_dir, resolve_run_dir(swapped, Path(runs_dir)), verdict
+        )
     if as_json:
         click.echo(json.dumps(report, indent=2, allow_nan=False, default=str))
     else:
         _print(report)
+
+
+def _print_swap(probe: dict[str, Any]) -> None:
+    flag = "  BIASED" if probe["flagged"] else ""
+    console.print(
+        f"position swap ({probe['verdict']}, {probe['n']} rows): verdicts follow the answer in "
+        f"{_number(probe['consistent'])} [{_number(probe['consistent_ci'][0])}, "
+        f"{_number(probe['consistent_ci'][1])}]; the first position wins "
+        f"{_number(probe['first_wins'])} [{_number(probe['first_wins_ci'][0])}, "
+        f"{_number(probe['first_wins_ci'][1])}]{flag}",
+        highlight=False,
+    )
 
 
 def check_labels(labels_file: str | None, key: str | None, gates: list[Gate]) -> None:

@@ -16,12 +16,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.labels.agreement import wilson
 from flowkit.labels.estimates import Z95
+from flowkit.labels.read import run_outputs
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -99,3 +102,30 @@ def position_swap(first: Mapping[int, Any], swapped: Mapping[int, Any]) -> dict[
         "first_wins_ci": list(first_ci),
         "flagged": bool(decided) and (first_ci[0] > 0.5 or first_ci[1] < 0.5),
     }
+
+
+def swap_probe(run_dir: Path, swapped_dir: Path, verdict: str | None) -> dict[str, Any]:
+    """``position_swap`` over two run folders; ``verdict`` names the output holding the
+    verdicts (default: the one output whose every value reads as A, B or tie)."""
+    first, second = run_outputs(run_dir), run_outputs(swapped_dir)
+    names = sorted({n for o in first.values() for n in o})
+    if verdict is None:
+        sided = [n for n in names if all(_side(o.get(n)) for o in first.values())]
+        if len(sided) != 1:
+            raise UsageError(
+                f"pass --verdict NAME: {len(sided)} outputs of run {run_dir.name!r} hold A/B/tie "
+                f"verdicts ({one_of(sided)})",
+                hint=f"its outputs: {one_of(names)}",
+            )
+        verdict = sided[0]
+    elif verdict not in names:
+        raise UsageError(
+            f"--verdict {verdict!r}: run {run_dir.name!r} has no such output"
+            f"{did_you_mean(verdict, names)}",
+            hint=f"its outputs: {one_of(names)}",
+        )
+    probe = position_swap(
+        {line: o.get(verdict) for line, o in first.items()},
+        {line: o.get(verdict) for line, o in second.items()},
+    )
+    return {"verdict": verdict, **probe}
