@@ -148,6 +148,63 @@ def agree(
         _print(report)
 
 
+@click.command()
+@click.argument("run_ref", metavar="RUN")
+@click.option(
+    "--output", "output", metavar="NAME", help="The output to label [default: score/result]."
+)
+@click.option(
+    "--draw",
+    type=click.Choice(["random", "score", "disagreement"]),
+    default="random",
+    show_default=True,
+    help="Row order: a uniform sample (what corrected figures assume), round-robin over the "
+    "judge's scores, or where the run's judges disagree most first.",
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of the draw.")
+@click.option("--width", type=float, help="Label budget: the corrected interval width wanted.")
+@click.option(
+    "--hide-judge", is_flag=True, help="Hide the judges' figures until a row is labelled."
+)
+@click.option("--annotator", help="Your name in labels.jsonl [default: $USER].")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=0, show_default=True, help="Port (0: any free one).")
+@click.option("--token", help="The URL's token [default: a new random one].")
+@click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
+def review(
+    run_ref: str,
+    output: str | None,
+    draw: str,
+    seed: int,
+    width: float | None,
+    hide_judge: bool,
+    annotator: str | None,
+    host: str,
+    port: int,
+    token: str | None,
+    runs_dir: str,
+) -> None:
+    """Label RUN's rows in the browser; every label goes to RUN/labels.jsonl at once."""
+    import asyncio
+    import contextlib
+    import os
+
+    from flowkit.review.rows import open_review
+    from flowkit.review.server import new_token, serve
+    from flowkit.runs.folder import resolve_run_dir
+
+    who = annotator or os.environ.get("USER") or "reviewer"
+    run_dir = resolve_run_dir(run_ref, Path(runs_dir))
+    session = open_review(run_dir, output, draw, seed, width, hide_judge, who)
+
+    def announce(url: str) -> None:
+        click.echo(f"review {run_dir.name} ({session.output}, {len(session.order)} rows): {url}")
+        click.echo("labels go to " + str(session.labels_path) + "; Ctrl-C to stop")
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a review ends
+        asyncio.run(serve(session, host, port, token or new_token(), announce))
+
+
 def _print_swap(probe: dict[str, Any]) -> None:
     flag = "  BIASED" if probe["flagged"] else ""
     console.print(
@@ -223,4 +280,4 @@ def print_corrected(corrected: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
-COMMANDS = [agree]
+COMMANDS = [agree, review]

@@ -245,13 +245,14 @@ def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
+def run_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """Row line → its outputs.jsonl record, for the run's rows that succeeded."""
+    return {int(r["line"]): r for r in _jsonl(run_dir / "outputs.jsonl") if r.get("status") == "ok"}
+
+
 def run_outputs(run_dir: Path) -> dict[int, dict[str, Any]]:
     """Row line → outputs, for the run's rows that succeeded."""
-    return {
-        int(r["line"]): dict(r.get("outputs") or {})
-        for r in _jsonl(run_dir / "outputs.jsonl")
-        if r.get("status") == "ok"
-    }
+    return {line: dict(r.get("outputs") or {}) for line, r in run_rows(run_dir).items()}
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ def keep_with_run(run_dir: Path, labels: Labels, source: Path) -> int:
     path = run_dir / RUN_LABELS
     if path.exists() and path.resolve() == source.resolve():
         return 0
-    have = label_ids(path)
+    have = written_ids(path)
     added = []
     for name, output in labels.outputs.items():
         for line, votes in output.human.items():
@@ -55,8 +55,13 @@ def append(path: Path, records: list[dict[str, Any]]) -> None:
         os.fsync(f.fileno())
 
 
-def label_ids(path: Path) -> set[str]:
-    return {str(r["label_id"]) for r in _lines(path) if "label_id" in r}
+def written_ids(path: Path) -> set[str]:
+    """The ids in the file; an undo line counts as ``<id>:undo``, so it too is written once."""
+    return {
+        str(r["label_id"]) + (":undo" if r.get("undo") else "")
+        for r in _lines(path)
+        if "label_id" in r
+    }
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
