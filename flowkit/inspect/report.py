@@ -52,6 +52,7 @@ from flowkit.inspect.report_format import (
     format_metric,
 )
 from flowkit.inspect.trace_view import fold, score_prefixes, summarize
+from flowkit.labels.report import judge_vs_people
 from flowkit.runs.folder import effective_status, read_metrics, read_run_info
 
 REPORT_FORMAT = "flowkit.report"
@@ -318,6 +319,7 @@ def build_report(
                 "cell_chars": CELL_CHARS,
             },
             "compare": _comparison(cmp, compare_with) if cmp and compare_with else None,
+            "judge_vs_people": judge_vs_people(run_dir),
         }
     )
 

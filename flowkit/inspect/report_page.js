@@ -988,6 +988,78 @@
     return [backdrop, drawer];
   }
 
+  // -- judge vs people (labels in RUN/labels.jsonl) ------------------------------------------
+  function interval(ci) {
+    return ci ? "[" + fmtNum(ci[0]) + ", " + fmtNum(ci[1]) + "]" : "";
+  }
+
+  function heatMap(confusion) {
+    const most = Math.max(1, ...confusion.matrix.flat());
+    const head = el("tr", null, el("th", null, "people ↓ judge →"), ...confusion.levels.map((l) => el("th", { class: "r" }, fmtNum(l))));
+    const rows = confusion.matrix.map((counts, i) =>
+      el(
+        "tr",
+        null,
+        el("th", null, fmtNum(confusion.levels[i])),
+        ...counts.map((n, j) =>
+          el(
+            "td",
+            {
+              class: "r heat" + (i === j ? " diagonal" : ""),
+              style: `background: rgba(37, 99, 235, ${(0.08 + 0.8 * (n / most)).toFixed(3)}); color: ${n / most > 0.55 ? "#fff" : "inherit"}`,
+              title: `people ${fmtNum(confusion.levels[i])}, judge ${fmtNum(confusion.levels[j])}: ${n} rows`,
+            },
+            String(n),
+          ),
+        ),
+      ),
+    );
+    return el("table", { class: "plain heatmap" }, el("thead", null, head), el("tbody", null, ...rows));
+  }
+
+  function judgeSection() {
+    const J = DATA.judge_vs_people;
+    if (!J || !Object.keys(J.outputs).length) return null;
+    const names = {
+      accuracy: "exact agreement", kappa: "Cohen's κ", tpr: "true-positive rate", tnr: "true-negative rate",
+      weighted_kappa: "quadratic weighted κ", spearman: "Spearman", kendall: "Kendall τ-b",
+      mae: "mean absolute error", alpha: "Krippendorff's α (people)",
+    };
+    const parts = [];
+    for (const [name, F] of Object.entries(J.outputs)) {
+      if (!F.n) continue;
+      const figures = Object.keys(names).filter((k) => k in F).map((k) =>
+        el("tr", null, el("td", null, names[k]), el("td", { class: "r" }, fmtNum(F[k])), el("td", null, interval(F[k + "_ci"]))));
+      const estimates = [
+        ["judge only", F.judge_mean, F.judge_ci],
+        ["labels only", F.human_mean, F.human_ci],
+        ["corrected (PPI++)", F.corrected_mean, F.ci],
+      ].map(([k, v, ci]) => el("tr", { "data-estimate": k }, el("td", null, k), el("td", { class: "r" }, fmtNum(v)), el("td", null, interval(ci))));
+      const probe = F.length_bias
+        ? el("p", { class: F.length_bias.flagged ? "bad" : "muted", "data-probe": "length" },
+            `Length bias: the judge's score moves ${fmtNum(F.length_bias.per_100_tokens)} per 100 answer tokens at equal human label ${interval(F.length_bias.ci)}` +
+            (F.length_bias.flagged ? " — the interval excludes 0: the judge rewards length." : " — no length bias shown."))
+        : null;
+      const disagree = (F.disagree || []).map((d) =>
+        el("tr", null,
+          el("td", null, el("a", { href: "#row=" + d.line, onclick: (e) => { e.preventDefault(); openRow(d.line); } }, "row " + d.line)),
+          el("td", { class: "r" }, fmtNum(d.people)), el("td", { class: "r" }, fmtNum(d.judge)), el("td", null, d.answer)));
+      parts.push(
+        el("h3", null, `${name} (${F.scale}, ${plural(F.n, "labelled row")}, metric ${F.metric})`),
+        el("div", { class: "grid2" },
+          el("div", { class: "panel" }, plainTable(null, ["agreement", "value", "95% interval"], (i) => i === 1, figures)),
+          el("div", { class: "panel" }, plainTable(null, [F.scale === "pass/fail" ? "pass rate" : "mean", "value", "95% interval"], (i) => i === 1, estimates))),
+        F.confusion ? el("div", { class: "panel" }, heatMap(F.confusion)) : null,
+        probe,
+        disagree.length
+          ? el("div", { class: "panel" }, plainTable(null, ["most disagreeing rows", "people", "judge", "answer"], (i) => i === 1 || i === 2, disagree))
+          : null,
+      );
+    }
+    const note = J.unmatched.length ? [`${plural(J.unmatched.length, "label")} match no row of this run.`] : null;
+    return section("judge-vs-people", "Judge vs people", "from RUN/labels.jsonl", noteList(note), ...parts);
+  }
+
   // -- footer and start --------------------------------------------------------------------------
   function footer() {
     const L = DATA.limits;
@@ -1020,6 +1092,7 @@
     const sections = [
       metricsSection(),
       compareSection(),
+      judgeSection(),
       histogramsSection(),
       errorsSection(),
       rowsSection(),
