@@ -28,11 +28,12 @@ Interval = tuple[float, float]
 
 
 def confusion(human: ArrayLike, judge: ArrayLike, levels: Sequence[float]) -> NDArray[np.int64]:
-    """Counts: row = the people's label, column = the judge's, in ``levels`` order."""
-    index = {v: i for i, v in enumerate(levels)}
-    out = np.zeros((len(levels), len(levels)), dtype=np.int64)
-    for h, j in zip(np.asarray(human, float), np.asarray(judge, float), strict=True):
-        out[index[h], index[j]] += 1
+    """Counts: row = the people's label, column = the judge's, in ``levels`` order (sorted)."""
+    grid = np.asarray(levels, float)
+    out = np.zeros((len(grid), len(grid)), dtype=np.int64)
+    rows = np.searchsorted(grid, np.asarray(human, float))
+    columns = np.searchsorted(grid, np.asarray(judge, float))
+    np.add.at(out, (rows, columns), 1)
     return out
 
 
@@ -124,18 +125,12 @@ def krippendorff_alpha(reliability: ArrayLike, level: str = "ordinal") -> float:
     ordinal or interval, from the coincidence matrix (Krippendorff 2011)."""
     data = np.asarray(reliability, float)
     values = np.unique(data[np.isfinite(data)])
-    index = {v: i for i, v in enumerate(values)}
     k = len(values)
-    coincidence = np.zeros((k, k))
-    for unit in data.T:
-        present = unit[np.isfinite(unit)]
-        m = len(present)
-        if m < 2:
-            continue
-        counts = np.zeros(k)
-        for v in present:
-            counts[index[v]] += 1
-        coincidence += (np.outer(counts, counts) - np.diag(counts)) / (m - 1)
+    counts = (data[:, :, None] == values[None, None, :]).sum(0).astype(float)  # units × values
+    pairable = counts.sum(1)
+    counts = counts[pairable >= 2]
+    weights = 1 / (counts.sum(1) - 1)
+    coincidence = np.einsum("u,ui,uj->ij", weights, counts, counts) - np.diag(weights @ counts)
     marginals = coincidence.sum(0)
     total = marginals.sum()
     if level == "nominal":
