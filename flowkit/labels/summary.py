@@ -163,7 +163,9 @@ def agreement(output: Output, labels: Labels) -> dict[str, Any]:
     if not output.binary and "pass_rate" in found:
         rate = found["pass_rate"]
         out["judge_pass_rate"] = rate["judge"].value
+        out["judge_pass_rate_ci"] = [rate["judge"].lo, rate["judge"].hi]
         out["human_pass_rate"] = rate["labels"].value
+        out["human_pass_rate_ci"] = [rate["labels"].lo, rate["labels"].hi]
         out["corrected_pass_rate"] = rate["corrected"].value
         out["pass_rate_ci"] = [rate["corrected"].lo, rate["corrected"].hi]
     with_text = [i for i, line in enumerate(lines) if line in labels.answers]

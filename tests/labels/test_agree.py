@@ -190,3 +190,25 @@ def test_bad_labels_are_refused_with_their_line(
     out = _agree(str(run_dir), "--labels", "labels.jsonl", *(["--key", key] if key else []))
     assert out.exit_code == 2
     assert out.stderr == f"error: {message}\n"
+
+
+def test_labels_in_the_datas_own_columns(llm_server: LocalServer, tmp_path: Path) -> None:
+    """The data file itself as the labels: its ``human_*`` columns are the labels, its other
+    columns (the flow's inputs) are left alone, a row without a label is simply unlabelled."""
+    rows = _rows(12)
+    for i, row in enumerate(rows):
+        if i % 2 == 0:
+            row["human_groundedness"] = 1 + i % 5
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    run_dir = run_builtin("groundedness", data, tmp_path).run_dir
+    out = _agree(str(run_dir), "--labels", str(data), "--json")
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)
+    assert report["key"] == "id" and report["unmatched"] == []
+    figures = report["outputs"]["score"]
+    judge = [r["outputs"]["score"] for r in read_jsonl(run_dir / "outputs.jsonl")]
+    human = [1 + i % 5 for i in range(0, 12, 2)]
+    assert figures["n"] == 6
+    assert figures["mae"] == pytest.approx(
+        sum(abs(h - judge[i]) for h, i in zip(human, range(0, 12, 2), strict=True)) / 6
+    )
