@@ -69,7 +69,7 @@ def _free_port() -> int:
 class Server:
     """`flowkit review` in its own process, as a user starts it."""
 
-    def __init__(self, run: Path, port: int, token: str) -> None:
+    def __init__(self, run: Path, port: int, token: str, *more: str) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.process = subprocess.Popen(
             [
@@ -84,6 +84,7 @@ class Server:
                 token,
                 "--annotator",
                 "tester",
+                *more,
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -192,3 +193,24 @@ def test_a_killed_server_loses_no_label_and_the_page_sends_the_rest(
     assert len({r["label_id"] for r in kept}) == 9
     undone = [r for r in records if r.get("undo")]
     assert [u["label_id"] for u in undone] == [kept[-1]["label_id"]]
+
+
+def test_hidden_judges_show_once_the_row_is_labelled(browser: Any, fresh_run: Path) -> None:
+    from playwright.sync_api import expect
+
+    server = Server(fresh_run, _free_port(), "h1de", "--hide-judge")
+    try:
+        page = browser.new_page()
+        page.goto(server.url)
+        expect(page.locator("#progress")).to_have_text(f"0 / {ROWS} labelled")
+        line = page.locator("#row-line").inner_text()
+        expect(page.locator("#answer")).to_have_text(f"answer {line}")
+        expect(page.locator("#judges")).to_contain_text("hidden until you label this row")
+        page.keyboard.press("3")
+        expect(page.locator("#progress")).to_have_text(f"1 / {ROWS} labelled")
+        page.keyboard.press("k")  # back to the row just labelled: its judge is shown now
+        expect(page.locator("#row-line")).to_have_text(line)
+        expect(page.locator("#judges")).to_contain_text("the judge says")
+        expect(page.locator("#scale button.chosen")).to_have_text("3")
+    finally:
+        server.stop()
