@@ -45,6 +45,8 @@ class Review:
     binary: bool
     levels: list[float]
     order: list[int]
+    uniform: bool
+    """Whether the draw is a uniform sample (``random``), as the corrected figures assume."""
     rows: dict[int, dict[str, Any]]
     width: float | None
     hide_judge: bool
@@ -93,7 +95,7 @@ class Review:
             "total": len(self.order),
             "budget": budget,
             "hide_judge": self.hide_judge,
-            "uniform": True,
+            "uniform": self.uniform,
         }
 
 
@@ -143,7 +145,10 @@ def open_review(
     binary = set(judge.values()) <= {0.0, 1.0}
     levels = [0.0, 1.0] if binary else _levels(judge.values())
     order = _draw(draw, judge, rows, numeric, seed)
-    return Review(run_dir, output, binary, levels, order, records, width, hide_judge, annotator)
+    uniform = draw == "random"
+    return Review(
+        run_dir, output, binary, levels, order, uniform, records, width, hide_judge, annotator
+    )
 
 
 def _levels(values: Any) -> list[float]:

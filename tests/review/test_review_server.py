@@ -90,6 +90,8 @@ def test_the_score_draw_takes_every_level_in_turn(run_dir: Path) -> None:
     review = open_review(run_dir, None, "score", 0, None, False, "me")
     scores = [review.rows[line]["outputs"]["score"] for line in review.order]
     assert scores[:10] == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5]
+    assert review.state()["uniform"] is False  # the page warns: not what PPI++ assumes
+    assert open_review(run_dir, None, "random", 0, None, False, "me").state()["uniform"] is True
 
 
 def test_the_disagreement_draw_puts_the_widest_split_first(run_dir: Path) -> None:
