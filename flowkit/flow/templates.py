@@ -22,14 +22,20 @@ ROLES = ("system", "user", "assistant")
 _MARKER = re.compile(r"^[ \t]*(system|user|assistant)[ \t]*:[ \t]*$", re.M | re.I)
 _HASHED_MARKER = re.compile(r"^[ \t]*#?[ \t]*(system|user|assistant)[ \t]*:[ \t]*$", re.M | re.I)
 _PF_MARKER = re.compile(
-    r"^[ \t]*#?[ \t]*(system|user|assistant|function)[ \t]*:[ \t]*(?=\n)", re.M | re.I
+    r"^[ \t]*#?[ \t]*(system|user|assistant|function|tool)[ \t]*:[ \t]*(?=\n)", re.M | re.I
 )
-"""Prompt Flow's chat rules: a `function` role too, and only a line that ends (a role on the
-file's last line, with no newline after it, is text)."""
-_PF_NAMED = re.compile(r"\n*#{0,2}[ \t]*name:\n+\s*(\S+)\s*\n*#{0,2}[ \t]*content:\n?(.*)", re.S)
-"""A turn written `name:` NAME `content:` TEXT, which Prompt Flow reads for every role."""
+"""Prompt Flow's chat rules: `function` and `tool` roles too, and only a line that ends (a role
+on the file's last line, with no newline after it, is text)."""
+_PF_FIELDS = {
+    key: re.compile(
+        rf"\n*#{{0,2}}\s*{key}\s*:\s*\n+\s*(\S+)\s*\n*#{{0,2}}\s*content\s*:\s*\n?(.*)", re.S
+    )
+    for key in ("name", "tool_call_id")
+}
+"""A turn written `name:` NAME `content:` TEXT (any role; a `function` turn must) or
+`tool_call_id:` ID `content:` TEXT (a `tool` turn must), as Prompt Flow reads them."""
 _NONCE = secrets.token_hex(8)
-_SPLIT = re.compile(rf"\x00{_NONCE}:(system|user|assistant|function)\x00")
+_SPLIT = re.compile(rf"\x00{_NONCE}:(system|user|assistant|function|tool)\x00")
 
 _env = SandboxedEnvironment(
     undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False, trim_blocks=True
@@ -93,17 +99,19 @@ class PromptTemplate:
 
 
 def _named(message: dict[str, str]) -> dict[str, str]:
-    """A turn as Prompt Flow's parse_chat reads it: `name:`/`content:` inside any role's text
-    set the message's name; a `function` turn must have one."""
-    found = _PF_NAMED.search(message["content"])
+    """A turn as Prompt Flow's parse_chat reads it: `name:`/`content:` inside a turn's text set
+    the message's name; a `function` turn must have one, a `tool` turn a `tool_call_id:`."""
+    role = message["role"]
+    key = "tool_call_id" if role == "tool" else "name"
+    found = _PF_FIELDS[key].search(message["content"])
     if found is None:
-        if message["role"] == "function":
+        if role in ("function", "tool"):
             raise FlowkitError(
-                "a 'function' turn must be written 'name:' NAME 'content:' TEXT, as Prompt Flow "
-                "requires"
+                f"a {role!r} turn must be written '{key}:' {key.upper()} 'content:' TEXT, as "
+                "Prompt Flow requires"
             )
         return message
-    return {"role": message["role"], "name": found[1], "content": found[2].strip()}
+    return {"role": role, key: found[1], "content": found[2].strip()}
 
 
 def _split_roles(text: str) -> list[dict[str, str]]:
