@@ -53,10 +53,15 @@ def judges(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LocalServer, Local
 
 
 def differences(cases: list[Case], judges: tuple[LocalServer, LocalServer], work: Path) -> list:
+    """What differs between the two tools on ``cases``; also checks that the comparison had
+    something to compare (each folder completed rows in Prompt Flow)."""
     pf_judge, fk_judge = judges
     pf_judge.reset()
     fk_judge.reset()
     pf_results = run_prompt_flow(cases, pf_judge.base_url, work)
+    for case, pf in zip(cases, pf_results, strict=True):
+        completed = [r for r in pf.get("rows", []) if r["status"] == "Completed"]
+        assert completed, f"{case.folder}: no row completed in Prompt Flow: {pf}"
     found = []
     for case, pf in zip(cases, pf_results, strict=True):
         found += compare(str(case.folder), pf, run_flowkit(case, work))
@@ -87,8 +92,9 @@ def test_the_hand_written_corpus_runs_as_in_prompt_flow(
     judges: tuple[LocalServer, LocalServer], tmp_path: Path
 ) -> None:
     cases = corpus_cases()
-    assert cases
+    assert len(cases) >= 6
     assert differences(cases, judges, tmp_path) == []
+    assert len(judges[0].recorded()) >= 10  # the llm nodes did send requests
 
 
 @settings(

@@ -129,7 +129,6 @@ def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
 
         plain = synchronous
     if inspect.iscoroutinefunction(fn) or not calls_models:
-
         # Marks set on the function itself, as Prompt Flow's own `tool` does: dynamic on purpose.
         plain.__pf_tool__ = True  # type: ignore[attr-defined]
         if calls_models:
