@@ -153,6 +153,18 @@ def main() -> None:
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option(
+    "--variant",
+    metavar="'${NODE.VARIANT}'",
+    help="Run this variant of a Prompt Flow node (node_variants), as pf run create --variant.",
+)
+@click.option(
+    "--variants",
+    "all_variants",
+    type=click.Choice(["all"]),
+    help="Run every variant of the nodes that use variants, each as its own run, and print "
+    "their metrics side by side (docs/variants.md).",
+)
+@click.option(
     "--otel",
     is_flag=True,
     help="At the end, export the run's traces to OpenTelemetry (as `flowkit export-otel`).",
@@ -192,6 +204,8 @@ def run(
     otel: bool,
     overwrite: bool = False,
     trace_level: str = "compact",
+    variant: str | None = None,
+    all_variants: str | None = None,
 ) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data.
 
@@ -216,6 +230,13 @@ def run(
     model, connection = model or habits.model, connection or habits.connection
     for warning in habits.warnings:
         err_console.print("warning:", warning, highlight=False)
+    if all_variants is not None or variant is not None:
+        from flowkit.pfcompat import variant_runs
+
+        if all_variants is not None:
+            variant_runs.run_every_variant(click.get_current_context(), list(flows), name)
+            return
+        variant_runs.choose(list(flows), str(variant))
     if otel:
         from flowkit.inspect.otel import require
 
@@ -316,6 +337,8 @@ _RUN_DEFINING = (
     "strict",
     "overwrite",
     "trace_level",
+    "variant",
+    "all_variants",
 )
 
 
