@@ -155,7 +155,7 @@ def main() -> None:
 @click.option(
     "--variant",
     metavar="'${NODE.VARIANT}'",
-    help="Run this variant of a Prompt Flow node (node_variants), as pf run create --variant.",
+    help="Run this variant of a node (its variants:, or Prompt Flow's node_variants).",
 )
 @click.option(
     "--variants",

@@ -11,50 +11,63 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 from rich.table import Table
 
-from flowkit.errors import UsageError
-from flowkit.pfcompat.variants import (
-    CHOSEN,
-    Choice,
-    check_choice,
-    parse_choice,
-    tuned_nodes,
-    variant_ids,
-)
+from flowkit.errors import UsageError, did_you_mean, one_of
+from flowkit.flow.source import YamlSyntaxError, read_yaml
+from flowkit.flow.variants import CHOSEN, Choice, declared
+from flowkit.pfcompat.variants import check_choice, parse_choice, tuned_nodes, variant_ids
 
 
-def _dag(flows: list[str]) -> tuple[Path, dict[str, Any]]:
-    """The one Prompt Flow folder's flow.dag.yaml, read plainly (the loader reports its faults)."""
+def _flow_file(flows: list[str]) -> tuple[Path, dict[str, Any]]:
+    """The one flow file the command runs, read plainly (the loader reports its faults)."""
     paths = [Path(f) for f in flows]
     files = [p / "flow.dag.yaml" if p.is_dir() else p for p in paths]
-    if len(files) != 1 or files[0].name != "flow.dag.yaml" or not files[0].is_file():
+    if len(files) != 1 or not files[0].is_file():
         raise UsageError(
-            "--variant and --variants take one Prompt Flow folder (a flow.dag.yaml with "
-            "node_variants)"
+            "--variant and --variants take one flow: a Prompt Flow folder with node_variants, "
+            "or a flow file whose llm nodes declare variants"
         )
-    try:
-        raw = yaml.safe_load(files[0].read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as err:
+    try:  # flowkit's reading (`{x: ${inputs.x}}` is a reference, not a nested mapping)
+        raw = read_yaml(files[0], str(files[0]))
+    except (OSError, YamlSyntaxError, UnicodeDecodeError) as err:
         raise UsageError(f"cannot read {files[0]}: {err}") from None
     return files[0], raw if isinstance(raw, dict) else {}
+
+
+def _declared(file: Path, raw: dict[str, Any]) -> dict[str, list[str]]:
+    """Per node, the variant ids it can run: Prompt Flow's node_variants, or a native node's
+    `variants:` (its `default` first)."""
+    if file.name == "flow.dag.yaml":
+        return {n: variant_ids(raw, n) for n in tuned_nodes(raw)}
+    return declared(raw)
 
 
 def choose(flows: list[str], text: str) -> Choice:
     """Check `--variant` against the flow and make it the variant this command's loads take."""
     choice = parse_choice(text)
-    _, raw = _dag(flows)
-    check_choice(raw, choice)
+    file, raw = _flow_file(flows)
+    if file.name == "flow.dag.yaml":
+        check_choice(raw, choice)
+    else:
+        ids = _declared(file, raw).get(choice.node)
+        if ids is None or choice.variant not in ids:
+            what = (
+                f"node {choice.node!r} declares no variants"
+                if ids is None
+                else f"variant {choice.variant!r} not found for node {choice.node!r}"
+                f"{did_you_mean(choice.variant, ids)} (variants: {one_of(ids)})"
+            )
+            raise UsageError(f"--variant {choice}: {what}")
     CHOSEN.set(choice)  # this command's context: every load of the flow in this run takes it
     return choice
 
 
 def every_variant(flows: list[str]) -> list[Choice]:
-    file, raw = _dag(flows)
-    choices = [Choice(n, v) for n in tuned_nodes(raw) for v in variant_ids(raw, n)]
+    file, raw = _flow_file(flows)
+    choices = [Choice(n, v) for n, ids in _declared(file, raw).items() for v in ids]
     if not choices:
-        raise UsageError(f"--variants all: no node of {file} has use_variants: true")
+        raise UsageError(f"--variants all: no node of {file} has variants")
     return choices
 
 

@@ -8,34 +8,17 @@ variant of the tuned node in turn, `--variants all`) and reports what Prompt Flo
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.flow.source import YDict, YList
+from flowkit.flow.variants import CHOSEN, Choice
 
 Reporter = Callable[[Any, Any, "str | None", str], None]
 
 _VARIANT = re.compile(r"^\$\{([^.{}\s]+)\.([^.{}\s]+)\}$")
-
-
-@dataclass(frozen=True)
-class Choice:
-    """`--variant '${node.variant_id}'`: the node tuned and the variant it runs."""
-
-    node: str
-    variant: str
-
-    def __str__(self) -> str:
-        return f"${{{self.node}.{self.variant}}}"
-
-
-CHOSEN: ContextVar[Choice | None] = ContextVar("flowkit_pf_variant", default=None)
-"""The variant a load of a Prompt Flow folder runs (set around `load_flow` by `chosen`)."""
 
 
 def parse_choice(text: str) -> Choice:
@@ -47,15 +30,6 @@ def parse_choice(text: str) -> Choice:
             "'${summarize.variant_1}'"
         )
     return Choice(found[1], found[2])
-
-
-@contextlib.contextmanager
-def chosen(choice: Choice | None) -> Iterator[None]:
-    token = CHOSEN.set(choice)
-    try:
-        yield
-    finally:
-        CHOSEN.reset(token)
 
 
 def variant_ids(raw: Any, node: str) -> list[str]:
