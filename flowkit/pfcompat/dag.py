@@ -104,7 +104,7 @@ class _Translation:
         self.aggregates: set[str] = set()
         self.notices: list[str] = []
         self.picked: dict[str, str] = {}
-        """The variant each node that uses variants runs (for the run's record)."""
+        """The variant each node that uses variants runs (said in the run's notes)."""
 
     def error(self, container: Any, key: Any, node: str | None, message: str) -> None:
         self.ctx.report(self.shown, line_of(container, key), node, message)
@@ -134,6 +134,7 @@ class _Translation:
             )
         self._requirements(raw.get("environment"))
         raw_nodes = variants.applied(raw, self.error, self.picked)
+        self.notices += [f"node {n!r} runs its variant {v!r}" for n, v in self.picked.items()]
         self.ctx.broken.update(n for n in tuned_nodes(raw) if n not in self.picked)
         for n in raw_nodes:
             if isinstance(n, dict) and aggregation(n):

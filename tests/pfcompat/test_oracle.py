@@ -31,6 +31,7 @@ from tests.pfcompat.strategies import Generated, pf_flows
 
 pytestmark = [
     pytest.mark.pforacle,
+    pytest.mark.timeout(900),  # a Prompt Flow interpreter per batch of folders, minutes in all
     pytest.mark.skipif(oracle_python() is None, reason="no oracle virtualenv (.ci/pf-oracle)"),
 ]
 CORPUS = Path(__file__).with_name("corpus")

@@ -51,6 +51,7 @@ def test_a_variant_runs_in_place_of_the_default(workdir: Path) -> None:
     rows = sorted(read_jsonl(workdir / "runs" / "v1" / "outputs.jsonl"), key=lambda r: r["line"])
     assert [r["outputs"]["y"] for r in rows] == ["ababab", "ccc"]
     assert read_json(workdir / "runs" / "v1" / "metrics.json")["chars"] == 9
+    assert "note: node 'shout' runs its variant 'variant_1'" in result.output
 
 
 def test_variant_mistakes_are_usage_errors(workdir: Path) -> None:
