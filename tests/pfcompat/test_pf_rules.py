@@ -305,3 +305,17 @@ def test_variant_mistakes_are_errors_at_the_node(workdir: Path) -> None:
         f"  {dag}:23: node 'other': node 'other' has use_variants: true but node_variants has no "
         "other",
     ]
+
+
+def test_tool_turns_carry_their_call_id_as_prompt_flow_reads_them() -> None:
+    prompt = "user:\nweather?\ntool:\n## tool_call_id:\n  call_1\n## content:\nsunny\n"
+    assert from_file_text(prompt, promptflow=True).render({}) == [
+        {"role": "user", "content": "weather?"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    with pytest.raises(FlowkitError) as err:
+        from_file_text("tool:\nsunny\n", promptflow=True).render({})
+    assert str(err.value) == (
+        "a 'tool' turn must be written 'tool_call_id:' TOOL_CALL_ID 'content:' TEXT, as Prompt "
+        "Flow requires"
+    )
