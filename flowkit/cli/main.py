@@ -16,6 +16,7 @@ from flowkit.cli.group import FlowkitGroup
 from flowkit.cli.options import _Number, _parse_maps
 from flowkit.cli.terminal import console, err_console, styled
 from flowkit.errors import FlowkitError, UsageError
+from flowkit.pfcompat.variant_options import take_variants, variant_options
 
 
 @click.group(cls=FlowkitGroup)
@@ -152,18 +153,7 @@ def main() -> None:
     "inputs (see README, Traces).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@click.option(
-    "--variant",
-    metavar="'${NODE.VARIANT}'",
-    help="Run this variant of a node (its variants:, or Prompt Flow's node_variants).",
-)
-@click.option(
-    "--variants",
-    "all_variants",
-    type=click.Choice(["all"]),
-    help="Run every variant of the nodes that use variants, each as its own run, and print "
-    "their metrics side by side (docs/variants.md).",
-)
+@variant_options  # --variant, --variants all (flowkit.pfcompat.variant_runs)
 @click.option(
     "--otel",
     is_flag=True,
@@ -230,13 +220,8 @@ def run(
     model, connection = model or habits.model, connection or habits.connection
     for warning in habits.warnings:
         err_console.print("warning:", warning, highlight=False)
-    if all_variants is not None or variant is not None:
-        from flowkit.pfcompat import variant_runs
-
-        if all_variants is not None:
-            variant_runs.run_every_variant(click.get_current_context(), list(flows), name)
-            return
-        variant_runs.choose(list(flows), str(variant))
+    if (variant or all_variants) and take_variants(list(flows), variant, all_variants, name):
+        return  # every variant ran, each as its own run
     if otel:
         from flowkit.inspect.otel import require
 

@@ -9,7 +9,8 @@ inputs, foreign flow files in ``flowkit.flow.formats``).
 - ``rules``: Prompt Flow's reading of the file, from its source: the keys it reads (others are
   ignored with a note), flow output references, requirements lines.
 - ``variants``: `node_variants` / `use_variants`, the variant a run takes (`--variant`);
-  ``variant_runs``: `flowkit run --variant` / `--variants all` (native `variants:` too).
+  ``variant_runs``: `flowkit run --variant` / `--variants all` (native `variants:` too), whose
+  options are in ``variant_options``.
 - ``toolscan``: finds a code file's one `@tool` function without importing it.
 - ``shim``: the folder put on the import path (last, so a real Prompt Flow wins) that provides
   the `promptflow` modules flows import: ``tool``, ``log_metric``, connections, chat helpers.
