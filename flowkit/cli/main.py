@@ -16,6 +16,7 @@ from flowkit.cli.group import FlowkitGroup
 from flowkit.cli.options import _Number, _parse_maps
 from flowkit.cli.terminal import console, err_console, styled
 from flowkit.errors import FlowkitError, UsageError
+from flowkit.pfcompat.variant_options import take_variants, variant_options
 
 
 @click.group(cls=FlowkitGroup)
@@ -159,6 +160,7 @@ def main() -> None:
     "inputs (see README, Traces).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@variant_options  # --variant, --variants all (flowkit.pfcompat.variant_runs)
 @click.option(
     "--otel",
     is_flag=True,
@@ -201,6 +203,8 @@ def run(
     trace_level: str = "compact",
     labels_file: str | None = None,
     labels_key: str | None = None,
+    variant: str | None = None,
+    all_variants: str | None = None,
 ) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data.
 
@@ -227,6 +231,8 @@ def run(
     model, connection = model or habits.model, connection or habits.connection
     for warning in habits.warnings:
         err_console.print("warning:", warning, highlight=False)
+    if (variant or all_variants) and take_variants(list(flows), variant, all_variants, name):
+        return  # every variant ran, each as its own run
     if otel:
         from flowkit.inspect.otel import require
 
@@ -329,6 +335,8 @@ _RUN_DEFINING = (
     "strict",
     "overwrite",
     "trace_level",
+    "variant",
+    "all_variants",
 )
 
 

@@ -53,6 +53,8 @@ def coerce(value: Any, type_name: str) -> Any:
         raise ValueError(f"unknown type '{type_name}' (known: {', '.join(_TYPES)})")
     if type_name == "any":
         return value
+    if type_name == "json":
+        return _json_text(value) if isinstance(value, str) else value
     if value is None:
         raise TypeError(f"expected {type_name}, got null")
     result = _convert(value, type_name)
@@ -96,10 +98,18 @@ def a_json_type(value: Any) -> str:
 
 
 _FAIL = object()
-_TYPES = ("string", "text", "number", "integer", "boolean", "list", "object", "any")
+_TYPES = ("string", "text", "number", "integer", "boolean", "list", "object", "json", "any")
 _INT_TEXT = re.compile(r"[+-]?\d+")
 _NUMBER_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _BOOL_TEXT = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _json_text(text: str) -> Any:
+    """A string's JSON value, or the string itself when it holds none (it may be plain text)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
 
 
 def _number_text(text: str) -> Any:

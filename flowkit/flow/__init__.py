@@ -14,6 +14,7 @@
   ``templates``: sandboxed Jinja2 prompts.
 - ``builtin``: finding the built-in flows by name.
 - ``target``: ``--target``, a metric flow preceded by a node that calls the user's app.
+- ``variants``: an llm node's `variants:` (prompts, models, params), the one a load takes.
 - ``reload``: ``fresh``, a loaded flow loaded again when code behind it changed on disk.
 
 Imports point down to ``flowkit.code``, ``flowkit.cache`` and ``flowkit.errors`` only. Node

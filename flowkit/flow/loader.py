@@ -38,6 +38,7 @@ from flowkit.flow.spec import FlowSpec, InputSpec, NodeSpec, parse_node
 from flowkit.flow.spec_messages import message as schema_message
 from flowkit.flow.spec_messages import node_keys
 from flowkit.flow.use import merge_use
+from flowkit.flow.variants import applied as apply_variants
 from flowkit.flow.wiring import check_metric_keys, check_outputs, check_refs
 
 __all__ = ["LoadContext", "load_flow", "load_flows", "static_key"]
@@ -257,6 +258,12 @@ class LoadContext:
                 if merged is None:
                     continue
                 raw = merged
+            if "variants" in raw:  # the chosen variant's prompt, model and params
+                varied = apply_variants(self, raw, file, name)
+                if varied is None:
+                    self.broken.add(name or "")
+                    continue
+                raw = varied
             try:
                 spec = parse_node(raw, _spec_model)
             except PydanticError as err:

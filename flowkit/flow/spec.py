@@ -24,7 +24,9 @@ from pydantic import (
 from pydantic_core import InitErrorDetails
 from pydantic_core import ValidationError as PydanticError
 
-InputType = Literal["string", "text", "number", "integer", "boolean", "list", "object", "any"]
+InputType = Literal[
+    "string", "text", "number", "integer", "boolean", "list", "object", "json", "any"
+]
 Comparable = str | int | float | bool | None
 MAX_NAME_BYTES = 255
 """The longest file name most file systems take; a longer one fails as an OS error."""
@@ -52,7 +54,8 @@ class _Spec(BaseModel):
 
 class InputSpec(_Spec):
     type: InputType = "any"
-    """The value's JSON type; CSV text is converted to it (`text`: any value, made a string)."""
+    """The value's JSON type; CSV text is converted to it (`text`: any value, made a string;
+    `json`: any value, a string decoded when it holds JSON, as Prompt Flow's `object`)."""
     default: Any = None
     """Used when the data gives no value; an input without one is required."""
     description: str | None = None
@@ -135,8 +138,9 @@ class LlmNode(NodeSpec):
     """parse_score arguments (min, max, mode…) that decide whether a reply is readable."""
     output: Literal["auto", "text"] = "auto"
     """`text`: always the reply text, also when cut off at max_tokens (`auto` gives a dict then)."""
-    role_markers: Literal["plain", "hashed"] = "plain"
-    """`hashed` also reads a line `# system:` (one `#`) as a role marker, besides `system:`."""
+    role_markers: Literal["plain", "hashed", "promptflow"] = "plain"
+    """`hashed` also reads a line `# system:` (one `#`) as a role marker, besides `system:`;
+    `promptflow` is Prompt Flow's chat rules (empty turns kept, unset variables render empty)."""
     model_default: str | None = None
     """The model when neither the node, --model, flowkit.yaml nor FLOWKIT_MODEL names one."""
 

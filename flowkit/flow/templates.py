@@ -21,12 +21,27 @@ from flowkit.errors import FlowkitError
 ROLES = ("system", "user", "assistant")
 _MARKER = re.compile(r"^[ \t]*(system|user|assistant)[ \t]*:[ \t]*$", re.M | re.I)
 _HASHED_MARKER = re.compile(r"^[ \t]*#?[ \t]*(system|user|assistant)[ \t]*:[ \t]*$", re.M | re.I)
+_PF_MARKER = re.compile(
+    r"^[ \t]*#?[ \t]*(system|user|assistant|function|tool)[ \t]*:[ \t]*(?=\n)", re.M | re.I
+)
+"""Prompt Flow's chat rules: `function` and `tool` roles too, and only a line that ends (a role
+on the file's last line, with no newline after it, is text)."""
+_PF_FIELDS = {
+    key: re.compile(
+        rf"\n*#{{0,2}}\s*{key}\s*:\s*\n+\s*(\S+)\s*\n*#{{0,2}}\s*content\s*:\s*\n?(.*)", re.S
+    )
+    for key in ("name", "tool_call_id")
+}
+"""A turn written `name:` NAME `content:` TEXT (any role; a `function` turn must) or
+`tool_call_id:` ID `content:` TEXT (a `tool` turn must), as Prompt Flow reads them."""
 _NONCE = secrets.token_hex(8)
-_SPLIT = re.compile(rf"\x00{_NONCE}:(system|user|assistant)\x00")
+_SPLIT = re.compile(rf"\x00{_NONCE}:(system|user|assistant|function|tool)\x00")
 
 _env = SandboxedEnvironment(
     undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False, trim_blocks=True
 )
+_lenient_env = SandboxedEnvironment(autoescape=False, keep_trailing_newline=True, trim_blocks=True)
+"""Prompt Flow renders prompts with Jinja's default Undefined: a variable no input gives is ''."""
 
 
 class PromptSyntaxError(ValueError):
@@ -64,6 +79,8 @@ class PromptTemplate:
     source: str
     variables: frozenset[str]
     _parts: tuple[tuple[str | None, Any], ...]
+    promptflow: bool = False
+    """Prompt Flow's chat rules: every turn is kept, an empty one too, and `name:` is read."""
 
     def render(self, values: dict[str, Any]) -> list[dict[str, str]]:
         messages: list[dict[str, str]] = []
@@ -76,7 +93,25 @@ class PromptTemplate:
                 messages.append({"role": role, "content": text.strip()})
                 continue
             messages.extend(_split_roles(text))
+        if self.promptflow:
+            return [_named(m) for m in messages]
         return [m for m in messages if m["content"] or m["role"] != "user"]
+
+
+def _named(message: dict[str, str]) -> dict[str, str]:
+    """A turn as Prompt Flow's parse_chat reads it: `name:`/`content:` inside a turn's text set
+    the message's name; a `function` turn must have one, a `tool` turn a `tool_call_id:`."""
+    role = message["role"]
+    key = "tool_call_id" if role == "tool" else "name"
+    found = _PF_FIELDS[key].search(message["content"])
+    if found is None:
+        if role in ("function", "tool"):
+            raise FlowkitError(
+                f"a {role!r} turn must be written '{key}:' {key.upper()} 'content:' TEXT, as "
+                "Prompt Flow requires"
+            )
+        return message
+    return {"role": role, key: found[1], "content": found[2].strip()}
 
 
 def _split_roles(text: str) -> list[dict[str, str]]:
@@ -90,14 +125,14 @@ def _split_roles(text: str) -> list[dict[str, str]]:
     return out
 
 
-def _compile(source: str) -> tuple[Any, frozenset[str]]:
+def _compile(source: str, env: SandboxedEnvironment = _env) -> tuple[Any, frozenset[str]]:
     try:
-        ast = _env.parse(source)
+        ast = env.parse(source)
     except TemplateSyntaxError as err:
         raise PromptSyntaxError(f"Jinja2 syntax error: {err.message}", err.lineno or 0) from None
     _check_private(ast)
     _check_no_loading(ast)
-    return _env.from_string(ast), frozenset(meta.find_undeclared_variables(ast))
+    return env.from_string(ast), frozenset(meta.find_undeclared_variables(ast))
 
 
 def _check_no_loading(ast: nodes.Template) -> None:
@@ -143,14 +178,15 @@ def _check_private(ast: nodes.Template) -> None:
         )
 
 
-def from_file_text(source: str, hashed: bool = False) -> PromptTemplate:
+def from_file_text(source: str, hashed: bool = False, promptflow: bool = False) -> PromptTemplate:
     """Compile a prompt file whose role markers split it into messages (``hashed``: `# user:`
-    counts as a marker too, as in prompts written for other tools)."""
-    marked = (_HASHED_MARKER if hashed else _MARKER).sub(
-        lambda m: f"\x00{_NONCE}:{m[1].lower()}\x00", source
-    )
-    template, variables = _compile(marked)
-    return PromptTemplate(source, variables, ((None, template),))
+    counts as a marker too, as in prompts written for other tools; ``promptflow``: Prompt Flow's
+    chat rules, which are hashed markers, a `function` role, every turn kept and undefined
+    variables rendered empty)."""
+    pattern = _PF_MARKER if promptflow else _HASHED_MARKER if hashed else _MARKER
+    marked = pattern.sub(lambda m: f"\x00{_NONCE}:{m[1].lower()}\x00", source)
+    template, variables = _compile(marked, _lenient_env if promptflow else _env)
+    return PromptTemplate(source, variables, ((None, template),), promptflow)
 
 
 def from_messages(messages: list[tuple[str, str]]) -> PromptTemplate:

@@ -55,7 +55,9 @@ def compile_prompt(node: Node, base_dir: Path, ctx: LoadContext) -> Any:
         return None
     try:
         text = path.read_text(encoding="utf-8")
-        return from_file_text(text, hashed=spec.role_markers == "hashed")
+        return from_file_text(
+            text, hashed=spec.role_markers == "hashed", promptflow=spec.role_markers == "promptflow"
+        )
     except PromptSyntaxError as err:
         where = f"the prompt of node {node.name!r} at {ctx.where(node, 'prompt')}"
         ctx.report(display(path), err.line, node.name, f"{err} (in {where})")
@@ -92,7 +94,8 @@ class LlmKind(Kind):
         template = compile_prompt(node, base_dir, ctx)
         if template is None:
             return None
-        check_variables(node, template.variables, ctx)
+        if node.spec.role_markers != "promptflow":  # there, an unset variable renders empty
+            check_variables(node, template.variables, ctx)
         each = node.spec.for_each
         if each is not None and each not in node.spec.inputs:
             ctx.error(

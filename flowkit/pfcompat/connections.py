@@ -145,7 +145,7 @@ def chat(
     from flowkit.llm.session import using
 
     call = call if call is not None else node_call()
-    messages = from_file_text(prompt, hashed=True).render(values)
+    messages = from_file_text(prompt, promptflow=True).render(values)
     sent = {k: v for k, v in params.items() if v is not None and v != "" and v != {}}
     session = call.session if call is not None else None
     # A thread the tool started has no session of its own: the run's, found through ``call``.

@@ -3,8 +3,9 @@
 What maps to what (README, "Coming from Prompt Flow"):
 
 - the flow's name is its folder's; `name:` becomes the description;
-- inputs `string|int|double|bool|list|object` → `text|integer|number|boolean|list|object`
-  (`text` takes any value as its string, as Prompt Flow does);
+- inputs `string|int|double|bool|list|object` → `text|integer|number|boolean|list|json`
+  (`text` takes any value as its string, `json` any value, decoding JSON strings, as Prompt
+  Flow's `object` does);
 - outputs `{type, reference}` → the reference (outputs of aggregation nodes are dropped);
 - python nodes → `python` nodes calling the file's one `@tool` function; `aggregation: true` →
   `aggregate` nodes whose metrics are those logged with `log_metric`;
@@ -12,23 +13,34 @@ What maps to what (README, "Coming from Prompt Flow"):
   `# role:` markers, `deployment_name` as the model used when flowkit's configuration names none;
 - prompt nodes → a python node rendering the template (`flowkit.flow.templates:render_text`);
 - the embedding package tool → an `embedding` node;
-- `activate: {when, is}` → `when: {ref, equals}`; every node gets `upstream_skipped: propagate`.
+- `activate: {when, is}` → `when: {ref, equals}`; every node gets `upstream_skipped: propagate`;
+- a node with `use_variants: true` → its chosen (or default) variant's node (``variants``).
 
-Everything else the file may hold (variants, other package tools, custom_llm, unknown keys) is a
-validation error at its line that names the feature.
+Keys Prompt Flow ignores are ignored with a note (``rules``); other package tools and node types
+are validation errors at their line that name the feature.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowkit.errors import display
+from flowkit.errors import did_you_mean, display
 from flowkit.flow.refs import RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import YamlSyntaxError, YDict, YList, line_of, read_yaml
+from flowkit.pfcompat import variants
+from flowkit.pfcompat.rules import (
+    FLOW_KEYS,
+    NODE_KEYS,
+    aggregation,
+    distribution,
+    input_ref,
+    output_ref,
+)
 from flowkit.pfcompat.toolscan import ToolInfo, find_tool
+from flowkit.pfcompat.variants import tuned_nodes
 
 if TYPE_CHECKING:
     from flowkit.flow.loader import LoadContext
@@ -39,7 +51,7 @@ INPUT_TYPES = {
     "double": "number",
     "bool": "boolean",
     "list": "list",
-    "object": "object",
+    "object": "json",
 }
 REQUEST_PARAMS = (
     "temperature",
@@ -62,10 +74,6 @@ REQUEST_PARAMS = (
 MODEL_PARAMS = ("deployment_name", "model")
 DROPPED_PARAMS = ("stream",)
 EMBEDDING_TOOL = "promptflow.tools.embedding.embedding"
-FLOW_KEYS = {"$schema", "name", "description", "inputs", "outputs", "nodes", "node_variants"}
-FLOW_KEYS |= {"environment", "additional_includes", "tags"}
-NODE_KEYS = {"name", "type", "source", "inputs", "aggregation", "activate", "use_variants"}
-NODE_KEYS |= {"provider", "connection", "api", "module", "comment", "description"}
 SHIM = "flowkit:pfcompat/shim"
 """The shim's folder as a flow's `python_path` names it."""
 
@@ -95,27 +103,41 @@ class _Translation:
         self.folder = file.parent
         self.aggregates: set[str] = set()
         self.notices: list[str] = []
+        self.picked: dict[str, str] = {}
+        """The variant each node that uses variants runs (said in the run's notes)."""
 
     def error(self, container: Any, key: Any, node: str | None, message: str) -> None:
         self.ctx.report(self.shown, line_of(container, key), node, message)
+
+    def note(self, container: Any, key: Any, node: str | None, message: str) -> None:
+        where = f"node {node!r}: " if node else ""
+        self.notices.append(f"{self.shown}:{line_of(container, key)}: {where}{message}")
+
+    def ignored(self, container: Any, key: Any, node: str | None, known: set[str]) -> None:
+        hint = did_you_mean(str(key), known)
+        if key == "variants" and node is not None:
+            hint = "; a node's variants go in the flow's node_variants, with use_variants: true"
+        self.note(container, key, node, f"key {key!r} is ignored, as Prompt Flow ignores it{hint}")
 
     # -- the flow ----------------------------------------------------------------------------
     def flow(self, raw: YDict) -> YDict:
         for key in raw:
             if key not in FLOW_KEYS:
-                self.error(raw, key, None, f"Prompt Flow key {key!r} is not supported")
-        if raw.get("node_variants"):
-            self.error(
+                self.ignored(raw, key, None, FLOW_KEYS)
+        if raw.get("environment_variables"):
+            self.note(
                 raw,
-                "node_variants",
+                "environment_variables",
                 None,
-                "node_variants are not supported: flowkit runs one version of each node; "
-                "keep the variant you want as the node itself",
+                "environment_variables are not set by flowkit: set them in the shell or with "
+                "--environment-variables NAME=VALUE",
             )
         self._requirements(raw.get("environment"))
-        raw_nodes = raw.get("nodes") or []
-        for n in raw_nodes if isinstance(raw_nodes, list) else []:
-            if isinstance(n, dict) and n.get("aggregation") is True:
+        raw_nodes = variants.applied(raw, self.error, self.picked)
+        self.notices += [f"node {n!r} runs its variant {v!r}" for n, v in self.picked.items()]
+        self.ctx.broken.update(n for n in tuned_nodes(raw) if n not in self.picked)
+        for n in raw_nodes:
+            if isinstance(n, dict) and aggregation(n):
                 self.aggregates.add(str(n.get("name")))
         name = re.sub(r"[^A-Za-z0-9_\-]", "_", self.folder.name) or "flow"
         if not re.match(r"[A-Za-z_]", name):
@@ -154,12 +176,12 @@ class _Translation:
             return
         missing = []
         for line in lines:
-            spec = line.split("#", 1)[0].strip()
-            package = re.split(r"[\s\[<>=!~;]", spec, maxsplit=1)[0] if spec else ""
-            if not package or package.lower().startswith("promptflow"):
+            package = distribution(line)
+            if package is None or package.lower().startswith("promptflow"):
                 continue
-            module = package.replace("-", "_").lower()
-            if importlib.util.find_spec(module) is None:
+            try:
+                importlib.metadata.distribution(package)  # names are normalised (PEP 503)
+            except importlib.metadata.PackageNotFoundError:
                 missing.append(package)
         if missing:
             self.notices.append(
@@ -192,7 +214,7 @@ class _Translation:
     def outputs(self, raw: Any) -> YDict:
         out: dict[str, Any] = {}
         for name, spec in raw.items():
-            ref = spec.get("reference") if isinstance(spec, dict) else spec
+            ref = output_ref(spec.get("reference") if isinstance(spec, dict) else spec)
             target = str(ref or "")[2:].split(".", 1)[0]
             if target in self.aggregates:
                 continue  # as in Prompt Flow: aggregation results are metrics, not row outputs
@@ -204,13 +226,12 @@ class _Translation:
         name = raw.get("name") if isinstance(raw.get("name"), str) else None
         for key in raw:
             if key not in NODE_KEYS:
-                self.error(raw, key, name, f"Prompt Flow node key {key!r} is not supported")
-        if raw.get("use_variants"):
-            self.error(raw, "use_variants", name, "use_variants: true is not supported")
+                self.ignored(raw, key, name, NODE_KEYS)
         kind = raw.get("type")
         given = raw.get("source")
         source = given if isinstance(given, dict) else {}
-        inputs = {k: v for k, v in (raw.get("inputs") or {}).items() if v is not None and v != ""}
+        given = raw.get("inputs") or {}
+        inputs = {k: input_ref(v) for k, v in given.items() if v is not None and v != ""}
         items: dict[str, Any] = {"name": name}
         if kind == "python" and source.get("type") == "package":
             items.update(self.embedding(raw, name, source, inputs))
@@ -258,7 +279,7 @@ class _Translation:
         return self.folder / path
 
     def python(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
-        aggregate = raw.get("aggregation") is True
+        aggregate = aggregation(raw)
         items: dict[str, Any] = {"type": "aggregate" if aggregate else "python"}
         path = self._code(raw, name, source)
         tool = find_tool(path) if path is not None else "missing"
@@ -277,7 +298,7 @@ class _Translation:
         api = raw.get("api", "chat")
         if api != "chat":
             self.error(raw, "api", name, f"api: {api} is not supported; flowkit calls chat models")
-        if raw.get("aggregation") is True:
+        if aggregation(raw):
             self.error(raw, "aggregation", name, "an llm node cannot be an aggregation node")
         path = self._code(raw, name, source)
         params = {k: v for k, v in inputs.items() if k in REQUEST_PARAMS}
@@ -292,7 +313,7 @@ class _Translation:
             "inputs": variables,
             "params": params,
             "output": "text",
-            "role_markers": "hashed",
+            "role_markers": "promptflow",
         }
         return _with_endpoint(items, "model_default", inputs, raw.get("connection"))
 

@@ -51,6 +51,7 @@ class Core:
         self.prompts: dict[str, int] = {}  # chat prompt hash -> admitted attempts
         self.inputs: dict[str, int] = {}  # same for embedding inputs
         self.window = RateWindow()
+        self.recorded: list[dict[str, Any]] = []  # chat request bodies, with record_requests
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -198,6 +199,9 @@ class Core:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await _read_body(request)
+        if self.config.record_requests:  # the model asked, also when an Azure route names it
+            model = request.match_info.get("deployment") or body.get("model")
+            self.recorded.append({**body, "model": model})
         messages = body.get("messages")
         if (
             not isinstance(messages, list)

@@ -45,6 +45,7 @@ class ServerConfig:
     seed: int = 0
     api_key: str | None = None
     embedding_dim: int = 64
+    record_requests: bool = False  # keep each chat request's body (LocalServer.recorded())
 
     def __post_init__(self) -> None:
         problems: list[str] = []

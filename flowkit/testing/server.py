@@ -119,6 +119,10 @@ class LocalServer(_Handle):
     def reset(self) -> None:
         self._call(_later(self._core.reset))
 
+    def recorded(self) -> list[dict[str, Any]]:
+        """The chat request bodies received since the last reset (with ``record_requests``)."""
+        return self._call(_later(lambda: list(self._core.recorded)))
+
     def configure(self, **changes: Any) -> ServerConfig:
         self._core.config = replace(self._core.config, **changes)
         return self._core.config

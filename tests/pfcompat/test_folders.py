@@ -100,21 +100,14 @@ def test_unsupported_features_are_errors_at_their_lines(workdir: Path) -> None:
           type: python
           source: {type: code, path: two.py}
           inputs: {x: ${inputs.x}}
-        node_variants:
-          a: {default_variant_id: v0}
         """,
         {"two.py": TOOL + "\n\n@tool\ndef g(x):\n    return x\n"},
     )
     result = cli("validate", folder)
     assert result.exit_code == 2
     dag = "bad/flow.dag.yaml"
-    assert "error: 5 problems" in result.output
+    assert "error: 4 problems" in result.output
     for line, message in [
-        (
-            17,
-            "node_variants are not supported: flowkit runs one version of each node; keep the "
-            "variant you want as the node itself",
-        ),
         (
             3,
             "input 'y': type 'datetime' is not supported (one of string, int, double, bool, "

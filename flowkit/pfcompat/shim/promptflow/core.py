@@ -113,12 +113,22 @@ def tool(func: Callable[..., Any] | None = None, **_: Any) -> Any:
                 kwargs[name] = _connection(kwargs[name], classes)
         return kwargs
 
-    if inspect.iscoroutinefunction(fn) or not calls_models:
+    if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
-        def plain(*args: Any, **kwargs: Any) -> Any:
+        async def awaited(*args: Any, **kwargs: Any) -> Any:
+            # An `async def` wrapper, so that it is still seen (and awaited) as a coroutine.
+            return await fn(*args, **convert(kwargs))
+
+        plain: Callable[..., Any] = awaited
+    elif not calls_models:
+
+        @functools.wraps(fn)
+        def synchronous(*args: Any, **kwargs: Any) -> Any:
             return fn(*args, **convert(kwargs))
 
+        plain = synchronous
+    if inspect.iscoroutinefunction(fn) or not calls_models:
         # Marks set on the function itself, as Prompt Flow's own `tool` does: dynamic on purpose.
         plain.__pf_tool__ = True  # type: ignore[attr-defined]
         if calls_models:

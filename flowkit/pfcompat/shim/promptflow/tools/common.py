@@ -12,8 +12,8 @@ def render_jinja_template(template_content: str, **kwargs: Any) -> str:
 
 
 def parse_chat(chat_str: str, *args: Any, **kwargs: Any) -> list[dict[str, str]]:
-    return from_file_text(chat_str, hashed=True).render({})
+    return from_file_text(chat_str, promptflow=True).render({})
 
 
 def build_messages(prompt: str, **kwargs: Any) -> list[dict[str, str]]:
-    return from_file_text(prompt, hashed=True).render(kwargs)
+    return from_file_text(prompt, promptflow=True).render(kwargs)

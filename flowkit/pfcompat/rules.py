@@ -1,0 +1,58 @@
+"""Prompt Flow's rules for reading `flow.dag.yaml`, from its source (promptflow-core's
+contracts/flow.py): which keys it reads, how a reference names a flow input or a node's output,
+and how a requirements line names a distribution."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+FLOW_KEYS = {"$schema", "name", "description", "inputs", "outputs", "nodes", "node_variants"}
+FLOW_KEYS |= {"environment", "additional_includes", "tags", "id", "tools", "language"}
+FLOW_KEYS |= {"environment_variables", "message_format"}
+"""What Prompt Flow reads at the top of the file (its Flow contract and the SDK's schema); any
+other key it ignores, and so does flowkit, with a note (a misspelt key is the usual cause)."""
+NODE_KEYS = {"name", "type", "source", "inputs", "aggregation", "activate", "use_variants"}
+NODE_KEYS |= {"provider", "connection", "api", "module", "comment", "description", "tool"}
+NODE_KEYS |= {"enable_cache", "reduce"}
+"""What Prompt Flow's Node contract reads; other keys (`variants:`, `outputs:`) it ignores."""
+_WHOLE_REF = re.compile(r"^\$\{(?P<body>[^{}]*)\}$")
+
+
+def input_ref(value: Any) -> Any:
+    """`${flow.x}`: Prompt Flow reads the prefix `flow.` as `inputs.` (its older spelling)."""
+    found = _WHOLE_REF.match(value) if isinstance(value, str) else None
+    if found is None or not found["body"].startswith("flow."):
+        return value
+    return "${inputs." + found["body"][len("flow.") :] + "}"
+
+
+def output_ref(value: Any) -> Any:
+    """A flow output's reference as Prompt Flow resolves it: `${node.SECTION.x}` reads the
+    node's output's `x` whatever SECTION says (`outputs`, `output`), `${node.SECTION}` the
+    whole output; `${inputs.x}` and `${flow.x}` read the flow's input."""
+    value = input_ref(value)
+    found = _WHOLE_REF.match(value) if isinstance(value, str) else None
+    if found is None or found["body"].startswith("inputs."):
+        return value
+    node, _, port = found["body"].partition(".")
+    prop = port.partition(".")[2]
+    return "${" + node + ".output" + (f".{prop}" if prop else "") + "}"
+
+
+def aggregation(node: dict[str, Any]) -> bool:
+    """`aggregation: true`, or `reduce: true`, the older spelling Prompt Flow still reads."""
+    return node.get("aggregation") is True or node.get("reduce") is True
+
+
+_REQUIREMENT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
+def distribution(line: str) -> str | None:
+    """The distribution a requirements line names (`keyrings.alt==5.0.0` → keyrings.alt); None
+    for blank lines, comments, pip options (`-r`, `--index-url`) and paths or URLs."""
+    spec = line.split(" #", 1)[0].strip()
+    if not spec or spec.startswith(("#", "-", ".", "/")) or "://" in spec.split("@", 1)[0]:
+        return None
+    found = _REQUIREMENT.match(spec)
+    return found[0] if found else None

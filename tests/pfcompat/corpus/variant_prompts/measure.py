@@ -1,0 +1,6 @@
+from promptflow.core import tool
+
+
+@tool
+def measure(text: str) -> int:
+    return len(text.split())
