@@ -263,17 +263,22 @@ async def chat(
             raise MalformedReply(f"a body of text starting {response.text[:60]!r}") from None
         return checked_completion(reply), response.headers
 
-    try:
-        done = await sched.run(
-            call,
-            tokens=estimate_tokens(messages, params),
-            used_tokens=_total_tokens,
-            headers=_second,
-            timeout=attempt_timeout,
-        )
-    except Exception as err:
-        raise _explained(err, endpoint, attempt_timeout, secrets) from None
-    response = done.value[0]
+    batched = session.batch
+    response = None
+    if batched is not None and batched.takes(endpoint):  # None: ask online after all
+        response, attempts = await batched.chat(endpoint, body), 1
+    if response is None:
+        try:
+            done = await sched.run(
+                call,
+                tokens=estimate_tokens(messages, params),
+                used_tokens=_total_tokens,
+                headers=_second,
+                timeout=attempt_timeout,
+            )
+        except Exception as err:
+            raise _explained(err, endpoint, attempt_timeout, secrets) from None
+        response, attempts = done.value[0], done.attempts
     choices = response.get("choices") or []
     messages_out = [c.get("message") or {} for c in choices]
     # A server that echoes the request's headers must not get them recorded.
@@ -288,7 +293,7 @@ async def chat(
         usage=usage,
         model=response.get("model") or model,
         top_logprobs=_first_top_logprobs(first),
-        attempts=done.attempts,
+        attempts=attempts,
         refusal=messages_out[0].get("refusal") if messages_out else None,
     )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowkit.cache.store import Cache, default_cache_dir
 from flowkit.code.importpath import importable
@@ -35,6 +36,9 @@ from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
 from flowkit.runs.space import OutOfSpace, no_space
+
+if TYPE_CHECKING:
+    from flowkit.batch.collector import BatchCollector
 
 
 def _check_refresh(flow: Flow, refresh: frozenset[str]) -> None:
@@ -150,14 +154,23 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     try:
         if options.use_cache:
             cache = Cache(cache_dir)
+        collector = _batch_collector(job, writer)
+        if collector is not None:
+            # Every row at once: a wave's calls are all ready before its batch is sent.
+            rows_in_data = sum(1 for _ in _mapped_rows(job.data_path, job.maps, job.config.limit))
+            options = dataclasses.replace(
+                options, concurrency=max(options.concurrency, rows_in_data)
+            )
+            session.batch = collector
         executor = Executor(flow, options, cache, writer, job.ctx, progress)
+        executor.row_watch = collector
         done: set[int] = set()
         if kept is not None:
             done = prepare(kept, flow, executor, keep=job.keep_rows)
             writer.resume_after(done)
         ready = True
         rows = _mapped_rows(job.data_path, job.maps, job.config.limit, done)
-        _run_rows(job, executor, writer, rows)
+        _run_rows(job, executor, writer, rows, collector)
         status = COMPLETED
     except KeyboardInterrupt:
         status = INTERRUPTED
@@ -216,10 +229,14 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
 
 
 def _run_rows(
-    job: Job, executor: Executor, writer: RunWriter, rows: Iterator[tuple[int, Any, Any]]
+    job: Job,
+    executor: Executor,
+    writer: RunWriter,
+    rows: Iterator[tuple[int, Any, Any]],
+    collector: BatchCollector | None = None,
 ) -> None:
     if job.config.backend == "local":
-        asyncio.run(_drive(executor, rows))
+        asyncio.run(_drive(executor, rows, collector))
         return
     from flowkit.runs.backends import WorkerJob, run_distributed
 
@@ -241,10 +258,30 @@ def check_every_row(path: Path, maps: Mapping, limit: int | None) -> None:
         )
 
 
-async def _drive(executor: Executor, rows: Iterator[tuple[int, Any, Any]]) -> None:
+def _batch_collector(job: Job, writer: RunWriter) -> BatchCollector | None:
+    """The run's batch collector (batch mode), holding the batches its folder records."""
+    if not job.config.batch:
+        return None
+    from flowkit.batch.collector import BatchCollector
+    from flowkit.batch.records import BatchRecords
+
+    collector = BatchCollector(
+        BatchRecords(writer.dir), run_id=writer.run_id, fallback=job.config.batch_fallback
+    )
+    collector.recover()
+    return collector
+
+
+async def _drive(
+    executor: Executor,
+    rows: Iterator[tuple[int, Any, Any]],
+    collector: BatchCollector | None = None,
+) -> None:
     try:
         await executor.run(rows)
     finally:
+        if collector is not None:  # the batches go on at the provider; a resume collects them
+            await collector.aclose()
         # Only a run that used the model layer has clients to close; importing it otherwise
         # would load the openai SDK for nothing.
         if "flowkit.llm.client" in sys.modules:

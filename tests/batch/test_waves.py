@@ -1,0 +1,51 @@
+"""Batch mode runs a flow's llm calls in one batch per wave of the DAG, with the outputs an
+online run gives, and fills the same cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import flowkit
+from flowkit.runs.result import RunResult
+from flowkit.testing.server import LocalServer
+from tests.batch.conftest import questions
+
+
+def outputs(result: RunResult) -> dict[int, object]:
+    return {row["line"]: row["outputs"] for row in result.rows()}
+
+
+def _waves(llm_server: LocalServer, chained: Path, tmp_path: Path, rows: int) -> None:
+    data = questions(tmp_path, rows)
+    online = flowkit.run(chained, data, cache_dir=tmp_path / "c1", runs_root=tmp_path / "runs")
+    assert llm_server.stats()["chat_completions"] == 2 * rows
+    llm_server.reset()
+    batched = flowkit.run(
+        chained, data, cache_dir=tmp_path / "c2", runs_root=tmp_path / "runs", batch=True
+    )
+    stats = llm_server.stats()
+    assert (stats["batches_created"], stats["chat_completions"]) == (2, 0)
+    assert stats["batch_lines"] == 2 * rows
+    assert outputs(batched) == outputs(online)
+    assert batched.metrics == online.metrics
+    llm_server.reset()  # a rerun finds every reply in the cache: no call, no batch
+    again = flowkit.run(
+        chained, data, cache_dir=tmp_path / "c2", runs_root=tmp_path / "runs", batch=True
+    )
+    assert llm_server.stats()["requests"] == 0
+    assert outputs(again) == outputs(online)
+
+
+def test_two_chained_llm_nodes_cost_two_batches(
+    llm_server: LocalServer, chained: Path, tmp_path: Path
+) -> None:
+    _waves(llm_server, chained, tmp_path, 40)
+
+
+@pytest.mark.slow
+def test_two_thousand_rows_cost_two_batches(
+    llm_server: LocalServer, chained: Path, tmp_path: Path
+) -> None:
+    _waves(llm_server, chained, tmp_path, 2000)
