@@ -41,7 +41,7 @@ def _waves(llm_server: LocalServer, chained: Path, tmp_path: Path, rows: int) ->
 def test_two_chained_llm_nodes_cost_two_batches(
     llm_server: LocalServer, chained: Path, tmp_path: Path
 ) -> None:
-    _waves(llm_server, chained, tmp_path, 40)
+    _waves(llm_server, chained, tmp_path, 20)
 
 
 @pytest.mark.slow
