@@ -47,6 +47,10 @@ SETTLE = 2.0
 """Seconds without a new call after which waiting calls go out even though some row still runs
 (a row in a slow function must not hold a batch back for ever)."""
 
+MARK = "flowkit_batch"
+"""The key a batched reply carries its batch and the errors met on the way under (``chat``
+moves it to ``ChatResult.batch``; it never reaches a trace as part of the reply)."""
+
 _ROW: ContextVar[int | None] = ContextVar("flowkit_batch_row", default=None)
 
 
@@ -128,8 +132,8 @@ class BatchCollector:
             raise self._failure
         custom_id = call_id(CHAT_URL, body)
         answer = self._answers.get(custom_id)
-        if answer is not None:
-            return answer
+        if answer is not None:  # a reply of one of this run's batches: paid for
+            return {**answer, MARK: {"id": None, "errors": []}}
         future: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
         call = self._calls.get(custom_id)
         if call is None:
@@ -274,7 +278,8 @@ class BatchCollector:
                 continue
             if body is not None:
                 self.progress.answered += 1
-                self._resolve(call, self._answers[custom_id])
+                mark = {"id": record.batch_id, "errors": call.errors}
+                self._resolve(call, {**self._answers[custom_id], MARK: mark})
             else:
                 self._failed(call, f"batch {record.batch_id}: {error}")
         self._show()

@@ -24,6 +24,10 @@ class RunOptions:
     """Per model request, in seconds; None keeps the connection's setting."""
 
 
+BATCHED = ("batch_prompt_tokens", "batch_completion_tokens")
+"""Usage keys of the tokens that went through a batch API, priced at its price."""
+
+
 @dataclass
 class Stats:
     """Live counts, read by the progress display and written to run.json."""
@@ -49,6 +53,9 @@ class Stats:
             self.models[node] = model
         for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
             acc[k] += int(usage.get(k) or 0)
+        for k in BATCHED:  # the share of them that came through a batch API (flowkit.batch)
+            if usage.get(k):
+                acc[k] = acc.get(k, 0) + int(usage[k])
         acc["calls"] += 1
 
     def merge(self, other: Stats) -> None:

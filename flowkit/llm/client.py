@@ -42,6 +42,8 @@ class ChatResult:
     top_logprobs: list[dict[str, Any]] | None = None
     attempts: int = 1
     refusal: str | None = None
+    batch: dict[str, Any] | None = None
+    """For a reply that came in a batch (``flowkit.batch``): its batch and the errors met."""
 
 
 @dataclass
@@ -285,6 +287,10 @@ async def chat(
     texts = masked([m.get("content") or "" for m in messages_out], secrets)
     first = choices[0] if choices else {}
     usage = _usage(response.get("usage"))
+    batch = response.get("flowkit_batch")
+    if batch is not None:  # priced at the batch price (flowkit.runs.job)
+        usage["batch_prompt_tokens"] = usage["prompt_tokens"]
+        usage["batch_completion_tokens"] = usage["completion_tokens"]
     session.usage.record(endpoint.connection, model, usage)
     return ChatResult(
         text=texts[0] if texts else "",
@@ -295,6 +301,7 @@ async def chat(
         top_logprobs=_first_top_logprobs(first),
         attempts=attempts,
         refusal=messages_out[0].get("refusal") if messages_out else None,
+        batch=batch,
     )
 
 

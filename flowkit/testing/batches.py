@@ -50,6 +50,7 @@ class BatchApi:
         self.batches: dict[str, dict[str, Any]] = {}
         self.created = self.lines = self.cancelled = 0
         self.prompts: Counter[str] = Counter()  # prompt hash -> lines answered (paid)
+        self.tries: Counter[str] = Counter()  # prompt hash -> lines read, failed ones too
         self._ids = itertools.count(1)
 
     def snapshot(self) -> dict[str, Any]:
@@ -288,7 +289,8 @@ class BatchApi:
             return _line(line, request_id, exc.status, {"error": {"message": str(exc)}})
         text = replies.messages_text(messages)
         key = replies.sha(text)
-        attempt = self.prompts[key] + 1
+        self.tries[key] += 1
+        attempt = self.tries[key]
         cfg = self.core.config
         if random.Random(f"{cfg.seed}:batch:{key}:{attempt}").random() < cfg.batch_fail_rate:
             failure = {"error": {"message": "The server had an error (fault injected)"}}
