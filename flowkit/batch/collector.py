@@ -217,7 +217,7 @@ class BatchCollector:
         try:
             client = await current_session().clients.get(endpoint)
             if record.batch_id is None:
-                record.batch_id = await self._find(client, record)
+                record.batch_id = await find_by_nonce(client, record, self.records)
             if record.batch_id is None:  # never created: its calls are free to be sent
                 self._unheld(record)
                 return
@@ -245,17 +245,6 @@ class BatchCollector:
         finally:
             self.progress.running -= 1
         self._answer(record, batch.status, found)
-
-    async def _find(self, client: Any, record: BatchRecord) -> str | None:
-        """The id of the batch created from ``record`` by a process that died before saying so
-        (its nonce is in the batch's metadata); None when it was never created."""
-        async for batch in client.batches.list(limit=100):
-            if (batch.metadata or {}).get(NONCE_KEY) == record.nonce:
-                self.records.created(record.nonce, batch.id)
-                return str(batch.id)
-            if batch.created_at < record.submitted_at - 60:
-                break  # newest first: older batches cannot be this one
-        return None
 
     def _answer(
         self,
@@ -355,3 +344,16 @@ class BatchCollector:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+
+
+async def find_by_nonce(client: Any, record: BatchRecord, records: BatchRecords) -> str | None:
+    """The id of the batch created from ``record`` by a process that died before writing it
+    down (the nonce is in the batch's metadata), now written down; None when it was never
+    created."""
+    async for batch in client.batches.list(limit=100):
+        if (batch.metadata or {}).get(NONCE_KEY) == record.nonce:
+            records.created(record.nonce, batch.id)
+            return str(batch.id)
+        if batch.created_at < record.submitted_at - 60:
+            break  # newest first: older batches cannot be this one
+    return None

@@ -18,6 +18,7 @@ from flowkit.errors import FlowkitError
 _LAZY = {
     "flowkit.cli.inspect_commands": ("runs", "show", "trace", "compare", "report", "export-otel"),
     "flowkit.cli.author_commands": ("describe", "init"),
+    "flowkit.cli.batch_commands": ("batches",),
     "flowkit.pfcompat.cli": ("convert", "show-details", "test"),
 }
 

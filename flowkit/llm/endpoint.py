@@ -66,6 +66,8 @@ class Connection(Limits):
     """Server URL ending in ``/v1`` (openai type); unset means the public OpenAI API."""
     azure_endpoint: str | None = None
     """Resource URL such as ``https://x.openai.azure.com`` (azure type)."""
+    batch: bool = False
+    """Send llm calls to this connection through its batch API, as ``--batch`` does for all."""
 
     @field_validator("base_url", "azure_endpoint")
     @classmethod

@@ -260,13 +260,19 @@ def check_every_row(path: Path, maps: Mapping, limit: int | None) -> None:
 
 def _batch_collector(job: Job, writer: RunWriter) -> BatchCollector | None:
     """The run's batch collector (batch mode), holding the batches its folder records."""
-    if not job.config.batch:
+    # --batch takes every connection's calls; else those of connections with `batch: true`.
+    connections = getattr(job.settings, "connections", None) or {}
+    batched = frozenset(name for name, c in connections.items() if getattr(c, "batch", False))
+    if not job.config.batch and not batched:
         return None
     from flowkit.batch.collector import BatchCollector
     from flowkit.batch.records import BatchRecords
 
     collector = BatchCollector(
-        BatchRecords(writer.dir), run_id=writer.run_id, fallback=job.config.batch_fallback
+        BatchRecords(writer.dir),
+        run_id=writer.run_id,
+        connections=None if job.config.batch else batched,
+        fallback=job.config.batch_fallback,
     )
     collector.recover()
     return collector
@@ -300,24 +306,41 @@ def _cost(stats: Stats, settings: Any) -> dict[str, Any]:
     """Estimated USD per node and in total; None where a model's price is unknown."""
     if not stats.tokens:  # no model was called: the price table (and pydantic models) can wait
         return {"usd": None, "by_node": {}, "estimate": True, "prices_as_of": None}
-    from flowkit.llm.usage import PRICES_AS_OF, cost_usd
+    from flowkit.llm.usage import PRICES_AS_OF, batch_cost_usd, cost_usd
 
     prices = getattr(settings, "prices", None)
+    batch_prices = getattr(settings, "batch_prices", None)
     by_node: dict[str, float | None] = {}
+    online: dict[str, float | None] = {}
     for node, usage in stats.tokens.items():
         model = stats.models.get(node)
-        by_node[node] = (
-            cost_usd(model, usage["prompt_tokens"], usage["completion_tokens"], prices)
-            if model
-            else None
+        prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+        online[node] = cost_usd(model, prompt, completion, prices) if model else None
+        batched = usage.get("batch_prompt_tokens", 0), usage.get("batch_completion_tokens", 0)
+        if not any(batched) or not model:
+            by_node[node] = online[node]
+            continue
+        # Calls that went through a batch API at its price, the others at the list price.
+        parts = (
+            cost_usd(model, prompt - batched[0], completion - batched[1], prices),
+            batch_cost_usd(model, *batched, prices, batch_prices),
         )
-    known = [c for c in by_node.values() if c is not None]
-    return {
-        "usd": sum(known) if known and len(known) == len(by_node) else None,
+        by_node[node] = None if None in parts else sum(p for p in parts if p is not None)
+    cost: dict[str, Any] = {
+        "usd": _total(by_node),
         "by_node": by_node,
         "estimate": True,
         "prices_as_of": PRICES_AS_OF,
     }
+    if any("batch_prompt_tokens" in usage for usage in stats.tokens.values()):
+        cost["online_usd"] = _total(online)  # what the same calls would have cost online
+    return cost
+
+
+def _total(costs: dict[str, float | None]) -> float | None:
+    """The sum, or None when any part is unknown (a partial sum would read as the whole)."""
+    known = [c for c in costs.values() if c is not None]
+    return sum(known) if known and len(known) == len(costs) else None
 
 
 def _counts(stats: Stats, cache: Cache | None) -> dict[str, int]:

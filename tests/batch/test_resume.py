@@ -9,9 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import flowkit
 from flowkit.batch.records import FILE
+from flowkit.cli.main import main
 from flowkit.runs.folder import read_run_info
 from flowkit.testing.server import LocalServer
 from tests.batch.conftest import questions
@@ -80,3 +82,37 @@ def test_ctrl_c_leaves_the_batch_running_and_the_run_interrupted(
     assert read_run_info(run_dir)["status"] == "interrupted"
     assert llm_server.stats()["batches_cancelled"] == 0
     _resumed_pays_nothing_twice(llm_server, run_dir)
+
+
+@pytest.mark.slow
+def test_batches_lists_a_runs_batches_and_cancels_only_when_asked(
+    llm_server: LocalServer, chained: Path, workdir: Path
+) -> None:
+    llm_server.configure(batch_delay=600.0)
+    try:
+        data = questions(workdir, 3)
+        proc = start_flowkit(
+            workdir, "run", str(chained), "--data", str(data), "--batch", "--name", "b", "-q"
+        )
+        records = workdir / "runs" / "b" / FILE
+        deadline = time.monotonic() + 60
+        while '"created"' not in (records.read_text() if records.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        (batch_id,) = [
+            json.loads(e)["batch_id"] for e in records.read_text().splitlines() if '"created"' in e
+        ]
+
+        listed = CliRunner().invoke(main, ["batches", "b"])
+        assert listed.exit_code == 0, listed.output
+        assert batch_id in listed.stdout and "validating" in listed.stdout
+        assert llm_server.stats()["batches_cancelled"] == 0
+
+        cancelled = CliRunner().invoke(main, ["batches", "b", "--cancel"])
+        assert cancelled.exit_code == 0, cancelled.output
+        assert "cancelled" in cancelled.stdout
+        assert llm_server.stats()["batches_cancelled"] == 1
+    finally:
+        llm_server.configure(batch_delay=0.0)
