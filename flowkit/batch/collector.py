@@ -76,7 +76,35 @@ class Progress:
     calls: int = 0
     answered: int = 0
     failed: int = 0
-    started: float = field(default_factory=time.monotonic)
+    running_counts: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+    """Per running batch (nonce): requests done, requests in all, seconds it has run."""
+
+    def seconds_left(self) -> float | None:
+        """When the slowest running batch ends if it goes on at its pace so far; None before
+        any has reported progress."""
+        left = [
+            seconds * (total - done) / done
+            for done, total, seconds in self.running_counts.values()
+            if done
+        ]
+        return max(left) if left else None
+
+    def describe(self) -> str:
+        """One line for the progress display."""
+        text = (
+            f"batches {self.batches} ({self.running} running) · calls {self.calls}: "
+            f"{self.answered} answered, {self.failed} failed"
+        )
+        left = self.seconds_left()
+        return text if left is None else f"{text} · ~{_duration(left)} left"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 class BatchCollector:
@@ -224,6 +252,11 @@ class BatchCollector:
             started = time.monotonic()
             while True:
                 batch = await client.batches.retrieve(record.batch_id)
+                now = batch.request_counts
+                if now is not None and now.total:
+                    ran = time.time() - batch.created_at
+                    state = (now.completed + now.failed, now.total, ran)
+                    self.progress.running_counts[record.nonce] = state
                 self._show()
                 if batch.status in TERMINAL:
                     break
@@ -244,6 +277,7 @@ class BatchCollector:
             return
         finally:
             self.progress.running -= 1
+            self.progress.running_counts.pop(record.nonce, None)
         self._answer(record, batch.status, found)
 
     def _answer(

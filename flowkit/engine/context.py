@@ -44,6 +44,8 @@ class Stats:
     tokens: dict[str, dict[str, int]] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    waiting: str = ""
+    """What the rows wait on besides themselves, for the progress display (a run's batches)."""
 
     def add_usage(self, node: str, usage: dict[str, int], model: str | None = None) -> None:
         acc = self.tokens.setdefault(

@@ -87,6 +87,8 @@ def progress_display(
             f"invalid {stats.invalid} · cache hits {stats.cache_hits} · "
             f"{stats.rows / elapsed:,.0f} rows/s" + (f" · {tokens:,} tokens" if tokens else "")
         )
+        if stats.waiting:
+            detail += f" · {stats.waiting}"
         progress.update(task, completed=stats.rows, detail=detail)
 
     with progress:

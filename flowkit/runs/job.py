@@ -164,6 +164,14 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             session.batch = collector
         executor = Executor(flow, options, cache, writer, job.ctx, progress)
         executor.row_watch = collector
+        if collector is not None:
+            stats = executor.stats
+
+            def batch_progress(state: Any) -> None:
+                stats.waiting = state.describe()
+                progress(stats)
+
+            collector.on_progress = batch_progress
         done: set[int] = set()
         if kept is not None:
             done = prepare(kept, flow, executor, keep=job.keep_rows)
