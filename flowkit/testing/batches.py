@@ -6,9 +6,11 @@ finalizing for the third, then completed (or expired). Its lines are answered on
 finishes, by the same code that answers ``/v1/chat/completions`` (``Core.completion``), so a
 batched call gets the reply an online one would. What goes wrong on purpose: a share of lines
 (``batch_fail_rate``, drawn per prompt and attempt, so a retry may succeed) answered in the error
-file with a 500; the first ``batch_expiring`` batches expire with ``batch_expire_done`` of their
-lines finished; an input file that breaks the rules (bad JSON, a missing field, another URL, a
-custom_id twice, more than ``batch_max_requests`` lines) fails the batch at validation.
+file with a 500; a ``[[fault: malformed]]`` (or ``fault-once``) prompt answered with a 200
+whose body is no chat completion; the first ``batch_expiring`` batches expire with
+``batch_expire_done`` of their lines finished; an input file that breaks the rules (bad JSON,
+a missing field, another URL, a custom_id twice, more than ``batch_max_requests`` lines) fails
+the batch at validation.
 
 The counters (``snapshot``) say what was paid: ``batch_lines`` answered, and ``batch_prompts``,
 how many times each prompt was answered in a batch.
@@ -296,6 +298,11 @@ class BatchApi:
             failure = {"error": {"message": "The server had an error (fault injected)"}}
             return _line(line, request_id, 500, failure)
         found = replies.directives(text) if "[[" in text else {}
+        fault = found.get("fault-once") if attempt == 1 else None
+        if (fault or found.get("fault")) == "malformed":  # paid for, and of no use
+            self.prompts[key] += 1
+            self.lines += 1
+            return _line(line, request_id, 200, {"hello": "world"})
         scripted = found["reply"] if "reply" in found else await self.core._scripted(body, messages)
         if isinstance(scripted, web.StreamResponse):
             scripted = None

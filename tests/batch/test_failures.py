@@ -10,6 +10,7 @@ import flowkit
 from flowkit.testing.server import LocalServer
 from tests.batch.conftest import questions
 from tests.batch.test_waves import outputs
+from tests.support import write
 
 ROWS = 20
 
@@ -70,3 +71,31 @@ def test_a_call_no_batch_answers_fails_its_node_or_goes_online(
     assert row["error"]["message"].count(error) == tries
     assert online.counts["succeeded"] == 2
     assert llm_server.stats()["chat_completions"] == 4  # each call asked online, once
+
+
+def test_a_reply_that_is_no_chat_completion_is_asked_again_in_the_next_batch(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    flow = write(
+        tmp_path / "one.yaml",
+        """
+        name: one
+        inputs: {q: {type: string}}
+        outputs: {reply: "${ask.output}"}
+        nodes:
+          - name: ask
+            type: llm
+            messages: [{role: user, content: "{{ q }} [[fault-once: malformed]] [[reply: ok]]"}]
+            inputs: {q: "${inputs.q}"}
+        """,
+    )
+    result = flowkit.run(flow, questions(tmp_path, 3), runs_root=tmp_path / "r", batch=True)
+    assert [row["outputs"] for row in result.rows()] == [{"reply": "ok"}] * 3
+    assert llm_server.stats()["batches_created"] == 2
+    for trace in result.traces():
+        (batch,) = trace["llm"]["raw"]["batches"]
+        (error,) = batch["errors"]
+        assert error.endswith(
+            ": the endpoint answered 200 but not with a chat completion: "
+            "'choices' is missing or null"
+        )
