@@ -31,7 +31,6 @@ from flowkit.batch.records import NONCE_KEY, BatchRecord, BatchRecords
 from flowkit.batch.wire import (
     CHAT_URL,
     MAX_BYTES,
-    MAX_REQUESTS,
     call_id,
     outcomes,
     request_line,
@@ -123,12 +122,11 @@ class BatchCollector:
         connections: frozenset[str] | None = None,
         fallback: Fallback = "none",
         poll: tuple[float, float] = (0.05, 30.0),
-        limits: tuple[int, int] = (MAX_REQUESTS, MAX_BYTES),
         on_progress: Callable[[Progress], None] | None = None,
     ) -> None:
         self.records, self.run_id = records, run_id
         self.connections, self.fallback = connections, fallback
-        self.poll, self.limits, self.on_progress = poll, limits, on_progress
+        self.poll, self.on_progress = poll, on_progress
         self.progress = Progress()
         self._calls: dict[str, _Call] = {}  # asked and not answered yet
         self._queue: dict[str, _Call] = {}  # of those, waiting to be sent
@@ -215,7 +213,7 @@ class BatchCollector:
         endpoint = calls[0].endpoint
         client = await current_session().clients.get(endpoint)
         lines = [(c.custom_id, request_line(c.custom_id, CHAT_URL, c.body)) for c in calls]
-        for part in split(lines, *self.limits):
+        for part in split(lines, endpoint.limits.batch_max_requests, MAX_BYTES):
             data = b"".join(line for _, line in part)
             upload = await client.files.create(file=("flowkit-batch.jsonl", data), purpose="batch")
             record = BatchRecord(

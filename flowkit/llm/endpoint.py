@@ -40,6 +40,8 @@ class Limits(BaseModel):
     """First backoff ceiling in seconds; it doubles per retry (full jitter below it)."""
     backoff_max: float = Field(30.0, ge=0)
     """Largest backoff ceiling in seconds."""
+    batch_max_requests: int = Field(50_000, ge=1)
+    """Requests per batch in batch mode (the provider's limit; OpenAI's is 50,000)."""
     slow_start: bool = True
     """Ramp up the requests in flight while no limit is known; false (a self-hosted server
     without rate limits) starts at ``concurrency``, and overload 429s still set a pace."""

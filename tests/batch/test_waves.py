@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 import flowkit
+from flowkit.batch.records import BatchRecords
 from flowkit.runs.result import RunResult
 from flowkit.testing.server import LocalServer
 from tests.batch.conftest import questions
+from tests.support import write
 
 
 def outputs(result: RunResult) -> dict[int, object]:
@@ -49,3 +51,21 @@ def test_two_thousand_rows_cost_two_batches(
     llm_server: LocalServer, chained: Path, tmp_path: Path
 ) -> None:
     _waves(llm_server, chained, tmp_path, 2000)
+
+
+def test_a_wave_larger_than_the_providers_limit_is_split(
+    llm_server: LocalServer, chained: Path, workdir: Path
+) -> None:
+    write(
+        workdir / "flowkit.yaml",
+        f"""
+        default_model: flowkit-test
+        connections:
+          local: {{base_url: "{llm_server.base_url}", batch_max_requests: 8}}
+        """,
+    )
+    result = flowkit.run(chained, questions(workdir, 20), batch=True)
+    sizes = [len(r.custom_ids) for r in BatchRecords(result.run_dir).read()]
+    assert max(sizes) == 8 and sum(sizes) == 40  # 20 rows, two calls each, none sent twice
+    assert llm_server.stats()["batches_created"] == len(sizes) >= 6
+    assert result.counts["succeeded"] == 20
