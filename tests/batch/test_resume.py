@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -26,7 +27,18 @@ def _kill_while_the_first_batch_runs(
     llm_server: LocalServer, chained: Path, workdir: Path, *, signum: int = signal.SIGKILL
 ) -> Path:
     llm_server.configure(batch_delay=600.0)  # the first batch runs until the test says
-    data = questions(workdir, ROWS)
+    proc = _started(chained, workdir, ROWS)
+    time.sleep(0.3)  # polling
+    proc.send_signal(signum)
+    proc.communicate(timeout=30)
+    assert llm_server.stats()["batches_created"] == 1
+    llm_server.configure(batch_delay=0.0)  # the batch is done by the next look
+    return workdir / "runs" / "b"
+
+
+def _started(chained: Path, workdir: Path, rows: int) -> subprocess.Popen[str]:
+    """`flowkit run --batch` in a process of its own, once it has created its first batch."""
+    data = questions(workdir, rows)
     proc = start_flowkit(
         workdir, "run", str(chained), "--data", str(data), "--batch", "--name", "b", "-q"
     )
@@ -35,12 +47,7 @@ def _kill_while_the_first_batch_runs(
     while '"created"' not in (records.read_text() if records.exists() else ""):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
-    time.sleep(0.3)  # polling
-    proc.send_signal(signum)
-    proc.communicate(timeout=30)
-    assert llm_server.stats()["batches_created"] == 1
-    llm_server.configure(batch_delay=0.0)  # the batch is done by the next look
-    return workdir / "runs" / "b"
+    return proc
 
 
 def _resumed_pays_nothing_twice(llm_server: LocalServer, run_dir: Path) -> None:
@@ -90,15 +97,8 @@ def test_batches_lists_a_runs_batches_and_cancels_only_when_asked(
 ) -> None:
     llm_server.configure(batch_delay=600.0)
     try:
-        data = questions(workdir, 3)
-        proc = start_flowkit(
-            workdir, "run", str(chained), "--data", str(data), "--batch", "--name", "b", "-q"
-        )
+        proc = _started(chained, workdir, 3)
         records = workdir / "runs" / "b" / FILE
-        deadline = time.monotonic() + 60
-        while '"created"' not in (records.read_text() if records.exists() else ""):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
         (batch_id,) = [

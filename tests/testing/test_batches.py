@@ -5,31 +5,15 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
-from flowkit.testing.server import LocalServer, ServerConfig, serve
+from flowkit.testing.server import LocalServer
+from tests.testing.test_server import client, shared, srv
 
-
-@pytest.fixture(scope="module")
-def shared() -> Iterator[LocalServer]:
-    with serve() as server:
-        yield server
-
-
-@pytest.fixture
-def srv(shared: LocalServer) -> LocalServer:
-    shared.config = ServerConfig()
-    shared.reset()
-    return shared
-
-
-@pytest.fixture
-def client(srv: LocalServer) -> openai.OpenAI:
-    return openai.OpenAI(api_key="test", base_url=srv.base_url, max_retries=0, timeout=5)
+__all__ = ["client", "shared", "srv"]  # the fixtures: one server, clean for each test
 
 
 def line(custom_id: str, text: str, url: str = "/v1/chat/completions") -> dict[str, Any]:
