@@ -33,7 +33,7 @@ def test_the_progress_line_shows_the_running_batch(
         if stats.waiting and stats.waiting not in seen:
             seen.append(stats.waiting)
 
-    llm_server.configure(batch_delay=1.0)
+    llm_server.configure(batch_delay=0.5)
     try:
         flowkit.run(
             chained, questions(tmp_path, 4), runs_root=tmp_path / "r", batch=True, on_progress=note

@@ -69,6 +69,7 @@ def test_a_kill_during_polling_then_resume_sends_no_batch_again(
     _resumed_pays_nothing_twice(llm_server, run_dir)
 
 
+@pytest.mark.slow
 def test_a_kill_before_the_batch_id_was_recorded_is_found_by_its_nonce(
     llm_server: LocalServer, chained: Path, workdir: Path
 ) -> None:

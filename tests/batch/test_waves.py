@@ -69,3 +69,15 @@ def test_a_wave_larger_than_the_providers_limit_is_split(
     assert max(sizes) == 8 and sum(sizes) == 40  # 20 rows, two calls each, none sent twice
     assert llm_server.stats()["batches_created"] == len(sizes) >= 6
     assert result.counts["succeeded"] == 20
+
+
+def test_batch_mode_runs_in_this_process_only(chained: Path, tmp_path: Path) -> None:
+    data = questions(tmp_path, 1)
+    with pytest.raises(flowkit.UsageError) as caught:
+        flowkit.run(chained, data, batch=True, backend="loky", runs_root=tmp_path / "r")
+    assert str(caught.value) == "bad run option batch mode runs with backend local, not 'loky'"
+    with pytest.raises(flowkit.UsageError) as caught:
+        flowkit.run(chained, data, batch_fallback="later", runs_root=tmp_path / "r")  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "bad run option batch_fallback: input should be 'none' or 'online', not 'later'"
+    )
