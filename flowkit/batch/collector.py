@@ -62,7 +62,7 @@ class _Call:
     custom_id: str
     endpoint: Endpoint
     body: dict[str, Any]
-    futures: list[asyncio.Future[dict[str, Any] | None]] = field(default_factory=list)
+    futures: list[asyncio.Future[dict[str, Any]]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
@@ -152,15 +152,16 @@ class BatchCollector:
         return self.connections is None or endpoint.connection in self.connections
 
     # -- the calls ------------------------------------------------------------------------------
-    async def chat(self, endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any] | None:
-        """The reply to ``body`` from a batch; None when it is to be asked online instead."""
+    async def chat(self, endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+        """The reply to ``body`` from a batch, its batch and errors under ``MARK``; only the
+        mark (``online: true``) when it is to be asked online instead."""
         if self._failure is not None:
             raise self._failure
         custom_id = call_id(CHAT_URL, body)
         answer = self._answers.get(custom_id)
         if answer is not None:  # a reply of one of this run's batches: paid for
             return {**answer, MARK: {"id": None, "errors": []}}
-        future: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         call = self._calls.get(custom_id)
         if call is None:
             call = self._calls[custom_id] = _Call(custom_id, endpoint, body)
@@ -317,11 +318,11 @@ class BatchCollector:
         if self._queue and (self._flusher is None or self._flusher.done()):
             self._flusher = asyncio.create_task(self._flush_when_quiet())
 
-    def _resolve(self, call: _Call, reply: dict[str, Any] | None) -> None:
+    def _resolve(self, call: _Call, reply: dict[str, Any]) -> None:
         del self._calls[call.custom_id]
         for future in call.futures:
             if not future.done():
-                future.set_result(reply)
+                future.set_result(dict(reply))  # each its own: ``chat`` takes the mark out
 
     def _failed(self, call: _Call, error: str) -> None:
         call.errors.append(error)
@@ -331,7 +332,7 @@ class BatchCollector:
             return
         self.progress.failed += 1
         if self.fallback == "online":
-            self._resolve(call, None)
+            self._resolve(call, {MARK: {"id": None, "errors": call.errors, "online": True}})
             return
         del self._calls[call.custom_id]
         tries = len(call.errors)

@@ -266,9 +266,13 @@ async def chat(
         return checked_completion(reply), response.headers
 
     batched = session.batch
-    response = None
-    if batched is not None and batched.takes(endpoint):  # None: ask online after all
+    response: Any = None
+    batch: dict[str, Any] | None = None
+    if batched is not None and batched.takes(endpoint):
         response, attempts = await batched.chat(endpoint, body), 1
+        batch = response.pop("flowkit_batch", None)
+        if "choices" not in response:  # no batch answered it: asked online after all
+            response = None
     if response is None:
         try:
             done = await sched.run(
@@ -287,8 +291,7 @@ async def chat(
     texts = masked([m.get("content") or "" for m in messages_out], secrets)
     first = choices[0] if choices else {}
     usage = _usage(response.get("usage"))
-    batch = response.get("flowkit_batch")
-    if batch is not None:  # priced at the batch price (flowkit.runs.job)
+    if batch is not None and not batch.get("online"):  # at the batch price (flowkit.runs.job)
         usage["batch_prompt_tokens"] = usage["prompt_tokens"]
         usage["batch_completion_tokens"] = usage["completion_tokens"]
     session.usage.record(endpoint.connection, model, usage)

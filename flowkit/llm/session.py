@@ -48,8 +48,9 @@ class BatchRoute(Protocol):
     def takes(self, endpoint: Endpoint) -> bool:
         """Whether calls to ``endpoint`` are batched."""
 
-    async def chat(self, endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any] | None:
-        """The checked reply to ``body``; None when it is to be asked online after all."""
+    async def chat(self, endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+        """The checked reply to ``body``, with what its batch says of it under
+        ``flowkit_batch``; only the latter when it is to be asked online after all."""
 
 
 class LlmSession:

@@ -71,6 +71,10 @@ def test_a_call_no_batch_answers_fails_its_node_or_goes_online(
     assert row["error"]["message"].count(error) == tries
     assert online.counts["succeeded"] == 2
     assert llm_server.stats()["chat_completions"] == 4  # each call asked online, once
+    for trace in online.traces():
+        (batch,) = trace["llm"]["raw"]["batches"]
+        assert batch["online"] is True and len(batch["errors"]) == tries
+        assert "batch_prompt_tokens" not in trace["llm"]["usage"]  # paid at the online price
 
 
 def test_a_reply_that_is_no_chat_completion_is_asked_again_in_the_next_batch(

@@ -12,7 +12,7 @@ from flowkit.batch.records import BatchRecords
 from flowkit.runs.result import RunResult
 from flowkit.testing.server import LocalServer
 from tests.batch.conftest import questions
-from tests.support import write
+from tests.support import write, write_jsonl
 
 
 def outputs(result: RunResult) -> dict[int, object]:
@@ -81,3 +81,16 @@ def test_batch_mode_runs_in_this_process_only(chained: Path, tmp_path: Path) -> 
     assert str(caught.value) == (
         "bad run option batch_fallback: input should be 'none' or 'online', not 'later'"
     )
+
+
+def test_the_same_request_from_two_rows_is_one_line_paid_once(
+    llm_server: LocalServer, chained: Path, tmp_path: Path
+) -> None:
+    rows = [{"q": f"question {i % 3}"} for i in range(6)]
+    data = write_jsonl(tmp_path / "twice.jsonl", rows)
+    result = flowkit.run(chained, data, runs_root=tmp_path / "r", batch=True, use_cache=False)
+    stats = llm_server.stats()
+    assert (stats["batches_created"], stats["batch_lines"]) == (2, 2 * 3)
+    assert result.counts["succeeded"] == 6
+    out = outputs(result)
+    assert all(out[line] == out[line % 3] for line in out)
