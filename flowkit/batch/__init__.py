@@ -4,6 +4,7 @@ its lower price, with the run's waves, records and resume.
 - ``collector``: ``BatchCollector``, where the run's chat calls go instead of the endpoint; it
   sends the calls that became ready together as one batch when every row waits (a wave of the
   DAG), polls, and answers each call with its reply (or sends it again after a failure).
+- ``progress``: what the progress line says while batches run (with the time left).
 - ``wire``: the file formats (request lines, the output and error files), ``custom_id``s and
   the provider's limits per batch.
 - ``records``: ``batches.jsonl`` in the run folder, each batch written down before it is

@@ -27,6 +27,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from flowkit.batch.progress import Progress
 from flowkit.batch.records import NONCE_KEY, BatchRecord, BatchRecords
 from flowkit.batch.wire import (
     CHAT_URL,
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 
 Fallback = Literal["none", "online"]
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+API_RETRIES = 5
+"""The SDK's own retries (with its backoff) for the batch API's calls, which flowkit's
+scheduler does not pace: a transient 5xx while a batch runs for hours must not lose the run."""
 SETTLE = 2.0
 """Seconds without a new call after which waiting calls go out even though some row still runs
 (a row in a slow function must not hold a batch back for ever)."""
@@ -64,46 +68,6 @@ class _Call:
     body: dict[str, Any]
     futures: list[asyncio.Future[dict[str, Any]]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Progress:
-    """What the progress display shows while batches run."""
-
-    batches: int = 0
-    running: int = 0
-    calls: int = 0
-    answered: int = 0
-    failed: int = 0
-    running_counts: dict[str, tuple[int, int, float]] = field(default_factory=dict)
-    """Per running batch (nonce): requests done, requests in all, seconds it has run."""
-
-    def seconds_left(self) -> float | None:
-        """When the slowest running batch ends if it goes on at its pace so far; None before
-        any has reported progress."""
-        left = [
-            seconds * (total - done) / done
-            for done, total, seconds in self.running_counts.values()
-            if done
-        ]
-        return max(left) if left else None
-
-    def describe(self) -> str:
-        """One line for the progress display."""
-        text = (
-            f"batches {self.batches} ({self.running} running) · calls {self.calls}: "
-            f"{self.answered} answered, {self.failed} failed"
-        )
-        left = self.seconds_left()
-        return text if left is None else f"{text} · ~{_duration(left)} left"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 class BatchCollector:
@@ -205,7 +169,7 @@ class BatchCollector:
         try:
             for group in by_endpoint.values():
                 await self._submit(group)
-        except Exception as err:  # the batch API refused: every waiting call fails with it
+        except Exception as err:  # the batch API refused: every call fails with it
             self._fail_all(err)
 
     async def _submit(self, calls: list[_Call]) -> None:
@@ -213,24 +177,43 @@ class BatchCollector:
 
         endpoint = calls[0].endpoint
         client = await current_session().clients.get(endpoint)
+        retried = client.with_options(max_retries=API_RETRIES)
         lines = [(c.custom_id, request_line(c.custom_id, CHAT_URL, c.body)) for c in calls]
         for part in split(lines, endpoint.limits.batch_max_requests, MAX_BYTES):
             data = b"".join(line for _, line in part)
-            upload = await client.files.create(file=("flowkit-batch.jsonl", data), purpose="batch")
+            upload = await retried.files.create(file=("flowkit-batch.jsonl", data), purpose="batch")
             record = BatchRecord(
                 uuid.uuid4().hex, endpoint.connection, upload.id, [cid for cid, _ in part]
             )
             self.records.submitting(record)  # on disk before the batch exists
-            batch = await client.batches.create(
-                input_file_id=upload.id,
-                endpoint=CHAT_URL,
-                completion_window="24h",
-                metadata={NONCE_KEY: record.nonce, "flowkit_run": self.run_id[:512]},
-            )
-            record.batch_id = batch.id
-            self.records.created(record.nonce, batch.id)
+            record.batch_id = await self._create(client, record)
             self.progress.batches += 1
             self._follow(record, endpoint)
+
+    async def _create(self, client: Any, record: BatchRecord) -> str:
+        """Create ``record``'s batch; its id, written down. Not retried blindly, as an upload
+        is: a create whose reply was lost may have made the batch, which is then found by its
+        nonce instead of made (and paid for) twice."""
+        import openai
+
+        for attempt in range(API_RETRIES + 1):
+            try:
+                batch = await client.batches.create(
+                    input_file_id=record.input_file_id,
+                    endpoint=CHAT_URL,
+                    completion_window="24h",
+                    metadata={NONCE_KEY: record.nonce, "flowkit_run": self.run_id[:512]},
+                )
+                self.records.created(record.nonce, batch.id)
+                return str(batch.id)
+            except (openai.APIConnectionError, openai.InternalServerError, openai.RateLimitError):
+                if attempt == API_RETRIES:
+                    raise
+                found = await find_by_nonce(client, record, self.records)
+                if found is not None:
+                    return found
+                await asyncio.sleep(min(2**attempt, 30))
+        raise AssertionError("unreachable")
 
     def _follow(self, record: BatchRecord, endpoint: Endpoint) -> None:
         """Poll ``record``'s batch (once however many calls it holds) and answer its calls."""
@@ -243,6 +226,7 @@ class BatchCollector:
 
         try:
             client = await current_session().clients.get(endpoint)
+            client = client.with_options(max_retries=API_RETRIES)
             if record.batch_id is None:
                 record.batch_id = await find_by_nonce(client, record, self.records)
             if record.batch_id is None:  # never created: its calls are free to be sent
@@ -344,8 +328,8 @@ class BatchCollector:
                 future.set_exception(err)
 
     def _fail_all(self, err: BaseException) -> None:
-        """The batch API itself failed (refused a file, unreachable): no waiting call can be
-        answered, and the run stops as it would on an endpoint that is down."""
+        """The batch API itself failed (refused a file, unreachable after retries): no call
+        can be answered; each fails its node with this error, as on an endpoint that is down."""
         self._failure = err
         for call in list(self._calls.values()):
             for future in call.futures:

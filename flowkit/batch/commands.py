@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from flowkit.batch.collector import TERMINAL, find_by_nonce
+from flowkit.batch.collector import API_RETRIES, TERMINAL, find_by_nonce
 from flowkit.batch.records import BatchRecords
 
 
@@ -38,6 +38,7 @@ async def _look(
     for record in records:
         endpoint = settings.check("batches", run_dir.name, record.connection, "batch")
         client = await current_session().clients.get(endpoint)
+        client = client.with_options(max_retries=API_RETRIES)
         if record.batch_id is None:
             record.batch_id = await find_by_nonce(client, record, BatchRecords(run_dir))
         row: dict[str, Any] = {

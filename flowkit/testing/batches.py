@@ -10,7 +10,8 @@ file with a 500; a ``[[fault: malformed]]`` (or ``fault-once``) prompt answered 
 whose body is no chat completion; the first ``batch_expiring`` batches expire with
 ``batch_expire_done`` of their lines finished; an input file that breaks the rules (bad JSON,
 a missing field, another URL, a custom_id twice, more than ``batch_max_requests`` lines) fails
-the batch at validation.
+the batch at validation; the first ``batch_create_lost`` creates make their batch but answer a
+500, as when the reply is lost on the way.
 
 The counters (``snapshot``) say what was paid: ``batch_lines`` answered, and ``batch_prompts``,
 how many times each prompt was answered in a batch.
@@ -159,6 +160,8 @@ class BatchApi:
             "_expires": self.created <= self.core.config.batch_expiring,
         }
         self.batches[batch_id] = batch
+        if self.created <= self.core.config.batch_create_lost:  # made, but the reply is lost
+            raise ApiError(500, "The server had an error (fault injected)", kind="server_error")
         return json_response(_shown(batch))
 
     def _known_batch(self, request: web.Request) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class ServerConfig:
     batch_fail_rate: float = 0.0  # share of batch lines answered in the error file with a 500
     batch_expiring: int = 0  # the first N batches created (since a reset) expire
     batch_expire_done: float = 0.5  # the share of an expiring batch's lines finished first
+    batch_create_lost: int = 0  # the first N batch creates make the batch but answer a 500
     batch_max_requests: int = 50_000  # requests per batch input file (OpenAI's limit)
     batch_max_bytes: int = 200 * 2**20  # bytes per batch input file (OpenAI's limit)
 
@@ -63,6 +64,7 @@ class ServerConfig:
             "tpm",
         )
         numbers += ("batch_delay", "batch_expiring", "batch_max_requests", "batch_max_bytes")
+        numbers += ("batch_create_lost",)
         for name in ("batch_fail_rate", "batch_expire_done"):
             value = getattr(self, name)
             if (

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import flowkit
-from flowkit.batch.collector import Progress
+from flowkit.batch.progress import Progress
 from flowkit.engine.context import Stats
 from flowkit.testing.server import LocalServer
 from tests.batch.conftest import questions

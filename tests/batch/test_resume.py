@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import flowkit
-from flowkit.batch.records import FILE
+from flowkit.batch.records import FILE, BatchRecords
 from flowkit.cli.main import main
 from flowkit.runs.folder import read_run_info
 from flowkit.testing.server import LocalServer
@@ -117,3 +117,18 @@ def test_batches_lists_a_runs_batches_and_cancels_only_when_asked(
         assert llm_server.stats()["batches_cancelled"] == 1
     finally:
         llm_server.configure(batch_delay=0.0)
+
+
+def test_a_batch_made_by_a_create_whose_reply_was_lost_is_found_not_made_again(
+    llm_server: LocalServer, chained: Path, tmp_path: Path
+) -> None:
+    llm_server.configure(batch_create_lost=1)
+    try:
+        result = flowkit.run(chained, questions(tmp_path, 4), runs_root=tmp_path, batch=True)
+    finally:
+        llm_server.configure(batch_create_lost=0)
+    stats = llm_server.stats()
+    assert (stats["batches_created"], stats["batch_lines"], stats["batch_paid_twice"]) == (2, 8, 0)
+    assert result.counts["succeeded"] == 4
+    records = BatchRecords(result.run_dir).read()
+    assert [r.batch_id is not None and r.status == "completed" for r in records] == [True, True]
