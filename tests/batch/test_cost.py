@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import flowkit
+from flowkit.cli.main import main
 from flowkit.llm.usage import BATCH_SHARE
 from flowkit.testing.server import LocalServer
 from tests.batch.conftest import questions
@@ -30,6 +32,12 @@ def test_batched_calls_cost_the_batch_share_of_the_list_price(
     assert listed["usd"] == pytest.approx(paid["usd"] * BATCH_SHARE)
     for node, usd in listed["by_node"].items():
         assert usd == pytest.approx(paid["by_node"][node] * BATCH_SHARE)
+    shown = CliRunner().invoke(main, ["show", str(batched.run_dir)])
+    assert f"in batches; the same calls online ≈ ${listed['online_usd']:.4f}" in shown.stdout
+    assert (
+        "the same calls online"
+        not in CliRunner().invoke(main, ["show", str(online.run_dir)]).stdout
+    )
 
 
 def test_a_connection_with_batch_true_uses_the_batch_price_table(
