@@ -22,9 +22,10 @@ import contextlib
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from flowkit.batch.progress import Progress
@@ -374,3 +375,23 @@ async def find_by_nonce(client: Any, record: BatchRecord, records: BatchRecords)
         if batch.created_at < record.submitted_at - 60:
             break  # newest first: older batches cannot be this one
     return None
+
+
+def collector_for(
+    run_dir: Path,
+    run_id: str,
+    connections: Mapping[str, Any],
+    every: bool,
+    fallback: Fallback = "none",
+) -> BatchCollector:
+    """A run's collector, holding the batches its folder records: of every connection's calls
+    (``every``: ``--batch``), else of those of the connections with ``batch: true``."""
+    batched = frozenset(name for name, c in connections.items() if getattr(c, "batch", False))
+    collector = BatchCollector(
+        BatchRecords(run_dir),
+        run_id=run_id,
+        connections=None if every else batched,
+        fallback=fallback,
+    )
+    collector.recover()
+    return collector

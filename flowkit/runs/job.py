@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import signal
 import sys
 import threading
@@ -165,13 +166,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         executor = Executor(flow, options, cache, writer, job.ctx, progress)
         executor.row_watch = collector
         if collector is not None:
-            stats = executor.stats
-
-            def batch_progress(state: Any) -> None:
-                stats.waiting = state.describe()
-                progress(stats)
-
-            collector.on_progress = batch_progress
+            collector.on_progress = functools.partial(_batch_progress, executor.stats, progress)
         done: set[int] = set()
         if kept is not None:
             done = prepare(kept, flow, executor, keep=job.keep_rows)
@@ -267,23 +262,21 @@ def check_every_row(path: Path, maps: Mapping, limit: int | None) -> None:
 
 
 def _batch_collector(job: Job, writer: RunWriter) -> BatchCollector | None:
-    """The run's batch collector (batch mode), holding the batches its folder records."""
-    # --batch takes every connection's calls; else those of connections with `batch: true`.
+    """The run's batch collector (batch mode: --batch, or a connection's `batch: true`)."""
     connections = getattr(job.settings, "connections", None) or {}
-    batched = frozenset(name for name, c in connections.items() if getattr(c, "batch", False))
-    if not job.config.batch and not batched:
-        return None
-    from flowkit.batch.collector import BatchCollector
-    from flowkit.batch.records import BatchRecords
+    if not job.config.batch and not any(getattr(c, "batch", False) for c in connections.values()):
+        return None  # the batch package (and the SDK) stay unloaded
+    from flowkit.batch.collector import collector_for
 
-    collector = BatchCollector(
-        BatchRecords(writer.dir),
-        run_id=writer.run_id,
-        connections=None if job.config.batch else batched,
-        fallback=job.config.batch_fallback,
+    config = job.config
+    return collector_for(
+        writer.dir, writer.run_id, connections, config.batch, config.batch_fallback
     )
-    collector.recover()
-    return collector
+
+
+def _batch_progress(stats: Stats, progress: Callable[[Stats], None], state: Any) -> None:
+    stats.waiting = state.describe()
+    progress(stats)
 
 
 async def _drive(

@@ -12,7 +12,7 @@ from flowkit.batch.records import BatchRecords
 from flowkit.runs.result import RunResult
 from flowkit.testing.server import LocalServer
 from tests.batch.conftest import questions
-from tests.support import write, write_jsonl
+from tests.support import EXAMPLES, write, write_jsonl
 
 
 def outputs(result: RunResult) -> dict[int, object]:
@@ -94,3 +94,15 @@ def test_the_same_request_from_two_rows_is_one_line_paid_once(
     assert result.counts["succeeded"] == 6
     out = outputs(result)
     assert all(out[line] == out[line % 3] for line in out)
+
+
+def test_a_built_in_judge_gives_the_same_metrics_in_batches(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    data = EXAMPLES / "qa.jsonl"
+    online = flowkit.run("groundedness", data, cache_dir=tmp_path / "c1", runs_root=tmp_path)
+    batched = flowkit.run(
+        "groundedness", data, cache_dir=tmp_path / "c2", runs_root=tmp_path, batch=True
+    )
+    assert batched.metrics == online.metrics and online.metrics["groundedness.count"] > 0
+    assert outputs(batched) == outputs(online)
