@@ -4,12 +4,13 @@ The public API is here: ``run`` (``arun`` to await it), ``resume``, ``load_flow`
 (every run option) and the error classes. One package per concept; imports point down this
 list, never up:
 
-    cli → api → review → inspect → labels → runs → data → engine → kinds → metrics, llm → flow
-    → code → cache → errors
+    cli → api → review → inspect → labels → runs → data → batch → engine → kinds → metrics, llm
+    → flow → code → cache → errors
 
 ``flow`` is what a flow is, ``kinds`` its node kinds, ``engine`` runs rows, ``code`` imports
-users' functions and fingerprints the code behind them, ``cache`` keeps node results, ``data``
-reads rows in, ``runs`` owns a run's life and folder, ``llm`` talks to models, ``metrics`` is what
+users' functions and fingerprints the code behind them, ``cache`` keeps node results, ``batch``
+sends a run's llm calls through the providers' batch APIs (``--batch``), ``data`` reads rows
+in, ``runs`` owns a run's life and folder, ``llm`` talks to models, ``metrics`` is what
 the built-in flows call, ``labels`` reads people's labels and weighs the judges against them
 (agreement, corrected estimates, bias probes), ``inspect`` reads runs back, ``review`` is the
 labelling web page, ``cli`` is the command. ``testing`` is the offline OpenAI-compatible server

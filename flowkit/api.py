@@ -31,7 +31,7 @@ from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow, load_flows
 from flowkit.flow.reload import fresh
 from flowkit.llm.config import Settings  # at run time: help() shows the parameter's type
-from flowkit.runs.config import Backend, RunConfig, Trace, recorded_config
+from flowkit.runs.config import Backend, BatchFallback, RunConfig, Trace, recorded_config
 from flowkit.runs.folder import (
     LOCK_FILE,
     RUNNING,
@@ -117,6 +117,8 @@ def run(
     overwrite: bool = False,
     trace: Trace = "compact",
     environment: collections.abc.Mapping[str, str] = types.MappingProxyType({}),
+    batch: bool = False,
+    batch_fallback: BatchFallback = "none",
     settings: Settings | None = None,
     on_progress: Callable[[Stats], None] | None = None,
 ) -> RunResult:
@@ -133,7 +135,8 @@ def run(
     is refused unless ``overwrite`` is given (which replaces its run files only). ``trace`` is
     what traces.jsonl keeps: ``"full"``, or ``"compact"`` (python nodes' successes without
     their inputs; see README, Traces). ``environment``: variables set for the run and restored
-    after (the CLI's ``--environment-variables``; see flowkit.runs.environment).
+    after (the CLI's ``--environment-variables``; see flowkit.runs.environment). ``batch``:
+    llm calls go through the provider's batch API (docs/batch.md).
     """
     given = locals()
     config = RunConfig.of(

@@ -81,6 +81,7 @@ def test_packages_import_one_way() -> None:
         "metrics",
         "kinds",
         "engine",
+        "batch",
         "data",
         "runs",
         "labels",

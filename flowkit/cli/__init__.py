@@ -6,6 +6,7 @@
   ``options``: how `run` parses its option values (bounded numbers, ``--map`` pairs).
 - ``inspect_commands``: the commands that read run folders (show, runs, trace, compare, report,
   export-otel).
+- ``batch_commands``: batches (a run's batches, and cancelling them).
 - ``author_commands``: describe and init; ``scaffold``: the project ``init`` writes;
   ``run_end``: what a run prints when it ends.
 - ``terminal``: consoles and how values are printed.

@@ -19,6 +19,7 @@ _LAZY = {
     "flowkit.cli.inspect_commands": ("runs", "show", "trace", "compare", "report", "export-otel"),
     "flowkit.cli.author_commands": ("describe", "init"),
     "flowkit.cli.label_commands": ("agree", "review"),
+    "flowkit.cli.batch_commands": ("batches",),
     "flowkit.pfcompat.cli": ("convert", "show-details", "test"),
 }
 

@@ -159,6 +159,18 @@ def main() -> None:
     help="What traces.jsonl keeps: everything, or python nodes' successes without their "
     "inputs (see README, Traces).",
 )
+@click.option(
+    "--batch",
+    is_flag=True,
+    help="Send llm calls through the provider's batch API: half the price, replies within "
+    "24 h (see docs/batch.md).",
+)
+@click.option(
+    "--batch-fallback",
+    type=click.Choice(["none", "online"]),
+    default="none",
+    help="With --batch, a call no batch answered within the retries: fail it, or ask online.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @variant_options  # --variant, --variants all (flowkit.pfcompat.variant_runs)
 @click.option(
@@ -199,6 +211,8 @@ def run(
     scheduler: str | None,
     quiet: bool,
     otel: bool,
+    batch: bool = False,
+    batch_fallback: str = "none",
     overwrite: bool = False,
     trace_level: str = "compact",
     labels_file: str | None = None,
@@ -288,6 +302,8 @@ def run(
             overwrite=overwrite,
             trace=trace_level,
             environment=habits.environment,
+            batch=batch,
+            batch_fallback=batch_fallback,
         )
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
@@ -337,6 +353,8 @@ _RUN_DEFINING = (
     "trace_level",
     "variant",
     "all_variants",
+    "batch",
+    "batch_fallback",
 )
 
 

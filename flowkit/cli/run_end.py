@@ -26,6 +26,11 @@ def report_end(result: Any) -> None:
         f"rows {c['rows']}: {c['succeeded']} ok, {c['failed']} failed, "
         f"{c['bad_input']} bad input, {c.get('invalid', 0)} invalid; cache hits {c['cache_hits']}"
     )
+    cost = (result.info.get("cost") or {}).get("usd")
+    if cost is not None and "online_usd" in result.info["cost"]:
+        from flowkit.inspect.show import batch_note
+
+        console.print(f"cost ≈ ${cost:.4f} {batch_note(result.info)}", highlight=False)
     console.print(f"run folder: {result.run_dir}")
     if c["failed"]:
         from flowkit.inspect.trace_view import show_sections  # reads the traces: only now

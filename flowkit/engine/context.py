@@ -24,6 +24,10 @@ class RunOptions:
     """Per model request, in seconds; None keeps the connection's setting."""
 
 
+BATCHED = ("batch_prompt_tokens", "batch_completion_tokens")
+"""Usage keys of the tokens that went through a batch API, priced at its price."""
+
+
 @dataclass
 class Stats:
     """Live counts, read by the progress display and written to run.json."""
@@ -40,6 +44,8 @@ class Stats:
     tokens: dict[str, dict[str, int]] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    waiting: str = ""
+    """What the rows wait on besides themselves, for the progress display (a run's batches)."""
 
     def add_usage(self, node: str, usage: dict[str, int], model: str | None = None) -> None:
         acc = self.tokens.setdefault(
@@ -49,6 +55,9 @@ class Stats:
             self.models[node] = model
         for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
             acc[k] += int(usage.get(k) or 0)
+        for k in BATCHED:  # the share of them that came through a batch API (flowkit.batch)
+            if usage.get(k):
+                acc[k] = acc.get(k, 0) + int(usage[k])
         acc["calls"] += 1
 
     def merge(self, other: Stats) -> None:

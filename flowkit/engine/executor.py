@@ -19,7 +19,7 @@ import itertools
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flowkit.cache.result_cache import MISS, ResultCache
 from flowkit.cache.store import node_key
@@ -57,6 +57,15 @@ YIELD_EVERY = 0.01
 ``Executor._now_and_then``); one such turn per interval is shared by all workers."""
 
 
+class RowWatch(Protocol):
+    """Told when each row starts and ends (batch mode: ``flowkit.batch`` waits until every
+    running row waits on a batched call before it sends one)."""
+
+    def row_started(self, line: int) -> None: ...
+
+    def row_ended(self, line: int) -> None: ...
+
+
 class Executor:
     """Runs a flow over rows: a batch at a time, concurrently, each row's nodes in dependency
     order. Each node is run by the executor's ``NodeRunner``. It runs the flow as bound for
@@ -83,6 +92,7 @@ class Executor:
         self._last_tick = 0.0
         self._yielded = 0.0
         self._lookahead = Lookahead(flow, cache, partial(refreshed, options))
+        self.row_watch: RowWatch | None = None
         self.nodes = NodeRunner(
             options, cache, writer, ctx, self.stats, self._lookahead, self._subflow, self._waits
         )
@@ -132,8 +142,16 @@ class Executor:
             raise
 
     async def _worker(self, feed: _Feed) -> None:
+        watch = self.row_watch
         while (row := feed.next()) is not None:
-            await self._row(*row)
+            if watch is None:
+                await self._row(*row)
+            else:
+                watch.row_started(row[0])
+                try:
+                    await self._row(*row)
+                finally:
+                    watch.row_ended(row[0])
             if self._between_rows():
                 await asyncio.sleep(0)
 

@@ -89,6 +89,8 @@ def progress_display(
             f"invalid {stats.invalid} · cache hits {stats.cache_hits} · "
             f"{stats.rows / elapsed:,.0f} rows/s" + (f" · {tokens:,} tokens" if tokens else "")
         )
+        if stats.waiting:
+            detail += f" · {stats.waiting}"
         progress.update(task, completed=stats.rows, detail=detail)
 
     with progress:
@@ -152,6 +154,12 @@ def _status(info: dict[str, Any]) -> str:
     return True
 
 
+def batch_note(info: dict[str, Any]) -> str:
+    """What a run whose calls went (partly) through a batch API would have cost online."""
+    online = (info.get("cost") or {}).get("online_usd")
+    return "" if online is None else f"in batches; the same calls online ≈ ${online:.4f}"
+
+
 def show_run(console: Console, run_ref: str, root: Path) -> None:
     run_dir = resolve_run_dir(run_ref, root)
     info = read_run_info(run_dir)
@@ -178,6 +186,8 @@ def show_run(console: Console, run_ref: str, root: Path) -> None:
         head.add_row(
             "cost", f"≈ ${cost:.4f} (estimate; prices as of {info['cost']['prices_as_of']})"
         )
+    if batch_note(info):
+        head.add_row("", batch_note(info))
     parts: list[Any] = [head]
     # Scores (mean, pass rate, invalid, failed rows per metric) summarise the metrics table;
     # the slowest nodes and the grouped errors, read from the traces, follow the token usage.

@@ -160,6 +160,15 @@ def _shown(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "extra_headers": {k: "****" for k in headers}}
 
 
+def _raw(asked: int, batches: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What a trace keeps of how the reply was got: the prompts asked when more than one, and
+    for batched replies their batches with the errors each met before it was answered."""
+    raw: dict[str, Any] = {"asked": asked} if asked > 1 else {}
+    if batches:
+        raw["batches"] = batches
+    return raw or None
+
+
 async def _ask(
     node: BoundNode, inputs: dict[str, Any], ctx: RunContext
 ) -> tuple[Any, dict[str, Any]]:
@@ -172,9 +181,12 @@ async def _ask(
     params = dict(node.spec.params)
     usage: dict[str, int] = {}
     asked = 0
+    batches: list[dict[str, Any]] = []
     while True:
         result = await chat(endpoint, endpoint.model, messages, params, timeout=ctx.timeout)
         asked += 1
+        if result.batch is not None:
+            batches.append(result.batch)
         for k, v in result.usage.items():
             usage[k] = usage.get(k, 0) + int(v or 0)
         cut_off = result.finish_reason == "length"
@@ -192,7 +204,7 @@ async def _ask(
         "usage": usage,
         "finish_reason": result.finish_reason,
         "attempts": result.attempts,
-        "raw": {"asked": asked} if asked > 1 else None,
+        "raw": _raw(asked, batches),
     }
     # A reply cut off at the token limit keeps its text but comes in the dict form, whose
     # finish_reason lets parse_score report it invalid instead of reading a half-written verdict.

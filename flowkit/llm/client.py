@@ -42,6 +42,8 @@ class ChatResult:
     top_logprobs: list[dict[str, Any]] | None = None
     attempts: int = 1
     refusal: str | None = None
+    batch: dict[str, Any] | None = None
+    """For a reply that came in a batch (``flowkit.batch``): its batch and the errors met."""
 
 
 @dataclass
@@ -263,23 +265,35 @@ async def chat(
             raise MalformedReply(f"a body of text starting {response.text[:60]!r}") from None
         return checked_completion(reply), response.headers
 
-    try:
-        done = await sched.run(
-            call,
-            tokens=estimate_tokens(messages, params),
-            used_tokens=_total_tokens,
-            headers=_second,
-            timeout=attempt_timeout,
-        )
-    except Exception as err:
-        raise _explained(err, endpoint, attempt_timeout, secrets) from None
-    response = done.value[0]
+    batched = session.batch
+    response: Any = None
+    batch: dict[str, Any] | None = None
+    if batched is not None and batched.takes(endpoint):
+        response, attempts = await batched.chat(endpoint, body), 1
+        batch = response.pop("flowkit_batch", None)
+        if "choices" not in response:  # no batch answered it: asked online after all
+            response = None
+    if response is None:
+        try:
+            done = await sched.run(
+                call,
+                tokens=estimate_tokens(messages, params),
+                used_tokens=_total_tokens,
+                headers=_second,
+                timeout=attempt_timeout,
+            )
+        except Exception as err:
+            raise _explained(err, endpoint, attempt_timeout, secrets) from None
+        response, attempts = done.value[0], done.attempts
     choices = response.get("choices") or []
     messages_out = [c.get("message") or {} for c in choices]
     # A server that echoes the request's headers must not get them recorded.
     texts = masked([m.get("content") or "" for m in messages_out], secrets)
     first = choices[0] if choices else {}
     usage = _usage(response.get("usage"))
+    if batch is not None and not batch.get("online"):  # at the batch price (flowkit.runs.job)
+        usage["batch_prompt_tokens"] = usage["prompt_tokens"]
+        usage["batch_completion_tokens"] = usage["completion_tokens"]
     session.usage.record(endpoint.connection, model, usage)
     return ChatResult(
         text=texts[0] if texts else "",
@@ -288,8 +302,9 @@ async def chat(
         usage=usage,
         model=response.get("model") or model,
         top_logprobs=_first_top_logprobs(first),
-        attempts=done.attempts,
+        attempts=attempts,
         refusal=messages_out[0].get("refusal") if messages_out else None,
+        batch=batch,
     )
 
 

@@ -52,6 +52,8 @@ class Settings(BaseModel):
     """Every known connection, environment-derived ones first."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """User prices from flowkit.yaml (the built-in table lives in flowkit.llm.usage)."""
+    batch_prices: dict[str, Price] = Field(default_factory=dict)
+    """User batch prices from flowkit.yaml (else half the price, ``usage.BATCH_SHARE``)."""
     project_file: str | None = None
     """Path of the flowkit.yaml that was read, for messages."""
     project_dir: str | None = None
@@ -230,6 +232,7 @@ def load_settings(
     embedding = env.get("FLOWKIT_EMBEDDING_MODEL") or DEFAULT_EMBEDDING_MODEL
     default_connection = env_default
     prices: dict[str, Price] = {}
+    batch_prices: dict[str, Price] = {}
     project_file: str | None = None
 
     folder = Path(project_dir) if project_dir is not None else Path.cwd()
@@ -241,6 +244,7 @@ def load_settings(
         project_file = str(path)
         connections.update(spec.connections)
         prices = dict(spec.prices)
+        batch_prices = dict(spec.batch_prices)
         default_model = spec.default_model or default_model
         embedding = spec.default_embedding_model or embedding
         if spec.default_connection:
@@ -254,6 +258,7 @@ def load_settings(
         default_connection=connection or default_connection,
         connections={name: _with_secrets(c, env) for name, c in connections.items()},
         prices=prices,
+        batch_prices=batch_prices,
         project_file=project_file,
         project_dir=str(folder),
     )

@@ -40,6 +40,8 @@ class Limits(BaseModel):
     """First backoff ceiling in seconds; it doubles per retry (full jitter below it)."""
     backoff_max: float = Field(30.0, ge=0)
     """Largest backoff ceiling in seconds."""
+    batch_max_requests: int = Field(50_000, ge=1)
+    """Requests per batch in batch mode (the provider's limit; OpenAI's is 50,000)."""
     slow_start: bool = True
     """Ramp up the requests in flight while no limit is known; false (a self-hosted server
     without rate limits) starts at ``concurrency``, and overload 429s still set a pace."""
@@ -66,6 +68,8 @@ class Connection(Limits):
     """Server URL ending in ``/v1`` (openai type); unset means the public OpenAI API."""
     azure_endpoint: str | None = None
     """Resource URL such as ``https://x.openai.azure.com`` (azure type)."""
+    batch: bool = False
+    """Send llm calls to this connection through its batch API, as ``--batch`` does for all."""
 
     @field_validator("base_url", "azure_endpoint")
     @classmethod

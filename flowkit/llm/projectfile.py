@@ -29,6 +29,8 @@ class ProjectFile(BaseModel):
     """Named endpoints."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """USD per 1M tokens, extending the built-in estimate table."""
+    batch_prices: dict[str, Price] = Field(default_factory=dict)
+    """USD per 1M tokens sent through a batch API (default: half the price above)."""
 
 
 def _describe(err: ValidationError, path: Path, text: str) -> str:
@@ -47,7 +49,11 @@ def _describe(err: ValidationError, path: Path, text: str) -> str:
         where = ".".join(str(p) for p in loc) or "(top level)"
         message = e["msg"]
         if e["type"] == "extra_forbidden" and loc:
-            sections: dict[str, type[BaseModel]] = {"connections": Connection, "prices": Price}
+            sections: dict[str, type[BaseModel]] = {
+                "connections": Connection,
+                "prices": Price,
+                "batch_prices": Price,
+            }
             model = sections.get(str(loc[0]), ProjectFile)
             known = model.model_fields if len(loc) > 1 else ProjectFile.model_fields
             message = f"unknown key {loc[-1]!r}{did_you_mean(str(loc[-1]), known)}"

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flowkit.llm.memory import FILE, EndpointMemory
 from flowkit.llm.shared import PROCESS, DeclaredBudget, SharedEndpoints
@@ -40,6 +40,17 @@ if TYPE_CHECKING:
     from flowkit.llm.endpoint import Endpoint
     from flowkit.llm.scheduler import Scheduler
     from flowkit.llm.usage import UsageTracker
+
+
+class BatchRoute(Protocol):
+    """What a run in batch mode puts between ``chat`` and the endpoint (``flowkit.batch``)."""
+
+    def takes(self, endpoint: Endpoint) -> bool:
+        """Whether calls to ``endpoint`` are batched."""
+
+    async def chat(self, endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+        """The checked reply to ``body``, with what its batch says of it under
+        ``flowkit_batch``; only the latter when it is to be asked online after all."""
 
 
 class LlmSession:
@@ -63,6 +74,8 @@ class LlmSession:
         self.notes: list[str] = []
         """What the run's notices (run.json) must say of its model calls, besides what
         endpoint memory notes (``memory.notes``)."""
+        self.batch: BatchRoute | None = None
+        """Where chat calls go in batch mode (``flowkit.batch``); None: to the endpoint."""
         self.closed = False
         self._lock = threading.Lock()
         self._schedulers: dict[tuple[tuple[str, ...], str, int], Scheduler] = {}

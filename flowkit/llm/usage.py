@@ -30,6 +30,10 @@ BUILTIN_PRICES: dict[str, Price] = {
     "text-embedding-3-large": Price(input=0.13, output=0.0),
 }
 
+BATCH_SHARE = 0.5
+"""What a token sent through a batch API costs, as a share of its list price (OpenAI, Azure
+global batch and most OpenAI-compatible providers charge half); ``batch_prices`` overrides."""
+
 _SNAPSHOT = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 
 
@@ -55,6 +59,23 @@ def cost_usd(
     if price is None:
         return None
     return (prompt_tokens * price.input + completion_tokens * price.output) / 1_000_000
+
+
+def batch_cost_usd(
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    prices: Mapping[str, Price] | None = None,
+    batch_prices: Mapping[str, Price] | None = None,
+) -> float | None:
+    """Estimated USD for one model's tokens sent through a batch API: the user's batch price,
+    else ``BATCH_SHARE`` of the price; None when neither is known."""
+    for name in (model, _SNAPSHOT.sub("", model)):
+        price = (batch_prices or {}).get(name)
+        if price is not None:
+            return (prompt_tokens * price.input + completion_tokens * price.output) / 1_000_000
+    cost = cost_usd(model, prompt_tokens, completion_tokens, prices)
+    return None if cost is None else cost * BATCH_SHARE
 
 
 @dataclass

@@ -21,6 +21,7 @@ from flowkit.errors import UsageError
 
 Backend = Literal["local", "loky", "threading", "multiprocessing", "dask", "ray"]
 Trace = Literal["full", "compact"]
+BatchFallback = Literal["none", "online"]
 
 
 class RunConfig(BaseModel):
@@ -74,6 +75,18 @@ class RunConfig(BaseModel):
     """What traces.jsonl keeps: everything, or python nodes' successes without their inputs."""
     environment: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     """Environment variables set for the run (and restored after); in python nodes' keys."""
+    batch: bool = Field(False, strict=True)
+    """Send llm calls the cache does not answer through the provider's batch API (docs/batch.md)."""
+    batch_fallback: BatchFallback = "none"
+    """A call no batch answered within the retry limit: fail its node, or ask it online."""
+
+    @model_validator(mode="after")
+    def _batch_runs_here(self) -> RunConfig:
+        # The collector sees every row of the run at once: rows spread over workers would each
+        # send their own batches, and a wave would be cut into as many.
+        if self.batch and self.backend != "local":
+            raise ValueError(f"batch mode runs with backend local, not {self.backend!r}")
+        return self
 
     @model_validator(mode="after")
     def _scheduler_needs_a_cluster(self) -> RunConfig:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import signal
 import sys
 import threading
@@ -15,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowkit.cache.store import Cache, default_cache_dir
 from flowkit.code.importpath import importable
@@ -35,6 +37,9 @@ from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
 from flowkit.runs.space import OutOfSpace, no_space
+
+if TYPE_CHECKING:
+    from flowkit.batch.collector import BatchCollector
 
 
 def _check_refresh(flow: Flow, refresh: frozenset[str]) -> None:
@@ -150,14 +155,25 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     try:
         if options.use_cache:
             cache = Cache(cache_dir)
+        collector = _batch_collector(job, writer)
+        if collector is not None:
+            # Every row at once: a wave's calls are all ready before its batch is sent.
+            rows_in_data = sum(1 for _ in _mapped_rows(job.data_path, job.maps, job.config.limit))
+            options = dataclasses.replace(
+                options, concurrency=max(options.concurrency, rows_in_data)
+            )
+            session.batch = collector
         executor = Executor(flow, options, cache, writer, job.ctx, progress)
+        executor.row_watch = collector
+        if collector is not None:
+            collector.on_progress = functools.partial(_batch_progress, executor.stats, progress)
         done: set[int] = set()
         if kept is not None:
             done = prepare(kept, flow, executor, keep=job.keep_rows)
             writer.resume_after(done)
         ready = True
         rows = _mapped_rows(job.data_path, job.maps, job.config.limit, done)
-        _run_rows(job, executor, writer, rows)
+        _run_rows(job, executor, writer, rows, collector)
         status = COMPLETED
     except KeyboardInterrupt:
         status = INTERRUPTED
@@ -216,10 +232,14 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
 
 
 def _run_rows(
-    job: Job, executor: Executor, writer: RunWriter, rows: Iterator[tuple[int, Any, Any]]
+    job: Job,
+    executor: Executor,
+    writer: RunWriter,
+    rows: Iterator[tuple[int, Any, Any]],
+    collector: BatchCollector | None = None,
 ) -> None:
     if job.config.backend == "local":
-        asyncio.run(_drive(executor, rows))
+        asyncio.run(_drive(executor, rows, collector))
         return
     from flowkit.runs.backends import WorkerJob, run_distributed
 
@@ -241,10 +261,34 @@ def check_every_row(path: Path, maps: Mapping, limit: int | None) -> None:
         )
 
 
-async def _drive(executor: Executor, rows: Iterator[tuple[int, Any, Any]]) -> None:
+def _batch_collector(job: Job, writer: RunWriter) -> BatchCollector | None:
+    """The run's batch collector (batch mode: --batch, or a connection's `batch: true`)."""
+    connections = getattr(job.settings, "connections", None) or {}
+    if not job.config.batch and not any(getattr(c, "batch", False) for c in connections.values()):
+        return None  # the batch package (and the SDK) stay unloaded
+    from flowkit.batch.collector import collector_for
+
+    config = job.config
+    return collector_for(
+        writer.dir, writer.run_id, connections, config.batch, config.batch_fallback
+    )
+
+
+def _batch_progress(stats: Stats, progress: Callable[[Stats], None], state: Any) -> None:
+    stats.waiting = state.describe()
+    progress(stats)
+
+
+async def _drive(
+    executor: Executor,
+    rows: Iterator[tuple[int, Any, Any]],
+    collector: BatchCollector | None = None,
+) -> None:
     try:
         await executor.run(rows)
     finally:
+        if collector is not None:  # the batches go on at the provider; a resume collects them
+            await collector.aclose()
         # Only a run that used the model layer has clients to close; importing it otherwise
         # would load the openai SDK for nothing.
         if "flowkit.llm.client" in sys.modules:
@@ -263,24 +307,41 @@ def _cost(stats: Stats, settings: Any) -> dict[str, Any]:
     """Estimated USD per node and in total; None where a model's price is unknown."""
     if not stats.tokens:  # no model was called: the price table (and pydantic models) can wait
         return {"usd": None, "by_node": {}, "estimate": True, "prices_as_of": None}
-    from flowkit.llm.usage import PRICES_AS_OF, cost_usd
+    from flowkit.llm.usage import PRICES_AS_OF, batch_cost_usd, cost_usd
 
     prices = getattr(settings, "prices", None)
+    batch_prices = getattr(settings, "batch_prices", None)
     by_node: dict[str, float | None] = {}
+    online: dict[str, float | None] = {}
     for node, usage in stats.tokens.items():
         model = stats.models.get(node)
-        by_node[node] = (
-            cost_usd(model, usage["prompt_tokens"], usage["completion_tokens"], prices)
-            if model
-            else None
+        prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+        online[node] = cost_usd(model, prompt, completion, prices) if model else None
+        batched = usage.get("batch_prompt_tokens", 0), usage.get("batch_completion_tokens", 0)
+        if not any(batched) or not model:
+            by_node[node] = online[node]
+            continue
+        # Calls that went through a batch API at its price, the others at the list price.
+        parts = (
+            cost_usd(model, prompt - batched[0], completion - batched[1], prices),
+            batch_cost_usd(model, *batched, prices, batch_prices),
         )
-    known = [c for c in by_node.values() if c is not None]
-    return {
-        "usd": sum(known) if known and len(known) == len(by_node) else None,
+        by_node[node] = None if None in parts else sum(p for p in parts if p is not None)
+    cost: dict[str, Any] = {
+        "usd": _total(by_node),
         "by_node": by_node,
         "estimate": True,
         "prices_as_of": PRICES_AS_OF,
     }
+    if any("batch_prompt_tokens" in usage for usage in stats.tokens.values()):
+        cost["online_usd"] = _total(online)  # what the same calls would have cost online
+    return cost
+
+
+def _total(costs: dict[str, float | None]) -> float | None:
+    """The sum, or None when any part is unknown (a partial sum would read as the whole)."""
+    known = [c for c in costs.values() if c is not None]
+    return sum(known) if known and len(known) == len(costs) else None
 
 
 def _counts(stats: Stats, cache: Cache | None) -> dict[str, int]:

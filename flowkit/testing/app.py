@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from flowkit.testing import replies
+from flowkit.testing.batches import BatchApi
 from flowkit.testing.config import ServerConfig
 from flowkit.testing.faults import (
     ApiError,
@@ -39,6 +40,7 @@ class Core:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        self.batch_api = BatchApi(self)
         self.reset()
 
     def reset(self) -> None:
@@ -52,6 +54,7 @@ class Core:
         self.inputs: dict[str, int] = {}  # same for embedding inputs
         self.window = RateWindow()
         self.recorded: list[dict[str, Any]] = []  # chat request bodies, with record_requests
+        self.batch_api.reset()
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class Core:
             "distinct_prompts": len(self.prompts),
             "prompts": dict(self.prompts),
             "distinct_inputs": len(self.inputs),
+            **self.batch_api.snapshot(),
         }
 
     def app(self) -> web.Application:
@@ -78,6 +82,7 @@ class Core:
         for prefix in ("/v1", "", *azure):
             app.router.add_post(f"{prefix}/chat/completions", self._chat)
             app.router.add_post(f"{prefix}/embeddings", self._embed)
+        self.batch_api.add_routes(app)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/models", self._models)
         app.router.add_get("/stats", self._stats)
@@ -95,6 +100,8 @@ class Core:
             if path.endswith("/embeddings")
             else "models"
             if path.endswith("/models")
+            else "batches"
+            if "/batches" in path or "/files" in path
             else None
         )
         if endpoint is None:  # control endpoints stay out of the numbers they report
@@ -202,21 +209,10 @@ class Core:
         if self.config.record_requests:  # the model asked, also when an Azure route names it
             model = request.match_info.get("deployment") or body.get("model")
             self.recorded.append({**body, "model": model})
-        messages = body.get("messages")
-        if (
-            not isinstance(messages, list)
-            or not messages
-            or not all(isinstance(m, dict) and "role" in m for m in messages)
-        ):
-            raise ApiError(400, "'messages' must be a non-empty list of {role, content} objects")
-        if body.get("stream"):
-            raise ApiError(400, "the flowkit test server does not support stream=true")
+        messages = checked_messages(body)
         model = _model(request, body)
         self.by_model[model] += 1
-        n = _int_param(body, "n", 1, 1, 128)
-        limit = body.get("max_completion_tokens") or body.get("max_tokens")
-        limit = _int_param({"max_tokens": limit}, "max_tokens", 0, 1, 10**6) or None
-        top = _int_param(body, "top_logprobs", 0, 0, 20)
+        shape = reply_shape(body)
         text = replies.messages_text(messages)
         key = replies.sha(text)
         prompt_tokens = sum(len(replies.content_text(m.get("content")).split()) for m in messages)
@@ -230,6 +226,27 @@ class Core:
             scripted = found["reply"] if "reply" in found else await self._scripted(body, messages)
             if isinstance(scripted, web.StreamResponse):
                 return scripted  # a hook's own reply, sent as it is (a malformed 200, say)
+        reply = self.completion(body, model, shape, scripted, found, attempt)
+        self.window.spend(time.monotonic(), reply["usage"]["completion_tokens"], self.config.tpm)
+        if fault == "malformed":
+            return malformed(reply)
+        self.count_completion(reply)
+        return json_response(reply)
+
+    def completion(
+        self,
+        body: dict[str, Any],
+        model: str,
+        shape: tuple[int, int | None, int],
+        scripted: str | None,
+        found: dict[str, Any],
+        attempt: int,
+    ) -> dict[str, Any]:
+        """The chat completion ``body`` gets (online, or as a line of a batch: the same)."""
+        messages = body["messages"]
+        n, limit, top = shape
+        key = replies.sha(replies.messages_text(messages))
+        prompt_tokens = sum(len(replies.content_text(m.get("content")).split()) for m in messages)
         choices, completion_tokens = [], 0
         for index in range(n):
             score = replies.score_of(key if index == 0 else replies.sha(f"{key}:{index}"))
@@ -249,13 +266,12 @@ class Core:
                     "message": {"role": "assistant", "content": content, "refusal": None},
                 }
             )
-        self.window.spend(time.monotonic(), completion_tokens, self.config.tpm)
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
-        reply = {
+        return {
             "id": f"chatcmpl-{key[:20]}{attempt}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -264,12 +280,11 @@ class Core:
             "usage": usage,
             "system_fingerprint": "fp_flowkit_test",
         }
-        if fault == "malformed":
-            return malformed(reply)
+
+    def count_completion(self, reply: dict[str, Any]) -> None:
         self.chat_completions += 1
-        self.prompt_tokens += prompt_tokens
-        self.completion_tokens += completion_tokens
-        return json_response(reply)
+        self.prompt_tokens += reply["usage"]["prompt_tokens"]
+        self.completion_tokens += reply["usage"]["completion_tokens"]
 
     async def _scripted(self, body: dict[str, Any], messages: list[Any]) -> Any:
         """A reply fixed by the hook or a rule; None means the hash-derived default. A hook
@@ -336,6 +351,28 @@ async def _read_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object")
     return body
+
+
+def checked_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's messages; an ApiError (400) for what is not a chat request."""
+    messages = body.get("messages")
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(isinstance(m, dict) and "role" in m for m in messages)
+    ):
+        raise ApiError(400, "'messages' must be a non-empty list of {role, content} objects")
+    if body.get("stream"):
+        raise ApiError(400, "the flowkit test server does not support stream=true")
+    return messages
+
+
+def reply_shape(body: dict[str, Any]) -> tuple[int, int | None, int]:
+    """(n, the token limit, top_logprobs) as asked; an ApiError (400) for a bad value."""
+    n = _int_param(body, "n", 1, 1, 128)
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    limit = _int_param({"max_tokens": limit}, "max_tokens", 0, 1, 10**6) or None
+    return n, limit, _int_param(body, "top_logprobs", 0, 0, 20)
 
 
 def _model(request: web.Request, body: dict[str, Any]) -> str:

@@ -46,10 +46,34 @@ class ServerConfig:
     api_key: str | None = None
     embedding_dim: int = 64
     record_requests: bool = False  # keep each chat request's body (LocalServer.recorded())
+    batch_delay: float = 0.0  # seconds from a batch's creation to its end (see testing.batches)
+    batch_fail_rate: float = 0.0  # share of batch lines answered in the error file with a 500
+    batch_expiring: int = 0  # the first N batches created (since a reset) expire
+    batch_expire_done: float = 0.5  # the share of an expiring batch's lines finished first
+    batch_create_lost: int = 0  # the first N batch creates make the batch but answer a 500
+    batch_max_requests: int = 50_000  # requests per batch input file (OpenAI's limit)
+    batch_max_bytes: int = 200 * 2**20  # bytes per batch input file (OpenAI's limit)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        numbers = ("latency", "jitter", "retry_after", "timeout_delay", "rpm", "tpm")
+        numbers: tuple[str, ...] = (
+            "latency",
+            "jitter",
+            "retry_after",
+            "timeout_delay",
+            "rpm",
+            "tpm",
+        )
+        numbers += ("batch_delay", "batch_expiring", "batch_max_requests", "batch_max_bytes")
+        numbers += ("batch_create_lost",)
+        for name in ("batch_fail_rate", "batch_expire_done"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value <= 1
+            ):
+                problems.append(f"{name} is a share and must be in 0..1, got {value!r}")
         if not isinstance(self.limit_window, (int, float)) or self.limit_window <= 0:
             problems.append(f"limit_window must be a number > 0, got {self.limit_window!r}")
         for name in (*numbers, *(f"rate_{kind}" for kind in FAULT_KINDS)):

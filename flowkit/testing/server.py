@@ -13,7 +13,8 @@ finish_reason reported, e.g. a reply cut off by the token limit).
 
 Besides the OpenAI routes (``/v1/chat/completions``, ``/v1/embeddings``, ``/v1/models``, also
 without ``/v1`` and in the Azure ``/openai/deployments/{name}/...`` form) there are unauthenticated
-control routes: ``GET /stats``, ``POST /reset`` and ``POST /config`` (a JSON object of fields).
+control routes: ``GET /stats``, ``POST /reset`` and ``POST /config`` (a JSON object of fields),
+and the batch API (``/v1/files``, ``/v1/batches``; see ``batches``).
 
 This module runs the server (in a thread or a child process); what it answers lives in
 ``replies``, what goes wrong on purpose in ``faults``, the routes in ``app``.
