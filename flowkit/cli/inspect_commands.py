@@ -116,6 +116,21 @@ def trace(
 @click.option("--seed", default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--top", default=10, show_default=True, help="Changed rows to list per output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option(
+    "--fail-if",
+    "fail_if",
+    multiple=True,
+    metavar="METRIC>MARGIN",
+    help="Exit 1 when METRIC drops from A to B by more than MARGIN (a number or N%); METRIC "
+    "alone: when the paired interval says it dropped.",
+)
+@click.option(
+    "--summary",
+    type=click.Choice(["md"]),
+    help="Write a markdown summary (to --summary-file, else $GITHUB_STEP_SUMMARY, else stdout).",
+)
+@click.option("--summary-file", metavar="FILE", help="Where --summary writes.")
+@click.option("--junit", metavar="FILE", help="Write the --fail-if checks as JUnit XML to FILE.")
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
 def compare(
     run_a: str,
@@ -128,12 +143,24 @@ def compare(
     top: int,
     as_json: bool,
     runs_dir: str,
+    fail_if: tuple[str, ...] = (),
+    summary: str | None = None,
+    summary_file: str | None = None,
+    junit: str | None = None,
 ) -> None:
     """Compare RUN_B with RUN_A: mean change per output with a paired bootstrap 95% CI."""
+    from flowkit.cli.run_end import Checks, print_outcomes, write_ci_files
     from flowkit.inspect.compare import compare_runs, render
-    from flowkit.runs.folder import resolve_run_dir
+    from flowkit.inspect.regression import Baseline, judge, parse_drop
+    from flowkit.runs.folder import read_metrics, resolve_run_dir
 
+    drops = [parse_drop(t, "--fail-if") for t in fail_if]
     dir_a, dir_b = (resolve_run_dir(r, Path(runs_dir)) for r in (run_a, run_b))
+    checks = Checks(drops=drops, lower_is_better=lower_is_better, summary=summary)
+    checks.summary_file, checks.junit = summary_file, junit
+    if drops or summary:
+        checks.baseline = Baseline.read(dir_a)
+        checks.baseline.check(drops, "--fail-if")
     result = compare_runs(
         dir_a,
         dir_b,
@@ -148,6 +175,14 @@ def compare(
         click.echo(result.to_json())
     else:
         console.print(render(result, dir_a, dir_b))
+    if checks.baseline is None:
+        return
+    current = read_metrics(dir_b)
+    outcomes = judge(drops, result, checks.baseline, current, lower_is_better, "fail-if")
+    print_outcomes(outcomes)
+    write_ci_files(f"flowkit compare {dir_a.name} → {dir_b.name}", current, checks, outcomes)
+    if any(not o.passed for o in outcomes):
+        raise SystemExit(1)
 
 
 @click.command()

@@ -6,15 +6,15 @@ else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from flowkit import __version__
 from flowkit.cli.group import FlowkitGroup
 from flowkit.cli.options import _Number, _parse_maps
-from flowkit.cli.terminal import console, err_console, styled
+from flowkit.cli.terminal import console, err_console
 from flowkit.errors import FlowkitError, UsageError
 
 
@@ -128,6 +128,32 @@ def main() -> None:
     help="A CI gate such as 'groundedness.mean>=4'; exit 1 when it does not hold.",
 )
 @click.option(
+    "--baseline",
+    metavar="RUN",
+    help="An earlier run to compare with: --gate-drop and --summary read it.",
+)
+@click.option(
+    "--gate-drop",
+    "gate_drops",
+    multiple=True,
+    metavar="METRIC>MARGIN",
+    help="With --baseline: exit 1 when METRIC drops by more than MARGIN (a number or N%); "
+    "METRIC alone: when the paired interval says it dropped.",
+)
+@click.option(
+    "--lower-is-better",
+    multiple=True,
+    metavar="METRIC",
+    help="For --gate-drop: a rise of METRIC is the regression.",
+)
+@click.option(
+    "--summary",
+    type=click.Choice(["md"]),
+    help="Write a markdown summary (to --summary-file, else $GITHUB_STEP_SUMMARY, else stdout).",
+)
+@click.option("--summary-file", metavar="FILE", help="Where --summary writes.")
+@click.option("--junit", metavar="FILE", help="Write the checks as JUnit XML to FILE.")
+@click.option(
     "--backend",
     default="local",
     show_default=True,
@@ -192,6 +218,12 @@ def run(
     otel: bool,
     overwrite: bool = False,
     trace_level: str = "compact",
+    baseline: str | None = None,
+    gate_drops: tuple[str, ...] = (),
+    lower_is_better: tuple[str, ...] = (),
+    summary: str | None = None,
+    summary_file: str | None = None,
+    junit: str | None = None,
 ) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data.
 
@@ -199,14 +231,24 @@ def run(
     """
     from flowkit.api import resume as resume_flow
     from flowkit.api import run_configured
-    from flowkit.cli.run_end import exit_if_valueless, report_end
+    from flowkit.cli.run_end import Checks, check_run, report_end
     from flowkit.flow.loader import load_flows
-    from flowkit.inspect.gates import check_gate_names, check_gates, parse_gate
+    from flowkit.inspect.gates import Gate, check_gate_names, parse_gate
     from flowkit.inspect.show import count_rows, progress_display
     from flowkit.runs.config import RunConfig, recorded_config
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
-    parsed_gates = [parse_gate(g) for g in gates]
+    checks = Checks(
+        gates=[parse_gate(g) for g in gates],
+        drops=_drop_gates(gate_drops, baseline),
+        lower_is_better=lower_is_better,
+        fail_on_error=fail_on_error,
+        otel=otel,
+        summary=summary,
+        summary_file=summary_file,
+        junit=junit,
+    )
+    parsed_gates = checks.gates
     from flowkit.pfcompat.cli import finish_mapping, habits_of
 
     habits = habits_of(
@@ -220,6 +262,11 @@ def run(
         from flowkit.inspect.otel import require
 
         require()  # a missing extra is reported before the rows run, not after
+    if baseline is not None:  # read and checked before the first row
+        from flowkit.inspect.regression import Baseline
+
+        checks.baseline = Baseline.read(resolve_run_dir(baseline))
+        checks.baseline.check(checks.drops, "--gate-drop")
     if resume_run is not None:
         _only_with_resume(click.get_current_context(), flows, data)
         info = read_run_info(resolve_run_dir(resume_run))
@@ -247,6 +294,9 @@ def run(
 
             flow = with_target(flow, target, data)
         check_gate_names(parsed_gates, flow)
+        if checks.baseline is not None:  # a drop gate on a metric this flow cannot produce
+            aggregates = [d.metric for d in checks.drops if d.metric in checks.baseline.metrics]
+            check_gate_names([Gate(m, ">", 0.0) for m in aggregates], flow, "--gate-drop")
         for note in notes:
             err_console.print(note, highlight=False)
         config = RunConfig.of(
@@ -276,18 +326,19 @@ def run(
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = run_configured(flow, data, config, on_progress=on_progress)
     report_end(result)
-    if otel:  # before the gates, so a failing CI run is exported too
-        from flowkit.inspect.otel import export_run
+    check_run(result, checks)
 
-        err_console.print(str(export_run(result.run_dir)), highlight=False)
-    if fail_on_error is not None and result.failed_ratio > fail_on_error:
-        err_console.print(
-            styled("[bold red]error:[/]"),
-            f"{result.failed_ratio:.1%} of rows failed, more than --fail-on-error {fail_on_error}",
+
+def _drop_gates(texts: tuple[str, ...], baseline: str | None) -> list[Any]:
+    from flowkit.inspect.regression import parse_drop
+
+    drops = [parse_drop(t) for t in texts]
+    if drops and baseline is None:
+        raise UsageError(
+            "--gate-drop compares with a baseline: give --baseline RUN",
+            hint="e.g. --baseline main --gate-drop 'groundedness.mean>0.1'",
         )
-        sys.exit(1)
-    check_gates(parsed_gates, result.metrics, err_console)
-    exit_if_valueless(result)
+    return drops
 
 
 # Options that say what to run; a resume takes them from the run it finishes.

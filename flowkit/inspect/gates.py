@@ -81,7 +81,7 @@ def metric_keys(node: Any) -> frozenset[str] | None:
     return declared_keys(getattr(node.impl, "fn", None), inputs)
 
 
-def check_gate_names(gates: list[Gate], flow: Any) -> None:
+def check_gate_names(gates: list[Gate], flow: Any, option: str = "--gate") -> None:
     """A gate on a metric the flow cannot produce would fail only after the whole (maybe paid)
     run: refuse it before the first row. The metrics' prefixes are known now, and so are the
     keys of aggregate functions that declare them; other keys are checked after the run."""
@@ -94,7 +94,7 @@ def check_gate_names(gates: list[Gate], flow: Any) -> None:
                 continue
             names = {f"{p}.{k}" for p, keys in owners for k in keys or ()}
             if gate.metric not in names:
-                _refuse(gate, flow, names, "it reports " + one_of(names))
+                _refuse(gate, flow, names, "it reports " + one_of(names), option)
             continue
         if "/" in gate.metric or any(n.spec.metrics == "logged" for _, _, n in known):
             # Another tool's name (Databricks'), or a logged metric's bare name: reported
@@ -104,22 +104,26 @@ def check_gate_names(gates: list[Gate], flow: Any) -> None:
                 continue
             bare = {k for _, keys, _ in known for k in keys or () if "/" in k}
             if gate.metric not in bare:
-                _refuse(gate, flow, bare, "its unprefixed names are " + one_of(bare))
+                _refuse(gate, flow, bare, "its unprefixed names are " + one_of(bare), option)
             continue
         if not prefixes:
             raise UsageError(
-                f"--gate {gate}: flow {flow.name!r} computes no metrics (it has no aggregate node)"
+                f"{option} {_shown(gate, option)}: flow {flow.name!r} computes no metrics "
+                "(it has no aggregate node)"
             )
         key = gate.metric.partition(".")[2] or gate.metric
         guesses = [f"{p}.{key}" for p in prefixes]
-        _refuse(
-            gate, flow, guesses, "its metrics start with " + ", ".join(f"'{p}.'" for p in prefixes)
-        )
+        starts = ", ".join(f"'{p}.'" for p in prefixes)
+        _refuse(gate, flow, guesses, "its metrics start with " + starts, option)
 
 
-def _refuse(gate: Gate, flow: Any, near: Iterable[str], known: str) -> None:
+def _shown(gate: Gate, option: str) -> str:
+    return str(gate) if option == "--gate" else gate.metric
+
+
+def _refuse(gate: Gate, flow: Any, near: Iterable[str], known: str, option: str) -> None:
     raise UsageError(
-        f"--gate {gate}: flow {flow.name!r} cannot produce metric {gate.metric!r}"
+        f"{option} {_shown(gate, option)}: flow {flow.name!r} cannot produce metric {gate.metric!r}"
         f"{did_you_mean(gate.metric, near)}; {known}",
         hint="nothing was run",
     )

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from flowkit.cli.main import main
 from flowkit.testing.server import LocalServer
-from tests.support import EXAMPLES, REPO, read_json, write, write_jsonl
+from tests.support import EXAMPLES, REPO, python_flow, read_json, write, write_jsonl
 
 GROUNDEDNESS = str(REPO / "flows" / "groundedness.yaml")
 
@@ -186,3 +186,16 @@ def test_report_is_written_into_the_run_folder_by_default(workdir: Path) -> None
     assert (workdir / "runs" / "r" / "report.html").is_file()
     assert not (workdir / "report.html").exists()
     assert f"report: {Path('runs') / 'r' / 'report.html'}" in result.stdout
+
+
+def test_a_failed_aggregate_fails_the_run_and_the_other_gates_still_speak(workdir: Path) -> None:
+    module = "def f(x):\n    return x\n\ndef agg(ys):\n    return sum(ys) / len(ys)\n"
+    python_flow(workdir, module, "agg")
+    write_jsonl(workdir / "d.jsonl", [{"x": 1}, {"x": 2}])
+    result = CliRunner().invoke(
+        main, ["run", "t.yaml", "--data", "d.jsonl", "-q", "--summary", "md"],
+        env={"GITHUB_STEP_SUMMARY": None},
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "error: aggregate 'a': " in result.output
+    assert "| aggregate a | ❌ " in result.output
