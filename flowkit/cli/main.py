@@ -293,10 +293,13 @@ def run(
             from flowkit.api import with_target
 
             flow = with_target(flow, target, data)
-        check_gate_names(parsed_gates, flow)
+        unchecked = check_gate_names(parsed_gates, flow)
         if checks.baseline is not None:  # a drop gate on a metric this flow cannot produce
             aggregates = [d.metric for d in checks.drops if d.metric in checks.baseline.metrics]
-            check_gate_names([Gate(m, ">", 0.0) for m in aggregates], flow, "--gate-drop")
+            drops = [Gate(m, ">", 0.0) for m in aggregates]
+            unchecked += check_gate_names(drops, flow, "--gate-drop")
+        for warning in unchecked:
+            err_console.print(warning, highlight=False)
         for note in notes:
             err_console.print(note, highlight=False)
         config = RunConfig.of(
