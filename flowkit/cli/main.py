@@ -117,8 +117,10 @@ def main() -> None:
 @click.option(
     "--fail-on-error",
     type=_Number(float, 0, high=1),
+    default=0.0,
+    show_default=True,
     metavar="RATIO",
-    help="Exit 1 when more than this fraction of rows failed.",
+    help="Exit 1 when more than this fraction of rows failed or were bad input (1: never).",
 )
 @click.option(
     "--gate",

@@ -97,24 +97,32 @@ def check_run(result: Any, checks: Checks) -> None:
         if detail.get("status") == "failed":
             why = detail.get("error", "")
             outcomes.append(Outcome(f"aggregate {qual}", False, f"aggregate {qual!r}: {why}"))
-    if checks.fail_on_error is not None:
+    valueless = bool(result.counts.get("rows")) and not result.produced_values
+    if checks.fail_on_error is not None and not valueless:  # that has its own error
         over = result.failed_ratio > checks.fail_on_error
+        c = result.counts
         message = (
-            f"{result.failed_ratio:.1%} of rows failed"
-            + (", more than" if over else ", within")
+            f"{c.get('failed', 0) + c.get('bad_input', 0)} of {c.get('rows', 0)} rows "
+            f"({result.failed_ratio:.1%}) failed or were bad input, "
+            + ("more than" if over else "within")
             + f" --fail-on-error {checks.fail_on_error:g}"
         )
-        outcomes.append(Outcome("failed rows", not over, message))
+        if over and not checks.fail_on_error:
+            message += " (the default: give a ratio to accept some)"
+        some = result.failed_ratio > 0
+        outcomes.append(Outcome("failed rows", not over, message, shown=over or some))
     outcomes += _gate_outcomes(result, checks)
     print_outcomes(outcomes)
     _write_ci_files(result, checks, outcomes)
+    exit_if_valueless(result)
     if any(not o.passed for o in outcomes):
         sys.exit(1)
-    exit_if_valueless(result)
 
 
 def print_outcomes(outcomes: list[Any]) -> None:
     for o in outcomes:
+        if not o.shown:
+            continue
         if o.passed:
             err_console.print(o.message, highlight=False)
         else:

@@ -46,6 +46,8 @@ class Outcome:
     name: str
     passed: bool
     message: str
+    shown: bool = True
+    """Printed at the end of a run (a check that found nothing to say is only recorded)."""
 
 
 def parse_drop(text: str, option: str = "--gate-drop") -> DropGate:
