@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from flowkit.cli.options import ci_files
 from flowkit.cli.terminal import console, err_console
 from flowkit.errors import UsageError
 
@@ -124,13 +125,7 @@ def trace(
     help="Exit 1 when METRIC drops from A to B by more than MARGIN (a number or N%); METRIC "
     "alone: when the paired interval says it dropped.",
 )
-@click.option(
-    "--summary",
-    type=click.Choice(["md"]),
-    help="Write a markdown summary (to --summary-file, else $GITHUB_STEP_SUMMARY, else stdout).",
-)
-@click.option("--summary-file", metavar="FILE", help="Where --summary writes.")
-@click.option("--junit", metavar="FILE", help="Write the --fail-if checks as JUnit XML to FILE.")
+@ci_files
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
 def compare(
     run_a: str,

@@ -7,13 +7,12 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
 from flowkit import __version__
 from flowkit.cli.group import FlowkitGroup
-from flowkit.cli.options import _Number, _parse_maps
+from flowkit.cli.options import _Number, _parse_maps, ci_options, drop_gates
 from flowkit.cli.terminal import console, err_console
 from flowkit.errors import FlowkitError, UsageError
 
@@ -129,32 +128,7 @@ def main() -> None:
     metavar="METRIC<OP>VALUE",
     help="A CI gate such as 'groundedness.mean>=4'; exit 1 when it does not hold.",
 )
-@click.option(
-    "--baseline",
-    metavar="RUN",
-    help="An earlier run to compare with: --gate-drop and --summary read it.",
-)
-@click.option(
-    "--gate-drop",
-    "gate_drops",
-    multiple=True,
-    metavar="METRIC>MARGIN",
-    help="With --baseline: exit 1 when METRIC drops by more than MARGIN (a number or N%); "
-    "METRIC alone: when the paired interval says it dropped.",
-)
-@click.option(
-    "--lower-is-better",
-    multiple=True,
-    metavar="METRIC",
-    help="For --gate-drop: a rise of METRIC is the regression.",
-)
-@click.option(
-    "--summary",
-    type=click.Choice(["md"]),
-    help="Write a markdown summary (to --summary-file, else $GITHUB_STEP_SUMMARY, else stdout).",
-)
-@click.option("--summary-file", metavar="FILE", help="Where --summary writes.")
-@click.option("--junit", metavar="FILE", help="Write the checks as JUnit XML to FILE.")
+@ci_options
 @click.option(
     "--backend",
     default="local",
@@ -242,7 +216,7 @@ def run(
 
     checks = Checks(
         gates=[parse_gate(g) for g in gates],
-        drops=_drop_gates(gate_drops, baseline),
+        drops=drop_gates(gate_drops, baseline),
         lower_is_better=lower_is_better,
         fail_on_error=fail_on_error,
         otel=otel,
@@ -332,18 +306,6 @@ def run(
             result = run_configured(flow, data, config, on_progress=on_progress)
     report_end(result)
     check_run(result, checks)
-
-
-def _drop_gates(texts: tuple[str, ...], baseline: str | None) -> list[Any]:
-    from flowkit.inspect.regression import parse_drop
-
-    drops = [parse_drop(t) for t in texts]
-    if drops and baseline is None:
-        raise UsageError(
-            "--gate-drop compares with a baseline: give --baseline RUN",
-            hint="e.g. --baseline main --gate-drop 'groundedness.mean>0.1'",
-        )
-    return drops
 
 
 # Options that say what to run; a resume takes them from the run it finishes.

@@ -101,7 +101,8 @@ def test_a_run_with_values_exits_0(llm_server: LocalServer, workdir: Path) -> No
     proc = flowkit(workdir, "run", GROUNDEDNESS, "--data", str(EXAMPLES / "qa.jsonl"))
     assert proc.returncode == 0, proc.stderr
     assert "rows 6: 6 ok, 0 failed, 0 bad input, 0 invalid" in proc.stdout
-    assert proc.stderr == ""
+    # A loaded machine may make the run long enough for a progress line (one every 5 s).
+    assert [line for line in proc.stderr.splitlines() if not line.startswith("progress:")] == []
 
 
 def test_without_a_terminal_progress_lines_show_life(workdir: Path) -> None:

@@ -60,11 +60,16 @@ def test_a_literal_map_value_that_names_a_column_is_warned_about(workdir: Path) 
 
 
 def test_compare_warns_about_other_flows_and_other_inputs(workdir: Path) -> None:
-    write_jsonl(workdir / "a.jsonl", [{"answer": f"a{i}", "ground_truth": "a1"} for i in range(4)])
-    write_jsonl(workdir / "b.jsonl", [{"answer": f"b{i}", "ground_truth": "a1"} for i in range(4)])
+    def rows(answer: str, truth: str) -> list[dict[str, str]]:
+        return [{"answer": f"{answer}{i}", "ground_truth": f"{truth}{i}"} for i in range(4)]
+
+    write_jsonl(workdir / "a.jsonl", rows("a", "t"))
+    write_jsonl(workdir / "b.jsonl", rows("b", "u"))  # other data
+    write_jsonl(workdir / "c.jsonl", rows("c", "t"))  # the same data, another app's answers
     for flow, data, name in (
         ("f1_score", "a.jsonl", "f1a"),
         ("f1_score", "b.jsonl", "f1b"),
+        ("f1_score", "c.jsonl", "f1c"),
         ("exact_match", "a.jsonl", "em"),
     ):
         assert flowkit("run", flow, "--data", data, "--name", name, "-q").exit_code == 0
@@ -78,6 +83,9 @@ def test_compare_warns_about_other_flows_and_other_inputs(workdir: Path) -> None
     assert "warning: 4 of 4 paired rows have different inputs (first: line 0)" in " ".join(
         other_rows.stdout.split()
     )
+    other_answers = flowkit("compare", "f1a", "f1c")
+    assert other_answers.exit_code == 0
+    assert "warning" not in other_answers.stdout
 
 
 def test_a_gate_on_a_metric_the_flow_cannot_produce_fails_before_any_row(workdir: Path) -> None:

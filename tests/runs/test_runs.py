@@ -162,8 +162,7 @@ def test_an_output_folder_and_a_run_name(tmp_path: Path, finished: flowkit.api.R
         )
     assert str(info.value) == (
         f"run folder {str(tmp_path / 'runs' / 'baseline')!r} already exists and holds a run\n"
-        "  hint: choose another --output or --name, or replace its run: --overwrite "
-        "(overwrite=True in Python, as a notebook cell run again needs)"
+        "  hint: choose another --output or --name, or --overwrite (overwrite=True in Python)"
     )
     again = flowkit.run(
         tmp_path / "ordered.yaml",
