@@ -154,6 +154,7 @@ def main() -> None:
     "inputs (see README, Traces).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--verbose", "-v", is_flag=True, help="Also print the run's notes (run.json).")
 @click.option(
     "--otel",
     is_flag=True,
@@ -200,6 +201,7 @@ def run(
     summary: str | None = None,
     summary_file: str | None = None,
     junit: str | None = None,
+    verbose: bool = False,
 ) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data.
 
@@ -304,7 +306,7 @@ def run(
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = run_configured(flow, data, config, on_progress=on_progress)
-    report_end(result)
+    report_end(result, verbose)
     check_run(result, checks)
 
 

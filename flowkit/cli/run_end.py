@@ -16,7 +16,9 @@ from flowkit.cli.terminal import console, err_console, styled
 from flowkit.inspect.show import metrics_table
 
 
-def report_end(result: Any) -> None:
+def report_end(result: Any, verbose: bool = False) -> None:
+    for note in result.info.get("notes") or () if verbose else ():
+        err_console.print(f"note: {note}", highlight=False)
     for notice in result.info.get("notices") or ():
         label = "" if notice.startswith("warning: ") else "note: "
         err_console.print(f"{label}{notice}", highlight=False)

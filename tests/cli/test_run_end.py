@@ -200,3 +200,20 @@ def test_a_failed_aggregate_fails_the_run_and_the_other_gates_still_speak(workdi
     assert result.exit_code == 1
     assert "error: aggregate 'a': " in result.output
     assert "| aggregate a | ❌ " in result.output
+
+
+def test_notes_nobody_can_act_on_are_printed_only_with_verbose(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    args = ["run", "groundedness", "--data", str(EXAMPLES / "qa.jsonl"), "-q", "--no-cache"]
+    args += ["--cache-dir", "cache"]
+    assert CliRunner().invoke(main, args).exit_code == 0  # finds the endpoint out
+    quiet = CliRunner().invoke(main, args)  # opens where the last run left it
+    assert quiet.exit_code == 0, quiet.output
+    assert "opened at" not in quiet.output
+    run_id = quiet.stdout.split("run folder: ")[1].split()[0]
+    (note,) = read_json(Path(run_id) / "run.json")["notes"]
+    verbose = CliRunner().invoke(main, [*args, "-v"])
+    assert verbose.exit_code == 0
+    # The console folds long lines at its width: compare without the whitespace.
+    assert "".join(f"note: {note}".split()) in "".join(verbose.stderr.split())
