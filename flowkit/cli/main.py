@@ -226,7 +226,6 @@ def run(
         summary_file=summary_file,
         junit=junit,
     )
-    parsed_gates = checks.gates
     from flowkit.pfcompat.cli import finish_mapping, habits_of
 
     habits = habits_of(
@@ -271,7 +270,7 @@ def run(
             from flowkit.api import with_target
 
             flow = with_target(flow, target, data)
-        unchecked = check_gate_names(parsed_gates, flow)
+        unchecked = check_gate_names(checks.gates, flow)
         if checks.baseline is not None:  # a drop gate on a metric this flow cannot produce
             aggregates = [d.metric for d in checks.drops if d.metric in checks.baseline.metrics]
             drops = [Gate(m, ">", 0.0) for m in aggregates]

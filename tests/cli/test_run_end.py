@@ -211,9 +211,11 @@ def test_notes_nobody_can_act_on_are_printed_only_with_verbose(
     quiet = CliRunner().invoke(main, args)  # opens where the last run left it
     assert quiet.exit_code == 0, quiet.output
     assert "opened at" not in quiet.output
-    run_id = quiet.stdout.split("run folder: ")[1].split()[0]
-    (note,) = read_json(Path(run_id) / "run.json")["notes"]
+    run_dir = quiet.stdout.split("run folder: ")[1].split()[0]
+    assert [n for n in read_json(Path(run_dir) / "run.json")["notes"] if "opened at" in n]
     verbose = CliRunner().invoke(main, [*args, "-v"])
     assert verbose.exit_code == 0
+    run_dir = verbose.stdout.split("run folder: ")[1].split()[0]
+    (note,) = read_json(Path(run_dir) / "run.json")["notes"]
     # The console folds long lines at its width: compare without the whitespace.
     assert "".join(f"note: {note}".split()) in "".join(verbose.stderr.split())
