@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from flowkit.cli.main import main
@@ -219,3 +220,21 @@ def test_notes_nobody_can_act_on_are_printed_only_with_verbose(
     (note,) = read_json(Path(run_dir) / "run.json")["notes"]
     # The console folds long lines at its width: compare without the whitespace.
     assert "".join(f"note: {note}".split()) in "".join(verbose.stderr.split())
+
+
+def test_a_missing_model_connection_is_one_error_naming_every_node(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AZURE_OPENAI_ENDPOINT", "FLOWKIT_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    result = CliRunner().invoke(main, ["run", "groundedness", "--data", str(EXAMPLES / "qa.jsonl")])
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert lines[0] == (
+        "error: flow 'groundedness' node 'judge' needs a model, but no model connection is "
+        "configured (no OPENAI_API_KEY, OPENAI_BASE_URL or AZURE_OPENAI_ENDPOINT in the "
+        f"environment; no flowkit.yaml in {workdir}). The same for flow 'groundedness' node "
+        "'judge_turns'."
+    )
+    assert sum("needs a model" in line for line in lines) == 1
+    assert lines[1] == "  ways to configure one:"
