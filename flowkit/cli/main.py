@@ -134,7 +134,7 @@ def main() -> None:
     default="local",
     show_default=True,
     type=click.Choice(["local", "loky", "threading", "multiprocessing", "dask", "ray"]),
-    help="Where rows run: this process, or joblib workers (see README, Running at scale).",
+    help="Where rows run: this process, or joblib workers (see docs/scale-out.md).",
 )
 @click.option(
     "--workers",
@@ -151,7 +151,7 @@ def main() -> None:
     show_default=True,
     type=click.Choice(["full", "compact"]),
     help="What traces.jsonl keeps: everything, or python nodes' successes without their "
-    "inputs (see README, Traces).",
+    "inputs (see docs/reference.md, Traces).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the run's notes (run.json).")
