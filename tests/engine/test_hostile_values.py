@@ -105,7 +105,7 @@ def test_bad_values_in_the_data_cost_their_row_only(tmp_path: Path) -> None:
 def test_an_unstorable_output_fails_that_node_in_that_row(tmp_path: Path) -> None:
     rows = b"".join(b'{"x": "%s"}\n' % k for k in (b"big", b"self", b"deep", b"sur", b"ok"))
     work = _project(tmp_path, rows)
-    code, out = _run(work, "--name", "r")
+    code, out = _run(work, "--name", "r", "--fail-on-error", "1")
     assert code == 0, out
     outputs = {r["line"]: r for r in read_jsonl(work / "runs" / "r" / "outputs.jsonl")}
     messages = [outputs[i]["error"]["message"] for i in range(4)]
