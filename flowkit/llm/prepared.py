@@ -12,9 +12,10 @@ from an httpx response built for it alone.
 
 Why: ``client.post`` spends over half its CPU rebuilding the same URL, headers and option
 objects for every request (``benchmarks/request_cpu.py`` measures both paths). The SDK still
-does everything that decides what goes on the wire or how a failure reads: it builds the template (auth headers, Azure deployment paths and ``api-version``,
-default headers and query), sends each request (``_send_request``, with its auth hooks), and
-turns an error status into its own exception types.
+does everything that decides what goes on the wire or how a failure reads: it builds the
+template (auth headers, Azure deployment paths and ``api-version``, default headers and query),
+sends each request (``_send_request``, with its auth hooks), and turns an error status into its
+own exception types.
 
 This leans on the SDK's private hooks (``_prepare_options``, ``_build_request``,
 ``_send_request``, ``_make_status_error_from_response``). Where one is missing or building the
