@@ -1,8 +1,8 @@
 """flowkit: evaluate LLM applications with flows defined in YAML.
 
-The public API is here: ``run`` (``arun`` to await it), ``resume``, ``load_flow``, ``RunConfig``
-(every run option) and the error classes. One package per concept; imports point down this
-list, never up:
+The public API is here: ``run`` (``arun`` to await it), ``resume``, ``compare`` (two runs, as
+tables), ``load_flow``, ``RunConfig`` (every run option) and the error classes. One package per
+concept; imports point down this list, never up:
 
     cli → api → review → inspect → labels → runs → data → batch → engine → kinds → metrics, llm
     → flow → code → cache → errors
@@ -28,6 +28,7 @@ from flowkit.errors import DataError, FlowkitError, UsageError, ValidationError
 if TYPE_CHECKING:  # what an IDE and mypy see; at run time __getattr__ below imports them
     from flowkit.api import arun, resume, run
     from flowkit.flow.loader import load_flow
+    from flowkit.inspect.comparison import compare
     from flowkit.runs.config import RunConfig
 
 # Loaded on first use: `import flowkit` (and `flowkit --help`) stays cheap without pydantic,
@@ -37,6 +38,7 @@ _LAZY = {
     "run": "flowkit.api",
     "arun": "flowkit.api",
     "resume": "flowkit.api",
+    "compare": "flowkit.inspect.comparison",
     "load_flow": "flowkit.flow.loader",
     "RunConfig": "flowkit.runs.config",
 }
@@ -72,6 +74,7 @@ __all__ = [
     "ValidationError",
     "__version__",
     "arun",
+    "compare",
     "load_flow",
     "log_metric",
     "resume",

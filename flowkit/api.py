@@ -134,9 +134,9 @@ def run(
     ``flow`` judges its answers (flowkit.flow.target). A run folder that already holds anything
     is refused unless ``overwrite`` is given (which replaces its run files only). ``trace`` is
     what traces.jsonl keeps: ``"full"``, or ``"compact"`` (python nodes' successes without
-    their inputs; see README, Traces). ``environment``: variables set for the run and restored
-    after (the CLI's ``--environment-variables``; see flowkit.runs.environment). ``batch``:
-    llm calls go through the provider's batch API (docs/batch.md).
+    their inputs; see docs/reference.md, Traces). ``environment``: variables set for the run
+    and restored after (the CLI's ``--environment-variables``; see flowkit.runs.environment).
+    ``batch``: llm calls go through the provider's batch API (docs/batch.md).
     """
     given = locals()
     config = RunConfig.of(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from flowkit.cli.options import ci_files
 from flowkit.cli.terminal import console, err_console
 from flowkit.errors import UsageError
 
@@ -116,6 +117,15 @@ def trace(
 @click.option("--seed", default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--top", default=10, show_default=True, help="Changed rows to list per output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option(
+    "--fail-if",
+    "fail_if",
+    multiple=True,
+    metavar="METRIC>MARGIN",
+    help="Exit 1 when METRIC drops from A to B by more than MARGIN (a number or N%); METRIC "
+    "alone: when the paired interval says it dropped.",
+)
+@ci_files
 @click.option("--runs-dir", default="runs", show_default=True, type=click.Path(file_okay=False))
 def compare(
     run_a: str,
@@ -128,12 +138,24 @@ def compare(
     top: int,
     as_json: bool,
     runs_dir: str,
+    fail_if: tuple[str, ...] = (),
+    summary: str | None = None,
+    summary_file: str | None = None,
+    junit: str | None = None,
 ) -> None:
     """Compare RUN_B with RUN_A: mean change per output with a paired bootstrap 95% CI."""
+    from flowkit.cli.run_end import Checks, print_outcomes, write_ci_files
     from flowkit.inspect.compare import compare_runs, render
-    from flowkit.runs.folder import resolve_run_dir
+    from flowkit.inspect.regression import Baseline, judge, parse_drop
+    from flowkit.runs.folder import read_metrics, resolve_run_dir
 
+    drops = [parse_drop(t, "--fail-if") for t in fail_if]
     dir_a, dir_b = (resolve_run_dir(r, Path(runs_dir)) for r in (run_a, run_b))
+    checks = Checks(drops=drops, lower_is_better=lower_is_better, summary=summary)
+    checks.summary_file, checks.junit = summary_file, junit
+    if drops or summary:
+        checks.baseline = Baseline.read(dir_a)
+        checks.baseline.check(drops, "--fail-if")
     result = compare_runs(
         dir_a,
         dir_b,
@@ -152,6 +174,14 @@ def compare(
     else:
         console.print(render(result, dir_a, dir_b))
         print_corrected(corrected)
+    if checks.baseline is None:
+        return
+    current = read_metrics(dir_b)
+    outcomes = judge(drops, result, checks.baseline, current, lower_is_better, "fail-if")
+    print_outcomes(outcomes)
+    write_ci_files(f"flowkit compare {dir_a.name} → {dir_b.name}", current, checks, outcomes)
+    if any(not o.passed for o in outcomes):
+        raise SystemExit(1)
 
 
 @click.command()

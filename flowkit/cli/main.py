@@ -6,15 +6,14 @@ else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
 from flowkit import __version__
 from flowkit.cli.group import FlowkitGroup
-from flowkit.cli.options import _Number, _parse_maps
-from flowkit.cli.terminal import console, err_console, styled
+from flowkit.cli.options import _Number, _parse_maps, ci_options, drop_gates
+from flowkit.cli.terminal import console, err_console
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.pfcompat.variant_options import take_variants, variant_options
 
@@ -118,8 +117,10 @@ def main() -> None:
 @click.option(
     "--fail-on-error",
     type=_Number(float, 0, high=1),
+    default=0.0,
+    show_default=True,
     metavar="RATIO",
-    help="Exit 1 when more than this fraction of rows failed.",
+    help="Exit 1 when more than this fraction of rows failed or were bad input (1: never).",
 )
 @click.option(
     "--gate",
@@ -128,6 +129,7 @@ def main() -> None:
     metavar="METRIC<OP>VALUE",
     help="A CI gate such as 'groundedness.mean>=4'; exit 1 when it does not hold.",
 )
+@ci_options
 @click.option(
     "--labels",
     "labels_file",
@@ -140,7 +142,7 @@ def main() -> None:
     default="local",
     show_default=True,
     type=click.Choice(["local", "loky", "threading", "multiprocessing", "dask", "ray"]),
-    help="Where rows run: this process, or joblib workers (see README, Running at scale).",
+    help="Where rows run: this process, or joblib workers (see docs/scale-out.md).",
 )
 @click.option(
     "--workers",
@@ -157,7 +159,7 @@ def main() -> None:
     show_default=True,
     type=click.Choice(["full", "compact"]),
     help="What traces.jsonl keeps: everything, or python nodes' successes without their "
-    "inputs (see README, Traces).",
+    "inputs (see docs/reference.md, Traces).",
 )
 @click.option(
     "--batch",
@@ -173,6 +175,7 @@ def main() -> None:
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @variant_options  # --variant, --variants all (flowkit.pfcompat.variant_runs)
+@click.option("--verbose", "-v", is_flag=True, help="Also print the run's notes (run.json).")
 @click.option(
     "--otel",
     is_flag=True,
@@ -219,6 +222,13 @@ def run(
     labels_key: str | None = None,
     variant: str | None = None,
     all_variants: str | None = None,
+    baseline: str | None = None,
+    gate_drops: tuple[str, ...] = (),
+    lower_is_better: tuple[str, ...] = (),
+    summary: str | None = None,
+    summary_file: str | None = None,
+    junit: str | None = None,
+    verbose: bool = False,
 ) -> None:
     """Run FLOW (a path or a built-in name; several run together) over --data.
 
@@ -227,15 +237,24 @@ def run(
     from flowkit.api import resume as resume_flow
     from flowkit.api import run_configured
     from flowkit.cli.label_commands import add_labels, check_labels
-    from flowkit.cli.run_end import exit_if_valueless, report_end
+    from flowkit.cli.run_end import Checks, check_run, report_end
     from flowkit.flow.loader import load_flows
-    from flowkit.inspect.gates import check_gate_names, check_gates, parse_gate
+    from flowkit.inspect.gates import Gate, check_gate_names, parse_gate
     from flowkit.inspect.show import count_rows, progress_display
     from flowkit.runs.config import RunConfig, recorded_config
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
-    parsed_gates = [parse_gate(g) for g in gates]
-    check_labels(labels_file, labels_key, parsed_gates)
+    checks = Checks(
+        gates=[parse_gate(g) for g in gates],
+        drops=drop_gates(gate_drops, baseline),
+        lower_is_better=lower_is_better,
+        fail_on_error=fail_on_error,
+        otel=otel,
+        summary=summary,
+        summary_file=summary_file,
+        junit=junit,
+    )
+    check_labels(labels_file, labels_key, checks.gates)
     from flowkit.pfcompat.cli import finish_mapping, habits_of
 
     habits = habits_of(
@@ -251,6 +270,11 @@ def run(
         from flowkit.inspect.otel import require
 
         require()  # a missing extra is reported before the rows run, not after
+    if baseline is not None:  # read and checked before the first row
+        from flowkit.inspect.regression import Baseline
+
+        checks.baseline = Baseline.read(resolve_run_dir(baseline))
+        checks.baseline.check(checks.drops, "--gate-drop")
     if resume_run is not None:
         _only_with_resume(click.get_current_context(), flows, data)
         info = read_run_info(resolve_run_dir(resume_run))
@@ -277,7 +301,13 @@ def run(
             from flowkit.api import with_target
 
             flow = with_target(flow, target, data)
-        check_gate_names(parsed_gates, flow)
+        unchecked = check_gate_names(checks.gates, flow)
+        if checks.baseline is not None:  # a drop gate on a metric this flow cannot produce
+            aggregates = [d.metric for d in checks.drops if d.metric in checks.baseline.metrics]
+            drops = [Gate(m, ">", 0.0) for m in aggregates]
+            unchecked += check_gate_names(drops, flow, "--gate-drop")
+        for warning in unchecked:
+            err_console.print(warning, highlight=False)
         for note in notes:
             err_console.print(note, highlight=False)
         config = RunConfig.of(
@@ -308,21 +338,10 @@ def run(
         total = count_rows(Path(data), limit)
         with progress_display(err_console, enabled=not quiet, total=total) as on_progress:
             result = run_configured(flow, data, config, on_progress=on_progress)
-    report_end(result)
-    if otel:  # before the gates, so a failing CI run is exported too
-        from flowkit.inspect.otel import export_run
-
-        err_console.print(str(export_run(result.run_dir)), highlight=False)
-    if fail_on_error is not None and result.failed_ratio > fail_on_error:
-        err_console.print(
-            styled("[bold red]error:[/]"),
-            f"{result.failed_ratio:.1%} of rows failed, more than --fail-on-error {fail_on_error}",
-        )
-        sys.exit(1)
+    report_end(result, verbose)
     if labels_file is not None:
         result.metrics.update(add_labels(result.run_dir, labels_file, labels_key))
-    check_gates(parsed_gates, result.metrics, err_console)
-    exit_if_valueless(result)
+    check_run(result, checks)
 
 
 # Options that say what to run; a resume takes them from the run it finishes.

@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from flowkit.errors import UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Number(click.ParamType):
@@ -59,3 +62,61 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
             )
         out[name.strip()] = ref.strip()
     return out
+
+
+def ci_options(command: F) -> F:
+    """`run`'s options for CI: a baseline, gates on the drop from it, and the files CI reads."""
+    for option in reversed(_CI_OPTIONS):
+        command = option(command)
+    return ci_files(command)
+
+
+def ci_files(command: F) -> F:
+    """The files a CI job reads (`run` and `compare` alike): a markdown summary, JUnit XML."""
+    for option in reversed(_CI_FILES):
+        command = option(command)
+    return command
+
+
+_CI_OPTIONS = [
+    click.option(
+        "--baseline",
+        metavar="RUN",
+        help="An earlier run to compare with: --gate-drop and --summary read it.",
+    ),
+    click.option(
+        "--gate-drop",
+        "gate_drops",
+        multiple=True,
+        metavar="METRIC>MARGIN",
+        help="With --baseline: exit 1 when METRIC drops by more than MARGIN (a number or N%); "
+        "METRIC alone: when the paired interval says it dropped.",
+    ),
+    click.option(
+        "--lower-is-better",
+        multiple=True,
+        metavar="METRIC",
+        help="For --gate-drop: a rise of METRIC is the regression.",
+    ),
+]
+_CI_FILES = [
+    click.option(
+        "--summary",
+        type=click.Choice(["md"]),
+        help="Write a markdown summary to --summary-file, else $GITHUB_STEP_SUMMARY, else stdout.",
+    ),
+    click.option("--summary-file", metavar="FILE", help="Where --summary writes."),
+    click.option("--junit", metavar="FILE", help="Write the checks as JUnit XML to FILE."),
+]
+
+
+def drop_gates(texts: tuple[str, ...], baseline: str | None) -> list[Any]:
+    from flowkit.inspect.regression import parse_drop
+
+    drops = [parse_drop(t) for t in texts]
+    if drops and baseline is None:
+        raise UsageError(
+            "--gate-drop compares with a baseline: give --baseline RUN",
+            hint="e.g. --baseline main --gate-drop 'groundedness.mean>0.1'",
+        )
+    return drops

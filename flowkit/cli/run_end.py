@@ -8,13 +8,17 @@ exit 1 when no row produced a value: a run where every call failed is not a succ
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from flowkit.cli.terminal import console, err_console, styled
 from flowkit.inspect.show import metrics_table
 
 
-def report_end(result: Any) -> None:
+def report_end(result: Any, verbose: bool = False) -> None:
+    for note in result.info.get("notes") or () if verbose else ():
+        err_console.print(f"note: {note}", highlight=False)
     for notice in result.info.get("notices") or ():
         label = "" if notice.startswith("warning: ") else "note: "
         err_console.print(f"{label}{notice}", highlight=False)
@@ -71,3 +75,130 @@ def _report_bad_rows(result: Any, shown: int = 5) -> None:
     if len(bad) > shown:
         more = len(bad) - shown
         err_console.print(f"  … and {more} more: flowkit trace {result.run_id} --failed")
+
+
+@dataclass
+class Checks:
+    """What decides a run's exit code besides its values, and where CI reads the verdicts."""
+
+    gates: list[Any] = field(default_factory=list)
+    drops: list[Any] = field(default_factory=list)
+    baseline: Any = None
+    lower_is_better: tuple[str, ...] = ()
+    fail_on_error: float | None = None
+    otel: bool = False
+    summary: str | None = None
+    summary_file: str | None = None
+    junit: str | None = None
+
+
+def check_run(result: Any, checks: Checks) -> None:
+    """Every check the run can still answer, each printed; exit 1 when any failed. A failed
+    export or aggregate fails the run but never hides a gate's verdict."""
+    from flowkit.inspect.regression import Outcome
+
+    outcomes: list[Outcome] = []
+    if checks.otel:  # before the gates, so a failing CI run is exported too
+        outcomes.append(_export(result))
+    for qual, detail in (result.info.get("aggregates") or {}).items():
+        if detail.get("status") == "failed":
+            why = detail.get("error", "")
+            outcomes.append(Outcome(f"aggregate {qual}", False, f"aggregate {qual!r}: {why}"))
+    valueless = bool(result.counts.get("rows")) and not result.produced_values
+    if checks.fail_on_error is not None and not valueless:  # that has its own error
+        over = result.failed_ratio > checks.fail_on_error
+        c = result.counts
+        message = (
+            f"{c.get('failed', 0) + c.get('bad_input', 0)} of {c.get('rows', 0)} rows "
+            f"({result.failed_ratio:.1%}) failed or were bad input, "
+            + ("more than" if over else "within")
+            + f" --fail-on-error {checks.fail_on_error:g}"
+        )
+        if over and not checks.fail_on_error:
+            message += " (the default: give a ratio to accept some)"
+        some = result.failed_ratio > 0
+        outcomes.append(Outcome("failed rows", not over, message, shown=over or some))
+    outcomes += _gate_outcomes(result, checks)
+    print_outcomes(outcomes)
+    _write_ci_files(result, checks, outcomes)
+    exit_if_valueless(result)
+    if any(not o.passed for o in outcomes):
+        sys.exit(1)
+
+
+def print_outcomes(outcomes: list[Any]) -> None:
+    for o in outcomes:
+        if not o.shown:
+            continue
+        if o.passed:
+            err_console.print(o.message, highlight=False)
+        else:
+            err_console.print(styled("[bold red]error:[/]"), o.message, highlight=False)
+
+
+def _export(result: Any) -> Any:
+    from flowkit.errors import FlowkitError
+    from flowkit.inspect.otel import export_run
+    from flowkit.inspect.regression import Outcome
+
+    try:
+        summary = export_run(result.run_dir)
+    except FlowkitError as err:
+        return Outcome("otel export", False, f"otel export failed: {err.message}")
+    return Outcome("otel export", True, str(summary))
+
+
+def _gate_outcomes(result: Any, checks: Checks) -> list[Any]:
+    from flowkit.inspect.gates import evaluate
+    from flowkit.inspect.regression import Outcome, judge
+
+    outcomes = []
+    for gate in checks.gates:
+        failed = evaluate([gate], result.metrics)
+        value = result.metrics.get(gate.metric)
+        message = failed[0] if failed else f"gate {gate}: passed ({gate.metric} = {value:g})"
+        outcomes.append(Outcome(f"gate {gate}", not failed, message))
+    if checks.baseline is not None and checks.drops:
+        cmp = compare_with_baseline(result.run_dir, checks)
+        outcomes += judge(
+            checks.drops, cmp, checks.baseline, result.metrics, checks.lower_is_better
+        )
+    return outcomes
+
+
+def compare_with_baseline(run_dir: Any, checks: Checks) -> Any:
+    from flowkit.inspect.compare import compare_runs
+    from flowkit.inspect.compare_rows import read_side
+    from flowkit.inspect.regression import needed_outputs
+
+    here = read_side(run_dir, None).names
+    names = [n for n in needed_outputs(checks.drops, checks.baseline) if n in here]
+    lower = [n for n in checks.lower_is_better if n in names]
+    return compare_runs(checks.baseline.run_dir, run_dir, metrics=names, lower_is_better=lower)
+
+
+def _write_ci_files(result: Any, checks: Checks, outcomes: list[Any]) -> None:
+    flow = (result.info.get("flow") or {}).get("name", "")
+    title = f"flowkit run {result.run_id} ({flow})"
+    if checks.baseline is not None:
+        title += f" vs baseline {checks.baseline.run_dir.name}"
+    write_ci_files(title, result.metrics, checks, outcomes)
+
+
+def write_ci_files(
+    title: str, metrics: dict[str, Any], checks: Checks, outcomes: list[Any]
+) -> None:
+    """The markdown summary and the JUnit XML a CI job asked for (run and compare alike)."""
+    from flowkit.inspect.ci_report import junit, markdown, write_summary
+
+    if checks.summary == "md":
+        base = checks.baseline.metrics if checks.baseline is not None else None
+        text = markdown(title, outcomes, metrics, base)
+        written = write_summary(text, checks.summary_file)
+        if written is None:
+            sys.stdout.write(text)
+        else:
+            err_console.print(f"summary: {written}", highlight=False)
+    if checks.junit:
+        Path(checks.junit).write_text(junit("flowkit", outcomes), encoding="utf-8")
+        err_console.print(f"junit: {checks.junit}", highlight=False)

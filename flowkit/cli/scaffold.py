@@ -112,7 +112,7 @@ DATA = "".join(json.dumps(row) + "\n" for row in _ROWS)
 
 CONFIG = """\
 # Model settings for this project. The endpoint and key come from OPENAI_BASE_URL and
-# OPENAI_API_KEY (or add a connection here; see the flowkit README, Model endpoints).
+# OPENAI_API_KEY (or add a connection here; see flowkit's docs/model-endpoints.md).
 default_model: gpt-4o-mini
 """
 

@@ -54,9 +54,9 @@ MOVED_MODULES = {
     "flowkit.parse_forms": "flowkit.metrics.score_forms",
     "flowkit.adapters": "flowkit.metrics.adapters",
 }
-"""Where the public functions of flowkit 0.1's flat modules live now. Users' flows say
-`function: flowkit.aggregate:score_summary`; those references keep resolving (deprecated: the
-README names the new paths)."""
+"""Where the public functions of early development versions' flat modules live now. Users' flows
+say `function: flowkit.aggregate:score_summary`; those references keep resolving (deprecated:
+docs/development.md names the new paths)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,8 @@ A run's rows allocate many short-lived containers (scopes, inputs, replies, trac
 CPython's collector counts them: every 700 net allocations it scans the youngest objects, every
 tenth of those the middle generation, and now and then the whole heap, which after importing
 the openai SDK, pydantic and a flow holds hundreds of thousands of objects that will live as
-long as the process. Each full scan stops the event loop while every row in flight waits.
-Measured (``benchmarks/llm_bound.py``, c=128, 2,000 rows): 170 young, 16 middle and 1-2 full
-collections per run cost 0.25-0.35 ms of CPU a row, a fifth of the whole.
+long as the process. Each full scan stops the event loop while every row in flight waits, and
+at high concurrency the scans are a large share of a row's CPU (``benchmarks/llm_bound.py``).
 
 So while rows run:
 

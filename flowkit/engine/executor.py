@@ -54,7 +54,7 @@ to serve many rows, few enough that a row's wait before it starts is negligible.
 
 YIELD_EVERY = 0.01
 """Seconds of rows that never wait after which the event loop gets a turn (see
-``Executor._now_and_then``); one such turn per interval is shared by all workers."""
+``Executor._between_rows``); one such turn per interval is shared by all workers."""
 
 
 class RowWatch(Protocol):
@@ -124,8 +124,7 @@ class Executor:
         # Rows that wait on model calls get as many workers again as --concurrency: the extra
         # rows' requests are built and queued at the endpoint's scheduler, which still holds
         # the endpoint to its limit, so a slot a reply frees is refilled at once instead of
-        # after that row's own end and the next row's start. Measured (llm_bound, c=32): 0.83
-        # -> 0.88 of the limit (0.86 -> 0.91 with slow_start: false), and less CPU a row.
+        # after that row's own end and the next row's start.
         extra = self.options.concurrency if top.endpoint_bound() else 0
         self._tick()  # progress shows from the start, not when the first row ends
         workers = [

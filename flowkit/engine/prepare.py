@@ -6,6 +6,7 @@ run and by each scale-out worker, so both bind alike.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from types import MappingProxyType
 
@@ -32,8 +33,7 @@ def bind(flow: Flow, ctx: RunContext) -> BoundFlow:
     problems: list[str] = []
     bound = _bind(flow, ctx, "", problems)
     if problems:
-        unique = list(dict.fromkeys(problems))
-        raise UsageError("\n".join(unique))
+        raise UsageError("\n".join(one_per_cause(problems)))
     if needs_settings(flow):
         from flowkit.llm.clients import warm_up  # the SDK, only once a run calls a model
 
@@ -78,6 +78,28 @@ def _bind(flow: Flow, ctx: RunContext, prefix: str, problems: list[str]) -> Boun
             deps=node.deps,
         )
     return BoundFlow(flow, MappingProxyType(nodes))
+
+
+_WHO = re.compile(r"^(flow '[^']*' node '[^']*') ", re.DOTALL)
+
+
+def one_per_cause(problems: list[str]) -> list[str]:
+    """One message per cause: nodes that lack the same thing (a missing API key for every
+    judge) are named together in its first line, not told the same twice."""
+    causes: dict[str, list[str]] = {}
+    for problem in problems:
+        m = _WHO.match(problem)
+        who, cause = (m[1], problem[m.end() :]) if m else ("", problem)
+        causes.setdefault(cause, [])
+        if who not in causes[cause]:
+            causes[cause].append(who)
+    out = []
+    for cause, whos in causes.items():
+        first, sep, rest = f"{whos[0]} {cause}".lstrip().partition("\n")
+        if len(whos) > 1:
+            first += f" The same for {', '.join(whos[1:])}."
+        out.append(first + sep + rest)
+    return out
 
 
 def needs_settings(flow: Flow) -> bool:

@@ -3,8 +3,11 @@
 - ``show``: the summary of a run and the metrics table.
 - ``trace_view``: per-row, per-node traces, filtered by ``--where``.
 - ``compare``: paired bootstrap deltas between two runs; ``compare_rows`` reads and pairs
-  the rows into columns.
+  the rows into columns; ``comparison``: ``flowkit.compare`` and ``RunResult.compare``, the
+  same as tables for pandas and notebooks.
 - ``gates``: ``--gate`` conditions on metrics, and the condition parser ``--where`` shares.
+- ``regression``: ``--gate-drop``/``--fail-if``, gates on the change from a baseline run, each
+  verdict with its paired interval; ``ci_report``: the markdown summary and JUnit XML of them.
 - ``report`` and ``report_data``: the self-contained HTML page (``report_page.*``);
   ``report_format``: how the page writes metrics, deltas, durations and times.
 - ``otel``, ``otel_spans`` and ``otel_plan``: exporting a run's traces as OpenTelemetry spans.

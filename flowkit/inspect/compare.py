@@ -113,16 +113,21 @@ def _warnings(run_a: Path, run_b: Path, a: Side, b: Side, pairs: Pairs) -> list[
             f"warning: the runs are of different flows ({flow_a!r} and {flow_b!r}); outputs of "
             "the same name may not mean the same"
         )
-    shared = [(a.inputs[n], b.inputs[n]) for n in sorted(a.inputs.keys() & b.inputs.keys())]
+    # A row is other data only when it differs in every input that tells rows apart: an A/B
+    # of two app versions pairs the same questions with other answers, which is the point,
+    # and an input with one value in every row (a threshold) tells nothing.
+    shared = [
+        (a.inputs[n], b.inputs[n])
+        for n in sorted(a.inputs.keys() & b.inputs.keys())
+        if len({a.inputs[n][pa] for pa in pairs.a} - {NO_INPUT}) > 1
+    ]
     differ, first = 0, None
     for i, (pa, pb) in enumerate(zip(pairs.a, pairs.b, strict=True)):
-        for col_a, col_b in shared:
-            ha, hb = col_a[pa], col_b[pb]
-            if ha != hb and NO_INPUT not in (ha, hb):
-                differ += 1
-                if first is None:
-                    first = pairs.key(i, a)
-                break
+        compared = [(ca[pa], cb[pb]) for ca, cb in shared if NO_INPUT not in (ca[pa], cb[pb])]
+        if compared and all(ha != hb for ha, hb in compared):
+            differ += 1
+            if first is None:
+                first = pairs.key(i, a)
     if differ:
         notes.append(
             f"warning: {differ} of {len(pairs.a)} paired rows have different inputs (first: "

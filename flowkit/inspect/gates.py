@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
 import operator
 import re
-from collections.abc import Callable, Iterable
+import textwrap
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,32 +75,87 @@ def aggregate_nodes(flow: Any, path: tuple[str, ...] = ()) -> list[tuple[str, An
 
 
 def metric_keys(node: Any) -> frozenset[str] | None:
-    """The keys an aggregate node returns, when its function declares them (see
-    flowkit.metrics.keys); None when they are known only once it has run."""
+    """The keys an aggregate node returns: as its function declares them (see
+    flowkit.metrics.keys), else as its source spells them; None when they are known only
+    once it has run."""
+    from flowkit.flow.declared import KEYS_ATTRIBUTE
     from flowkit.metrics.keys import PER_ROW, declared_keys
 
     if node.spec.metrics == "logged":
         return None
     inputs = {param: PER_ROW if ref is not None else value for param, ref, value in node.inputs}
-    return declared_keys(getattr(node.impl, "fn", None), inputs)
+    fn = getattr(node.impl, "fn", None)
+    if fn is None or hasattr(fn, KEYS_ATTRIBUTE):  # declared, if only as "known after the run"
+        return declared_keys(fn, inputs)
+    # Not by calling it on no rows: keys may come from the rows (a class's name), and the
+    # answer for none would refuse a gate on them.
+    return _keys_in_source(fn)
 
 
-def check_gate_names(gates: list[Gate], flow: Any) -> None:
+def _keys_in_source(fn: Any) -> frozenset[str] | None:
+    """The keys when every ``return`` of the function is a dict literal with fixed string keys
+    (``return {"mean": statistics.mean(xs)}``), the way most aggregates are written."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    body = tree.body[0] if tree.body else None
+    if not isinstance(body, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    keys: set[str] = set()
+    returns = 0
+    for node in _own_nodes(body):
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return None
+        if not isinstance(node, ast.Return):
+            continue
+        returns += 1
+        value = node.value
+        if not isinstance(value, ast.Dict):
+            return None
+        for key in value.keys:
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                return None  # a computed key, or **other
+            keys.add(key.value)
+    return frozenset(keys) if returns and keys else None
+
+
+def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function's body, not those of functions or classes defined in it."""
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def check_gate_names(gates: list[Gate], flow: Any, option: str = "--gate") -> list[str]:
     """A gate on a metric the flow cannot produce would fail only after the whole (maybe paid)
     run: refuse it before the first row. The metrics' prefixes are known now, and so are the
-    keys of aggregate functions that declare them; other keys are checked after the run."""
+    keys of aggregate functions that declare or spell them; the warnings returned
+    name the gates whose keys are known only after the run."""
     known = [(prefix, metric_keys(node), node) for prefix, node in aggregate_nodes(flow)]
     prefixes = list(dict.fromkeys(prefix for prefix, _, _ in known))
+    unchecked: list[str] = []
     for gate in gates:
         if gate.metric.endswith(GATED):  # added by --labels: the metric it corrects must exist
             gate = Gate(gate.metric.rpartition(".")[0], gate.op, gate.value)
         owners = [(p, keys) for p, keys, _ in known if gate.metric.startswith(f"{p}.")]
         if owners:
             if any(keys is None for _, keys in owners):
+                unknown = [
+                    n.name for p, k, n in known if k is None and gate.metric.startswith(f"{p}.")
+                ]
+                unchecked.append(
+                    f"warning: {option} {_shown(gate, option)} is checked only after the run: "
+                    f"aggregate {unknown[0]!r} does not say its keys before it runs (declare "
+                    "them with @returns_keys, as `flowkit init` shows)"
+                )
                 continue
             names = {f"{p}.{k}" for p, keys in owners for k in keys or ()}
             if gate.metric not in names:
-                _refuse(gate, flow, names, "it reports " + one_of(names))
+                _refuse(gate, flow, names, "it reports " + one_of(names), option)
             continue
         if "/" in gate.metric or any(n.spec.metrics == "logged" for _, _, n in known):
             # Another tool's name (Databricks'), or a logged metric's bare name: reported
@@ -107,22 +165,27 @@ def check_gate_names(gates: list[Gate], flow: Any) -> None:
                 continue
             bare = {k for _, keys, _ in known for k in keys or () if "/" in k}
             if gate.metric not in bare:
-                _refuse(gate, flow, bare, "its unprefixed names are " + one_of(bare))
+                _refuse(gate, flow, bare, "its unprefixed names are " + one_of(bare), option)
             continue
         if not prefixes:
             raise UsageError(
-                f"--gate {gate}: flow {flow.name!r} computes no metrics (it has no aggregate node)"
+                f"{option} {_shown(gate, option)}: flow {flow.name!r} computes no metrics "
+                "(it has no aggregate node)"
             )
         key = gate.metric.partition(".")[2] or gate.metric
         guesses = [f"{p}.{key}" for p in prefixes]
-        _refuse(
-            gate, flow, guesses, "its metrics start with " + ", ".join(f"'{p}.'" for p in prefixes)
-        )
+        starts = ", ".join(f"'{p}.'" for p in prefixes)
+        _refuse(gate, flow, guesses, "its metrics start with " + starts, option)
+    return unchecked
 
 
-def _refuse(gate: Gate, flow: Any, near: Iterable[str], known: str) -> None:
+def _shown(gate: Gate, option: str) -> str:
+    return str(gate) if option == "--gate" else gate.metric
+
+
+def _refuse(gate: Gate, flow: Any, near: Iterable[str], known: str, option: str) -> None:
     raise UsageError(
-        f"--gate {gate}: flow {flow.name!r} cannot produce metric {gate.metric!r}"
+        f"{option} {_shown(gate, option)}: flow {flow.name!r} cannot produce metric {gate.metric!r}"
         f"{did_you_mean(gate.metric, near)}; {known}",
         hint="nothing was run",
     )

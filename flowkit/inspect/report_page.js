@@ -102,6 +102,13 @@
     return el("ul", { class: "notes" + (info ? " info" : "") }, ...notes.map((n) => el("li", null, n)));
   }
 
+  // A run's notices read after its numbers, folded: they explain, they are not the result.
+  function foldedNotes(notes) {
+    if (!notes || !notes.length) return null;
+    const label = notes.length + (notes.length === 1 ? " notice" : " notices");
+    return el("details", { class: "notices", id: "notices" }, el("summary", null, label), noteList(notes));
+  }
+
   // The small tables (comparison, errors, nodes) all take this one form: a plain table, a header
   // row whose cells are right-aligned where isRight(index) says (over the numeric columns), and
   // the rows the caller built. The rows table is not one of them: it sorts and redraws its head.
@@ -187,8 +194,8 @@
       "metrics",
       "Metrics",
       "from metrics.json",
-      noteList([...RUN.notices, ...RUN.aggregates]),
       body,
+      foldedNotes([...RUN.notices, ...RUN.aggregates]),
     );
   }
 

@@ -166,7 +166,7 @@ class PythonKind(Kind):
 
 @register
 class AggregateKind(Kind):
-    """Runs once after all rows; the executor hands it per-row lists (see executor.aggregate)."""
+    """Runs once after all rows, given per-row lists (flowkit.engine.aggregation)."""
 
     name = "aggregate"
     spec_model = AggregateNode

@@ -165,8 +165,9 @@ class Endpoint(BaseModel):
         the deployment too: the request's path names it, so it, not the model label, decides
         which model answers (embedding calls name the model as their deployment). Never the
         address, key, timeouts, retries or limits: a cache survives moving between equivalent
-        endpoints (README, "Cache"). An endpoint without a deployment gives the model alone,
-        as keys had it before the deployment entered them, so existing caches stay valid.
+        endpoints (docs/reference.md, "The cache"). An endpoint without a deployment gives the
+        model alone, as keys had it before the deployment entered them, so existing caches stay
+        valid.
         """
         found = {"model": model or self.model}
         if chat and self.deployment:

@@ -55,13 +55,9 @@ CLIMB = 0.005
 way) the learned rate grows by this fraction of itself per 1/60 of the window, additively,
 until a paced cut says where the cap is."""
 INITIAL_WINDOW = 4
-"""Requests in flight right after an endpoint without known limits first answers. Measured
-(`benchmarks/rate_limited.py`, `benchmarks/llm_bound.py`): opening at 4 before the first reply,
-instead of one alone, made a 100 ms endpoint without limits about 3% faster over 2,000 rows,
-but had 3.9% of requests rejected on a 60,000 TPM endpoint that sends rate-limit headers
-(0% when the first reply's headers set the pace before any burst); opening at 8 had 7% rejected
-at 600 rpm without headers, and growing by two a reply instead of one 5.06% (and nothing
-measurable gained at 100 ms)."""
+"""Requests in flight right after an endpoint without known limits first answers: a few more
+than one make an endpoint without limits faster, more than this get rejected on rate-limited
+ones (`benchmarks/rate_limited.py` and `benchmarks/llm_bound.py` weigh the two)."""
 
 
 class Pacer:

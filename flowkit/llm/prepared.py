@@ -10,13 +10,12 @@ them (about half the CPU left per call at 128 in flight). A redirect, and anythi
 path does not expect, is sent again the SDK's way; an error status becomes the SDK's exception
 from an httpx response built for it alone.
 
-Why: against the local test server, ``client.post`` costs about 1.5 ms of CPU a call, over
-half of it rebuilding the same URL, headers and option objects for every request; a prepared
-request sends the same bytes for about 0.85 ms (``benchmarks/llm_bound.py`` shows the effect
-on a run). The SDK still does everything that decides what goes on the wire or how a failure
-reads: it builds the template (auth headers, Azure deployment paths and ``api-version``,
-default headers and query), sends each request (``_send_request``, with its auth hooks), and
-turns an error status into its own exception types.
+Why: ``client.post`` spends over half its CPU rebuilding the same URL, headers and option
+objects for every request (``benchmarks/request_cpu.py`` measures both paths). The SDK still
+does everything that decides what goes on the wire or how a failure reads: it builds the
+template (auth headers, Azure deployment paths and ``api-version``, default headers and query),
+sends each request (``_send_request``, with its auth hooks), and turns an error status into its
+own exception types.
 
 This leans on the SDK's private hooks (``_prepare_options``, ``_build_request``,
 ``_send_request``, ``_make_status_error_from_response``). Where one is missing or building the

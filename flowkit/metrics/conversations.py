@@ -6,7 +6,7 @@ A quality flow (groundedness, relevance, coherence, fluency, retrieval) takes ei
 turns either form into a list of turns, the flow's llm node runs once per turn (``for_each``),
 and :func:`turn_summary` reads every reply and combines them into the row's score.
 
-How turns combine is per metric and documented in the README: the mean for coherence,
+How turns combine is per metric and documented in docs/builtin-metrics.md: the mean for coherence,
 fluency, relevance and groundedness (as Azure's evaluators do over a conversation), and the
 mean of the readable turns for retrieval (Azure's retrieval evaluator skips unreadable turns).
 With ``mean``, one unreadable turn makes the row invalid, because the mean of the others could

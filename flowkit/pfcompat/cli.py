@@ -134,6 +134,8 @@ def _cell(value: Any, width: int = 60) -> str:
     type=click.Path(dir_okay=False, exists=True),
     help="A JSONL file: its first row is the input.",
 )
+@click.option("--model", help="Chat model for llm nodes that pin none (as `run --model`).")
+@click.option("--connection", help="Connection (from flowkit.yaml) for llm nodes that pin none.")
 @click.argument("more", nargs=-1)
 def test_flow(
     flow: str | None,
@@ -141,6 +143,8 @@ def test_flow(
     inputs: tuple[str, ...],
     input_file: str | None,
     more: tuple[str, ...],
+    model: str | None = None,
+    connection: str | None = None,
 ) -> None:
     """Run FLOW on one row (as `pf flow test`): --inputs k=v, else the inputs' defaults."""
     import tempfile
@@ -162,7 +166,7 @@ def test_flow(
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "row.jsonl"
         data.write_text(json.dumps(row) + "\n", encoding="utf-8")
-        result = run_flow(target, data, name=None)
+        result = run_flow(target, data, name=None, model=model, connection=connection)
     record = next(iter(result.rows()), {})
     if record.get("status") != "ok":
         err = (record.get("error") or {}).get("message")

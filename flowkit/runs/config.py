@@ -58,7 +58,7 @@ class RunConfig(BaseModel):
     timeout: float | None = Field(None, gt=0, strict=True)
     """Seconds per model request; None keeps the connection's setting."""
     backend: Backend = "local"
-    """Where rows run: this process, or joblib workers (README, Running at scale)."""
+    """Where rows run: this process, or joblib workers (docs/scale-out.md)."""
     workers: int = Field(2, ge=1, strict=True)
     """joblib workers, with a backend other than local."""
     scheduler: str | None = None

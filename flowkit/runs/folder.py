@@ -106,7 +106,7 @@ def claim_run_dir(path: Path, *, overwrite: bool = False) -> BinaryIO:
         what = "holds a run" if "run.json" in held else "is not empty"
         raise UsageError(
             f"run folder {shown!r} already exists and {what}",
-            hint="choose another --output or --name, or pass --overwrite to replace its run",
+            hint="choose another --output or --name, or --overwrite (overwrite=True in Python)",
         )
     for name in RUN_FILES:
         (path / name).unlink(missing_ok=True)

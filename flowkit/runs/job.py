@@ -204,7 +204,9 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             raise
         finally:
             with _sigint_deferred():
-                notices = [*(writer.info.get("notices") or ()), *remembered, *session.notes]
+                # What the endpoint memory recalled is no cause for action: run.json's
+                # `notes` keeps it (and `run -v` prints it), apart from the notices.
+                notices = [*(writer.info.get("notices") or ()), *session.notes]
                 notices += slow_notices(flow)
                 if cache is not None:
                     cache.close()
@@ -217,6 +219,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
                     status,
                     metrics,
                     notices=notices,
+                    notes=remembered,
                     counts=counts,
                     tokens=stats.token_totals(),
                     tokens_by_node=_with_models(stats),

@@ -82,6 +82,13 @@ class RunResult:
         frame = pd.json_normalize(records, sep=".")
         return frame.set_index("line") if len(frame) else frame
 
+    def compare(self, other: Any, **options: Any) -> Any:
+        """This run (A) compared with ``other`` (B: a RunResult, a run's name or folder), as
+        :func:`flowkit.compare` does; ``to_pandas()`` on the answer gives the table."""
+        from flowkit.inspect.comparison import compare  # inspect reads runs: loaded on use
+
+        return compare(self, other, **options)
+
     def summary(self) -> str:
         """``6 rows: 5 ok, 1 failed, 0 bad input, 2 invalid``."""
         c = self.counts

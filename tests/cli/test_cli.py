@@ -98,9 +98,9 @@ def test_the_installed_command_exits_2_without_a_traceback() -> None:
 # ------------------------------------------------------------------------------ run
 
 
-def test_failed_rows_still_exit_0(boom: Path) -> None:
+def test_failed_rows_fail_the_run_by_default_after_the_errors_and_what_to_do(boom: Path) -> None:
     result = run_boom()
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     assert "rows 8: 7 ok, 1 failed, 0 bad input, 0 invalid" in result.stdout
     assert "boom.mean" in result.stdout
     assert "m: rows left out" in result.stdout
@@ -113,23 +113,29 @@ def test_failed_rows_still_exit_0(boom: Path) -> None:
     assert result.stderr.splitlines()[3:] == [
         f"hint: see the failed rows: flowkit trace {run_id} --failed",
         f"hint: once the cause is fixed: flowkit run --resume {run_id}",
+        "error: 1 of 8 rows (12.5%) failed or were bad input, more than --fail-on-error 0 (the "
+        "default: give a ratio to accept some)",
     ]
 
 
 def test_fail_on_error_exits_1_past_the_ratio(boom: Path) -> None:
-    assert run_boom("--fail-on-error", "0.2").exit_code == 0  # 1 of 8 = 12.5 %
+    allowed = run_boom("--fail-on-error", "0.2")  # 1 of 8 = 12.5 %
+    assert allowed.exit_code == 0
+    assert allowed.stderr.splitlines()[-1] == (
+        "1 of 8 rows (12.5%) failed or were bad input, within --fail-on-error 0.2"
+    )
     result = run_boom("--fail-on-error", "0.1")
     assert result.exit_code == 1
     assert result.stderr.splitlines()[-1] == (
-        "error: 12.5% of rows failed, more than --fail-on-error 0.1"
+        "error: 1 of 8 rows (12.5%) failed or were bad input, more than --fail-on-error 0.1"
     )
 
 
 def test_a_failed_gate_exits_1_and_names_the_gate(boom: Path) -> None:
-    passed = run_boom("--gate", "boom.mean>=3")
+    passed = run_boom("--gate", "boom.mean>=3", "--fail-on-error", "1")
     assert passed.exit_code == 0
     assert passed.stderr.splitlines()[-1] == "gate boom.mean>=3: passed (boom.mean = 3.57143)"
-    result = run_boom("--gate", "boom.mean>=3", "--gate", "boom.mean>=4")
+    result = run_boom("--gate", "boom.mean>=3", "--gate", "boom.mean>=4", "--fail-on-error", "1")
     assert result.exit_code == 1
     assert result.stderr.splitlines()[-2:] == [
         "gate boom.mean>=3: passed (boom.mean = 3.57143)",

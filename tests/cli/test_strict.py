@@ -9,7 +9,7 @@ from click.testing import CliRunner, Result
 
 from flowkit.cli.main import main
 from flowkit.testing.server import LocalServer
-from tests.support import EXAMPLES, write, write_jsonl
+from tests.support import EXAMPLES, python_flow, write, write_jsonl
 
 
 def flowkit(*args: str | Path) -> Result:
@@ -60,11 +60,16 @@ def test_a_literal_map_value_that_names_a_column_is_warned_about(workdir: Path) 
 
 
 def test_compare_warns_about_other_flows_and_other_inputs(workdir: Path) -> None:
-    write_jsonl(workdir / "a.jsonl", [{"answer": f"a{i}", "ground_truth": "a1"} for i in range(4)])
-    write_jsonl(workdir / "b.jsonl", [{"answer": f"b{i}", "ground_truth": "a1"} for i in range(4)])
+    def rows(answer: str, truth: str) -> list[dict[str, str]]:
+        return [{"answer": f"{answer}{i}", "ground_truth": f"{truth}{i}"} for i in range(4)]
+
+    write_jsonl(workdir / "a.jsonl", rows("a", "t"))
+    write_jsonl(workdir / "b.jsonl", rows("b", "u"))  # other data
+    write_jsonl(workdir / "c.jsonl", rows("c", "t"))  # the same data, another app's answers
     for flow, data, name in (
         ("f1_score", "a.jsonl", "f1a"),
         ("f1_score", "b.jsonl", "f1b"),
+        ("f1_score", "c.jsonl", "f1c"),
         ("exact_match", "a.jsonl", "em"),
     ):
         assert flowkit("run", flow, "--data", data, "--name", name, "-q").exit_code == 0
@@ -78,6 +83,9 @@ def test_compare_warns_about_other_flows_and_other_inputs(workdir: Path) -> None
     assert "warning: 4 of 4 paired rows have different inputs (first: line 0)" in " ".join(
         other_rows.stdout.split()
     )
+    other_answers = flowkit("compare", "f1a", "f1c")
+    assert other_answers.exit_code == 0
+    assert "warning" not in other_answers.stdout
 
 
 def test_a_gate_on_a_metric_the_flow_cannot_produce_fails_before_any_row(workdir: Path) -> None:
@@ -143,6 +151,38 @@ def test_a_gate_on_a_key_known_only_at_run_time_is_checked_after_the_run(workdir
         f"error: gate {gate}: no metric 'classification_accuracy.class.no_such_label.f1'"
     )
     assert (workdir / "runs").is_dir()
+
+
+def test_a_misspelt_gate_on_a_custom_flow_fails_before_any_row(workdir: Path) -> None:
+    """An undeclared aggregate whose every return is a dict literal: its keys are in its source."""
+    aggregate = (
+        "import statistics\n\ndef agg(ys):\n    if not ys:\n        return {'mean': 0.0}\n"
+        "    return {'mean': statistics.mean(ys)}\n"
+    )
+    python_flow(workdir, "def f(x):\n    return x\n\n" + aggregate, "agg", node="politeness")
+    write_jsonl(workdir / "d.jsonl", [{"x": 3}])
+    result = flowkit("run", "t.yaml", "--data", "d.jsonl", "--gate", "t.meen>=3")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --gate t.meen>=3: flow 't' cannot produce metric 't.meen' (did you mean "
+        "'t.mean'?); it reports t.mean\n  hint: nothing was run\n"
+    )
+    assert not (workdir / "runs").exists()
+    assert flowkit("run", "t.yaml", "--data", "d.jsonl", "--gate", "t.mean>=3").exit_code == 0
+
+
+def test_a_gate_on_keys_known_only_after_the_run_is_warned_about_first(workdir: Path) -> None:
+    module = "def f(x):\n    return x\n\ndef agg(ys):\n    return dict(mean=sum(ys) / len(ys))\n"
+    python_flow(workdir, module, "agg")
+    write_jsonl(workdir / "d.jsonl", [{"x": 3}])
+    result = flowkit("run", "t.yaml", "--data", "d.jsonl", "--gate", "t.meen>=3", "-q")
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == (
+        "warning: --gate t.meen>=3 is checked only after the run: aggregate 'a' does not say its "
+        "keys before it runs (declare them with @returns_keys, as `flowkit init` shows)"
+    )
+    assert lines[-1] == "error: gate t.meen>=3: no metric 't.meen' (did you mean 't.mean'?)"
 
 
 def test_a_missing_sub_flow_names_the_referencing_flow_line_and_a_near_match(

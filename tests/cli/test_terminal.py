@@ -39,8 +39,9 @@ def test_escape_sequences_and_markup_in_data_are_shown_as_text(tmp_path: Path) -
     write(tmp_path / "m.py", NODES)
     write_jsonl(tmp_path / "d.jsonl", [{"x": 1}, {"x": 2}])
     code, out = _flowkit(
-        tmp_path, "run", "f.yaml", "--data", "d.jsonl", "--name", "e", "--gate", "evil.a[/]b>=1"
-    )
+        tmp_path, "run", "f.yaml", "--data", "d.jsonl", "--name", "e", "--gate", "evil.a[/]b>=1",
+        "--fail-on-error", "1",
+    )  # fmt: skip
     assert code == 0, out
     assert "gate evil.a[/]b>=1: passed (evil.a[/]b = 1)" in out
     assert "evil.\\x1b[2Jclear" in out and "evil.[link=http://e]m[/link]" in out

@@ -76,7 +76,9 @@ def test_bad_values_in_the_data_cost_their_row_only(tmp_path: Path) -> None:
         + b'{"x": "\\ud83d\\ude00"}\n'
     )
     work = _project(tmp_path, data)
-    code, out = _run(work, "--name", "r", env={"FLOWKIT_MAX_ROW_BYTES": "8000"})
+    code, out = _run(
+        work, "--name", "r", "--fail-on-error", "1", env={"FLOWKIT_MAX_ROW_BYTES": "8000"}
+    )
     assert code == 0, out
     assert "Traceback" not in out
     rows = {r["line"]: r for r in read_jsonl(work / "runs" / "r" / "outputs.jsonl")}
@@ -92,7 +94,7 @@ def test_bad_values_in_the_data_cost_their_row_only(tmp_path: Path) -> None:
     assert "d.jsonl:4: the row is longer than 8000 bytes; raise FLOWKIT_MAX_ROW_BYTES" in out
     assert read_json(work / "runs" / "r" / "run.json")["status"] == "completed"
     # --resume of that run finishes instead of crashing on the same rows.
-    code, out = _run(work, "--resume", "runs/r")
+    code, out = _run(work, "--resume", "runs/r", "--fail-on-error", "1")
     assert code == 0 and "Traceback" not in out, out
     # --strict refuses with the same sentence, not a traceback.
     code, out = _run(work, "--strict")
@@ -103,7 +105,7 @@ def test_bad_values_in_the_data_cost_their_row_only(tmp_path: Path) -> None:
 def test_an_unstorable_output_fails_that_node_in_that_row(tmp_path: Path) -> None:
     rows = b"".join(b'{"x": "%s"}\n' % k for k in (b"big", b"self", b"deep", b"sur", b"ok"))
     work = _project(tmp_path, rows)
-    code, out = _run(work, "--name", "r")
+    code, out = _run(work, "--name", "r", "--fail-on-error", "1")
     assert code == 0, out
     outputs = {r["line"]: r for r in read_jsonl(work / "runs" / "r" / "outputs.jsonl")}
     messages = [outputs[i]["error"]["message"] for i in range(4)]

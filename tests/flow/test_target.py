@@ -270,7 +270,7 @@ def test_a_resume_from_another_directory_finds_the_app(
     first = flowkit(
         "groundedness", "--data", "q.jsonl", "--target", "flaky.py:answer", "--output", "r"
     )
-    assert first.exit_code == 0, first.output
+    assert first.exit_code == 1, first.output  # a failed row fails the run
     assert [r["status"] for r in read_jsonl(Path("r/outputs.jsonl"))] == ["ok", "failed"]
     assert read_json(Path("r/run.json"))["invocation"]["target_dir"] == str(workdir)
     (workdir / "fixed").touch()

@@ -457,3 +457,24 @@ def test_missing_extra_names_the_install_command(
         m.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
         with pytest.raises(UsageError, match="otel extra"):
             otel.require()
+
+
+def test_a_failed_export_fails_the_run_and_the_gates_are_still_checked(
+    workdir: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refusing = Collector(status=400)
+    thread = threading.Thread(target=refusing.server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", refusing.url)
+    args = ["run", "f1_score", "--data", str(EXAMPLES / "qa.jsonl"), "--name", "r", "-q"]
+    gates = ["--gate", "f1_score.mean>0", "--gate", "f1_score.mean>=0.9"]
+    try:
+        out = CliRunner().invoke(main, [*args, "--cache-dir", str(cache_dir), "--otel", *gates])
+    finally:
+        refusing.server.shutdown()
+        refusing.server.server_close()
+    assert out.exit_code == 1
+    lines = out.output.splitlines()
+    assert lines[-3].startswith("error: otel export failed: could not send the spans of run r to")
+    assert lines[-2] == "gate f1_score.mean>0: passed (f1_score.mean = 0.388889)"
+    assert lines[-1] == "error: gate f1_score.mean>=0.9: failed, f1_score.mean = 0.388889"

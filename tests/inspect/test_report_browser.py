@@ -275,3 +275,29 @@ def test_a_compare_report_shows_deltas_and_verdicts(
     assert changes.count() == len(expected.changes)
     changes.first.click()
     assert page.locator("#trace").get_attribute("data-line") == str(expected.changes[0].line_a)
+
+
+def test_notices_follow_the_metrics_folded(
+    open_page: Any, runs: dict[str, Path], tmp_path: Path
+) -> None:
+    import json
+    import shutil
+
+    run = tmp_path / "noticed"
+    shutil.copytree(runs["a"], run)
+    info = read_json(run / "run.json")
+    info["notices"] = ["warning: a notice the run left"]
+    (run / "run.json").write_text(json.dumps(info), encoding="utf-8")
+    page, _ = open_page(write_report(run, tmp_path / "noticed.html").path)
+    fold = page.locator("#metrics details#notices")
+    assert fold.locator("summary").inner_text().startswith("1 notice")
+    assert fold.get_attribute("open") is None  # folded until asked for
+    assert not page.locator("#notices li").is_visible()
+    after_cards = page.evaluate(
+        "() => !!(document.querySelector('#metrics .cards')"
+        ".compareDocumentPosition(document.querySelector('#notices'))"
+        " & Node.DOCUMENT_POSITION_FOLLOWING)"
+    )
+    assert after_cards
+    fold.locator("summary").click()
+    assert page.locator("#notices li").inner_text() == "warning: a notice the run left"

@@ -216,21 +216,23 @@ def test_a_run_that_opens_from_memory_says_so(llm_server: LocalServer, tmp_path:
         )
 
     first = run()
-    assert not any("last run" in n for n in first.info["notices"])  # it found the endpoint out
+    assert not any("last run" in n for n in first.info["notes"])  # it found the endpoint out
     second = run()
-    (note,) = [n for n in second.info["notices"] if "last run" in n]
+    (note,) = [n for n in second.info["notes"] if "last run" in n]
     where = tmp_path / "cache" / memory.FILE
     assert note == (
         f"{llm_server.base_url} (flowkit-test) opened at 16 requests in flight, as its last run "
         f"(0 min ago) left it; kept in {where} (delete the file to find endpoints out afresh)"
     )
     kept = json.loads((second.run_dir / "run.json").read_text())
-    assert note in kept["notices"]  # the run folder says why this run started at full speed
+    assert note in kept["notes"]  # the run folder says why this run started at full speed
+    # A note is nothing to act on: not among the notices a run prints and its report shows.
+    assert not any("last run" in n for n in kept["notices"])
     third = run()  # a notebook's next run, in the same process, opens from the file alike
-    assert [n for n in third.info["notices"] if "last run" in n] == [note]
+    assert [n for n in third.info["notes"] if "last run" in n] == [note]
 
 
-def test_workers_that_open_from_memory_say_so_in_the_runs_notices(
+def test_workers_that_open_from_memory_say_so_in_the_runs_notes(
     llm_server: LocalServer, tmp_path: Path
 ) -> None:
     rows = tmp_path / "rows.jsonl"
@@ -251,5 +253,5 @@ def test_workers_that_open_from_memory_say_so_in_the_runs_notices(
 
     run("local")  # finds the endpoint out
     second = run("threading")  # each worker opens where that run left it
-    notes = [n for n in second.info["notices"] if "last run" in n]
+    notes = [n for n in second.info["notes"] if "last run" in n]
     assert len(notes) == 1 and f"{llm_server.base_url} (flowkit-test) opened at" in notes[0]

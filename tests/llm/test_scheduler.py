@@ -107,7 +107,8 @@ def test_a_429_retry_after_pauses_the_whole_endpoint() -> None:
     async def body() -> float:
         t0 = asyncio.get_running_loop().time()
         task = asyncio.create_task(sched.run(first))
-        await asyncio.sleep(0.02)  # the first call has had its 429 by now
+        while not first.times:  # wait until the first call has had its 429
+            await asyncio.sleep(0.001)
         await sched.run(second)
         await task
         return second.times[0] - t0

@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from flowkit.cli.main import main
+from flowkit.testing.server import LocalServer
 from tests.support import REPO, read_jsonl, write, write_jsonl
 
 GRADER = REPO / "tests" / "fixtures" / "promptflow" / "grader"
@@ -167,3 +168,10 @@ def test_flow_test_runs_one_row_from_inputs(workdir: Path) -> None:
     assert json.loads(result.output[: result.output.index("}") + 1]) == {
         "verdict": grade("yes", "no")  # `expected` takes its declared default
     }
+
+
+def test_flow_test_takes_the_model_as_run_does(llm_server: LocalServer, workdir: Path) -> None:
+    inputs = ["context=Paris is in France.", "answer=Paris is in France."]
+    result = cli("test", "groundedness", "--inputs", *inputs, "--model", "judge-b")
+    assert result.exit_code == 0, result.output
+    assert set(llm_server.stats()["by_model"]) == {"judge-b"}

@@ -3,7 +3,7 @@ and the cache come out as a local run's, whichever backend ran the rows.
 
 The Dask tests start a real two-process LocalCluster and pass its address as `--scheduler`, as
 a user would for a cluster of their own. Ray's test runs only where ray is installed (it is not
-in the dev extra: see README, "Running at scale").
+in the dev extra: see docs/scale-out.md).
 """
 
 from __future__ import annotations

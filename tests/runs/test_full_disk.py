@@ -36,7 +36,9 @@ def test_a_full_disk_interrupts_the_run_and_says_so(tmp_path: Path) -> None:
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare (util-linux) to mount a small disk")
     python_flow(
-        tmp_path, "def f(x):\n    return x\n\ndef total(ys):\n    return sum(ys)\n", "total"
+        tmp_path,
+        "def f(x):\n    return x\n\ndef total(ys):\n    return {'sum': sum(ys)}\n",
+        "total",
     )
     rows = 3000
     write_jsonl(tmp_path / "d.jsonl", [{"x": i} for i in range(rows)])

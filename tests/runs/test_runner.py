@@ -64,7 +64,8 @@ def test_without_strict_bad_rows_are_reported_and_good_rows_run(workdir: Path, c
     name, content, errors = CASES[case]
     (workdir / name).write_bytes(content)
 
-    result = CliRunner().invoke(main, ["run", "f1_score", "--data", name, "-q"])
+    args = ["run", "f1_score", "--data", name, "-q", "--fail-on-error", "1"]
+    result = CliRunner().invoke(main, args)
 
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith(

@@ -160,7 +160,19 @@ def test_an_output_folder_and_a_run_name(tmp_path: Path, finished: flowkit.api.R
             runs_root=tmp_path / "runs",
             cache_dir=tmp_path / "cache",
         )
-    assert "already exists and holds a run" in str(info.value)
+    assert str(info.value) == (
+        f"run folder {str(tmp_path / 'runs' / 'baseline')!r} already exists and holds a run\n"
+        "  hint: choose another --output or --name, or --overwrite (overwrite=True in Python)"
+    )
+    again = flowkit.run(
+        tmp_path / "ordered.yaml",
+        data,
+        name="baseline",
+        runs_root=tmp_path / "runs",
+        cache_dir=tmp_path / "cache",
+        overwrite=True,
+    )
+    assert again.run_dir == named.run_dir and again.status == "completed"
 
 
 def test_the_writer_holds_rows_back_until_earlier_ones_arrive(tmp_path: Path) -> None:

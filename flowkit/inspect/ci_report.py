@@ -1,0 +1,78 @@
+"""What a CI job reads besides the exit code: a markdown summary (GitHub's step summary) and
+JUnit XML, each check (gate, failed rows, export) one line or one test case."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from flowkit.inspect.compare_rows import is_number
+from flowkit.inspect.regression import Outcome
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(
+    title: str,
+    outcomes: Sequence[Outcome],
+    metrics: dict[str, Any],
+    baseline: dict[str, Any] | None = None,
+) -> str:
+    """The summary: the verdict first, then each check, then the metrics (beside the
+    baseline's when there is one)."""
+    failed = [o for o in outcomes if not o.passed]
+    verdict = f"❌ {len(failed)} of {len(outcomes)} checks failed" if failed else "✅ passed"
+    lines = [f"### {title}: {verdict}", ""]
+    if outcomes:
+        lines += ["| check | result |", "|---|---|"]
+        for o in outcomes:
+            said = o.message.removeprefix(f"{o.name}: ")
+            lines.append(f"| {_cell(o.name)} | {'✅' if o.passed else '❌'} {_cell(said)} |")
+        lines.append("")
+    if baseline is None:
+        lines += ["| metric | value |", "|---|---:|"]
+        lines += [f"| {_cell(k)} | {_cell(v)} |" for k, v in metrics.items()]
+    else:
+        lines += ["| metric | baseline | this run | change |", "|---|---:|---:|---:|"]
+        for name in dict.fromkeys([*baseline, *metrics]):
+            a, b = baseline.get(name), metrics.get(name)
+            change = f"{b - a:+.4g}" if is_number(a) and is_number(b) else "—"
+            lines.append(f"| {_cell(name)} | {_cell(a)} | {_cell(b)} | {change} |")
+    return "\n".join(lines) + "\n"
+
+
+def junit(suite: str, outcomes: Sequence[Outcome]) -> str:
+    """JUnit XML: one test case per check, a failure element carrying its message."""
+    failures = sum(not o.passed for o in outcomes)
+    root = ET.Element("testsuites", tests=str(len(outcomes)), failures=str(failures))
+    node = ET.SubElement(
+        root, "testsuite", name=suite, tests=str(len(outcomes)), failures=str(failures)
+    )
+    for o in outcomes:
+        case = ET.SubElement(node, "testcase", classname=suite, name=o.name)
+        if o.passed:
+            ET.SubElement(case, "system-out").text = o.message
+        else:
+            ET.SubElement(case, "failure", message=o.message).text = o.message
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_summary(text: str, path: str | None) -> str | None:
+    """Write the summary to ``path``, else append it to $GITHUB_STEP_SUMMARY (as GitHub
+    expects: several steps add to one page); the place written, or None to print it."""
+    target = path or os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return None
+    mode = "w" if path else "a"
+    with Path(target).open(mode, encoding="utf-8") as f:
+        f.write(text)
+    return target

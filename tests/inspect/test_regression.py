@@ -1,0 +1,176 @@
+"""Regression gates against a baseline: `run --baseline RUN --gate-drop`, `compare --fail-if`,
+the markdown summary and JUnit XML a CI job reads."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from flowkit.cli.main import main
+from flowkit.errors import UsageError
+from flowkit.inspect.regression import DropGate, parse_drop
+from tests.support import python_flow, write_jsonl
+
+MEAN = """
+def f(x):
+    return x
+
+def mean(ys):
+    return {"mean": sum(ys) / len(ys), "top": max(ys)}
+"""
+
+
+@pytest.fixture
+def runs(workdir: Path) -> Path:
+    """Flow t (y = x, metrics t.mean and t.top) run once as the baseline `base`."""
+    python_flow(workdir, MEAN, "mean")
+    write_jsonl(workdir / "base.jsonl", [{"x": x} for x in (4, 5, 4, 5, 4, 5, 4, 5)])
+    assert _cli("run", "t.yaml", "--data", "base.jsonl", "-n", "base", "-q").exit_code == 0
+    return workdir
+
+
+def _cli(*args: str, env: dict[str, str | None] | None = None) -> Result:
+    # A CI machine's own step summary is not where these tests write.
+    return CliRunner().invoke(main, list(args), env={"GITHUB_STEP_SUMMARY": None, **(env or {})})
+
+
+def _run_against_base(
+    workdir: Path, xs: list[int], *extra: str, env: dict[str, str | None] | None = None
+) -> Result:
+    write_jsonl(workdir / "new.jsonl", [{"x": x} for x in xs])
+    args = ("run", "t.yaml", "--data", "new.jsonl", "-n", "new", "-q", "--baseline", "base")
+    return _cli(*args, *extra, env=env)
+
+
+def test_a_drop_beyond_the_margin_fails_naming_the_metric_change_and_interval(
+    runs: Path,
+) -> None:
+    result = _run_against_base(runs, [3, 4, 3, 4, 3, 4, 3, 4], "--gate-drop", "t.mean>0.5")
+    assert result.exit_code == 1, result.output
+    assert (
+        "error: gate-drop t.mean>0.5: failed, dropped by 1, more than 0.5 (t.mean 4.5 → 3.5); "
+        "95% CI of the change [-1, -1] over 8 paired rows (from per-row 'y')"
+    ) in result.output
+
+
+def test_a_drop_within_the_margin_passes(runs: Path) -> None:
+    result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 4], "--gate-drop", "t.mean>0.5")
+    assert result.exit_code == 0, result.output
+    assert "gate-drop t.mean>0.5: passed (t.mean 4.5 → 4.375); 95% CI" in result.output
+
+
+def test_a_percent_margin_is_of_the_baseline_value(runs: Path) -> None:
+    # 4.5 → 4.125 is a drop of 0.375, 8.3% of 4.5: over 5%, within 10%.
+    xs = [4, 5, 4, 5, 4, 4, 4, 3]
+    assert _run_against_base(runs, xs, "--gate-drop", "t.mean>10%").exit_code == 0
+    result = _run_against_base(runs, xs, "--overwrite", "--gate-drop", "t.mean>5%")
+    assert result.exit_code == 1
+    assert "gate-drop t.mean>5%: failed, dropped by 0.375, more than 0.225" in result.output
+
+
+def test_a_gate_without_margin_fails_when_the_interval_says_it_dropped(runs: Path) -> None:
+    # Every row one lower: the interval is [-1, -1], wholly below zero.
+    result = _run_against_base(runs, [3, 4, 3, 4, 3, 4, 3, 4], "--gate-drop", "y")
+    assert result.exit_code == 1
+    assert (
+        "error: gate-drop y: failed, dropped by 1 (y 4.5 → 3.5); 95% CI of the change "
+        "[-1, -1] over 8 paired rows"
+    ) in result.output
+    # One row lower, one higher: the interval straddles zero.
+    result = _run_against_base(runs, [3, 5, 4, 5, 4, 5, 5, 5], "--overwrite", "--gate-drop", "y")
+    assert result.exit_code == 0, result.output
+    assert "gate-drop y: passed (y 4.5 → 4.5)" in result.output
+
+
+def test_lower_is_better_makes_a_rise_the_regression(runs: Path) -> None:
+    result = _run_against_base(
+        runs, [5, 6, 5, 6, 5, 6, 5, 6], "--gate-drop", "t.top>0.5", "--lower-is-better", "t.top"
+    )
+    assert result.exit_code == 1
+    assert "gate-drop t.top>0.5: failed, rose by 1, more than 0.5 (t.top 5 → 6)" in result.output
+
+
+def test_a_misspelt_drop_gate_is_refused_before_any_row(runs: Path) -> None:
+    result = _run_against_base(runs, [4] * 8, "--gate-drop", "t.meen>0.1")
+    assert result.exit_code == 2
+    assert result.output.splitlines()[0] == (
+        "error: --gate-drop t.meen>0.1: baseline base has no numeric metric or per-row output "
+        "'t.meen' (did you mean 't.mean'?)"
+    )
+    assert not (runs / "runs" / "new").exists()
+
+
+def test_a_drop_gate_needs_a_baseline(runs: Path) -> None:
+    result = _cli("run", "t.yaml", "--data", "base.jsonl", "--gate-drop", "t.mean>0.1")
+    assert result.exit_code == 2
+    assert result.output.splitlines()[0] == (
+        "error: --gate-drop compares with a baseline: give --baseline RUN"
+    )
+
+
+def test_an_interval_gate_needs_a_mean(runs: Path) -> None:
+    result = _run_against_base(runs, [4] * 8, "--gate-drop", "t.top")
+    assert result.exit_code == 2
+    assert result.output.splitlines()[0] == (
+        "error: --gate-drop t.top: 't.top' is not the mean of a per-row output, so it has no "
+        "paired interval; give a margin ('t.top>0.1') or gate a per-row output"
+    )
+
+
+@pytest.mark.parametrize("text", ["t.mean>=0.1", "t.mean>x", "t.mean>-1", "t.mean>inf", ">1"])
+def test_a_malformed_drop_gate_says_how_it_reads(text: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_drop(text)
+    assert info.value.message == (
+        f"--gate-drop {text!r} must read METRIC>MARGIN or METRIC, e.g. 'groundedness.mean>0.1'"
+    )
+
+
+def test_parse_drop() -> None:
+    assert parse_drop(" g.mean > 0.1 ") == DropGate("g.mean", 0.1)
+    assert parse_drop("g.mean>5%") == DropGate("g.mean", 5.0, relative=True)
+    assert parse_drop("g.score") == DropGate("g.score", None)
+
+
+def test_compare_fail_if_writes_summary_and_junit(runs: Path) -> None:
+    assert _run_against_base(runs, [3, 4, 3, 4, 3, 4, 3, 4]).exit_code == 0
+    result = _cli(
+        "compare", "base", "new",
+        "--fail-if", "t.mean>0.5", "--fail-if", "t.top>2",
+        "--summary", "md", "--summary-file", "summary.md", "--junit", "junit.xml",
+    )  # fmt: skip
+    assert result.exit_code == 1
+    summary = (runs / "summary.md").read_text("utf-8").splitlines()
+    assert summary[0] == "### flowkit compare base → new: ❌ 1 of 2 checks failed"
+    assert "| fail-if t.top>2 | ✅ passed (t.top 5 → 4) |" in summary
+    assert "| t.mean | 4.5 | 3.5 | -1 |" in summary
+    suite = ET.parse(runs / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.attrib["failures"] == "1"
+    cases = {c.attrib["name"]: c.find("failure") for c in suite.iter("testcase")}
+    assert list(cases) == ["fail-if t.mean>0.5", "fail-if t.top>2"]
+    failure = cases["fail-if t.mean>0.5"]
+    assert failure is not None and failure.attrib["message"].startswith(
+        "fail-if t.mean>0.5: failed, dropped by 1, more than 0.5"
+    )
+    assert cases["fail-if t.top>2"] is None
+
+
+def test_the_summary_is_appended_to_github_step_summary(runs: Path) -> None:
+    page = runs / "step_summary.md"
+    page.write_text("earlier step\n", encoding="utf-8")
+    result = _run_against_base(
+        runs, [4] * 8, "--gate-drop", "t.mean>1", "--summary", "md",
+        env={"GITHUB_STEP_SUMMARY": str(page)},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = page.read_text("utf-8").splitlines()
+    assert lines[:2] == ["earlier step", "### flowkit run new (t) vs baseline base: ✅ passed"]
+
+
+def test_without_a_place_the_summary_goes_to_stdout(runs: Path) -> None:
+    result = _cli("run", "t.yaml", "--data", "base.jsonl", "-q", "--summary", "md")
+    assert result.exit_code == 0
+    assert "| metric | value |\n|---|---:|\n| t.mean | 4.5 |\n| t.top | 5 |\n" in result.output
