@@ -17,6 +17,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from flowkit.llm.replies import default_cap
+
 OPENAI_PUBLIC_URL = "https://api.openai.com/v1"
 
 
@@ -40,6 +42,9 @@ class Limits(BaseModel):
     """First backoff ceiling in seconds; it doubles per retry (full jitter below it)."""
     backoff_max: float = Field(30.0, ge=0)
     """Largest backoff ceiling in seconds."""
+    max_reply_bytes: int = Field(default_factory=default_cap, ge=1024)
+    """Largest reply body read, compressed or decompressed (``replies``); a bigger one is a
+    failed attempt. Defaults to $FLOWKIT_MAX_REPLY_BYTES, else 32 MiB."""
     slow_start: bool = True
     """Ramp up the requests in flight while no limit is known; false (a self-hosted server
     without rate limits) starts at ``concurrency``, and overload 429s still set a pace."""
