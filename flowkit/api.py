@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import contextlib
+import contextvars
 import functools
 import inspect
 import os
@@ -48,6 +49,7 @@ from flowkit.runs.folder import (
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
 from flowkit.runs.judging import changes, judging, refusal, rerun_notice
 from flowkit.runs.resume import data_fingerprint, prior_fingerprint
+from flowkit.runs.stop import Stop, call_stoppable
 
 __all__ = ["Interrupted", "RunConfig", "RunResult", "arun", "resume", "run", "run_configured"]
 
@@ -56,7 +58,9 @@ P = ParamSpec("P")
 
 def _outside_any_loop(fn: Callable[P, RunResult]) -> Callable[P, RunResult]:
     """Called from code already inside an event loop (Jupyter, an async app), run ``fn`` in a
-    worker thread with a loop of its own: the run drives its rows with ``asyncio.run``."""
+    worker thread with a loop of its own: the run drives its rows with ``asyncio.run``. A
+    KeyboardInterrupt while waiting (a kernel interrupt) stops the run as Ctrl-C does
+    (flowkit.runs.stop): the finished rows are kept and it ends ``interrupted``."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> RunResult:
@@ -64,8 +68,18 @@ def _outside_any_loop(fn: Callable[P, RunResult]) -> Callable[P, RunResult]:
             asyncio.get_running_loop()
         except RuntimeError:
             return fn(*args, **kwargs)
-        with ThreadPoolExecutor(1, thread_name_prefix="flowkit-run") as pool:
-            return pool.submit(fn, *args, **kwargs).result()
+        stop = Stop()
+        pool = ThreadPoolExecutor(1, thread_name_prefix="flowkit-run")
+        try:
+            future = pool.submit(call_stoppable, stop, fn, *args, **kwargs)
+            while True:
+                try:
+                    return future.result()
+                except KeyboardInterrupt:
+                    # The run ends as interrupted, and says so (Interrupted) once it has.
+                    stop.request()
+        finally:
+            pool.shutdown(wait=False)
 
     wrapper.__signature__ = _signature(fn)  # type: ignore[attr-defined]
     return wrapper
@@ -73,11 +87,28 @@ def _outside_any_loop(fn: Callable[P, RunResult]) -> Callable[P, RunResult]:
 
 def _awaitable(fn: Callable[P, RunResult]) -> Callable[P, Coroutine[Any, Any, RunResult]]:
     """``fn`` in a worker thread, awaited: the caller's loop keeps turning meanwhile. The
-    signature (for ``help()`` and IDEs) is ``fn``'s."""
+    signature (for ``help()`` and IDEs) is ``fn``'s. Cancelling the awaiting task stops the
+    run (flowkit.runs.stop) and waits for it to close its folder as ``interrupted``: no work
+    is left going on in the background."""
 
     @functools.wraps(fn)
     async def awaitable(*args: P.args, **kwargs: P.kwargs) -> RunResult:
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        stop = Stop()
+        pool = ThreadPoolExecutor(1, thread_name_prefix="flowkit-run")
+        try:
+            # The caller's context goes along (as asyncio.to_thread takes it).
+            context = contextvars.copy_context()
+            work = pool.submit(context.run, call_stoppable, stop, fn, *args, **kwargs)
+            future = asyncio.wrap_future(work)
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                stop.request()
+                with contextlib.suppress(Interrupted):
+                    await future  # the worker closes the run folder; then the cancel goes on
+                raise
+        finally:
+            pool.shutdown(wait=False)
 
     awaitable.__signature__ = _signature(fn)  # type: ignore[attr-defined]
     return awaitable

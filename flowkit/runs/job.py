@@ -6,7 +6,6 @@ the aggregates, and a run folder closed with an honest status whatever happened.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import sys
@@ -35,6 +34,7 @@ from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
 from flowkit.runs.space import OutOfSpace, no_space
+from flowkit.runs.stop import run_rows
 
 
 def _check_refresh(flow: Flow, refresh: frozenset[str]) -> None:
@@ -219,7 +219,7 @@ def _run_rows(
     job: Job, executor: Executor, writer: RunWriter, rows: Iterator[tuple[int, Any, Any]]
 ) -> None:
     if job.config.backend == "local":
-        asyncio.run(_drive(executor, rows))
+        run_rows(lambda: _drive(executor, rows))
         return
     from flowkit.runs.backends import WorkerJob, run_distributed
 
