@@ -15,6 +15,7 @@ from a folder by other front ends).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -265,3 +266,16 @@ def _imported(name: str, roots: tuple[Path, ...]) -> str:
     if file is not None and file.suffix == ".py" and is_user_code(file.resolve()):
         return _file_fingerprint(file, name, roots)
     return name
+
+
+def is_async_callable(fn: Any) -> bool:
+    """Whether calling ``fn`` gives a coroutine to await: an ``async def`` function or method,
+    an object whose class's ``__call__`` is ``async def``, or a ``functools.partial`` of one
+    (``inspect.iscoroutinefunction`` says False for the last two)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if inspect.isroutine(fn) or inspect.isclass(fn):
+        return False
+    return callable(fn) and inspect.iscoroutinefunction(type(fn).__call__)

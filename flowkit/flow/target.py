@@ -34,7 +34,12 @@ from typing import Any
 
 from flowkit.cache.canonical import UnstorableValue, canonical_bytes
 from flowkit.code import freshness
-from flowkit.code.fingerprint import ImportProblem, load_function, value_fingerprint
+from flowkit.code.fingerprint import (
+    ImportProblem,
+    is_async_callable,
+    load_function,
+    value_fingerprint,
+)
 from flowkit.code.imports import ModuleClaims, recording_names
 from flowkit.code.state import Unfingerprintable, attributes
 from flowkit.errors import UsageError, one_of
@@ -168,11 +173,6 @@ def _json(value: Any) -> bool:
     return True
 
 
-def _is_async(app: Any) -> bool:
-    call = app if inspect.isroutine(app) or isinstance(app, functools.partial) else None
-    return inspect.iscoroutinefunction(call or type(app).__call__)
-
-
 def app_fingerprint(app: Any, roots: tuple[Path, ...] = ()) -> tuple[str | None, str]:
     """(the fingerprint of what ``app`` is, or None when it cannot be had, and what part
     resisted). A function is its code and its closure's cells (a ``__main__`` function, its
@@ -262,7 +262,7 @@ def _with_target(
             code, why = app_fingerprint(fn, roots=(base,))
         claims.claim(reached, f"--target {target!r}")
         app_inputs = _params(fn)
-        call = "call_target_async" if _is_async(fn) else "call_target"
+        call = "call_target_async" if is_async_callable(fn) else "call_target"
         if code is None:
             notices.append(
                 f"--target {target!r}: {why}, so its answers are not cached (give it plain "
