@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import re
 from typing import Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -20,6 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from flowkit.llm.replies import default_cap
 
 OPENAI_PUBLIC_URL = "https://api.openai.com/v1"
+
+# A variable's name as people write them (upper case; lower case is legal but rare): anything
+# else in ``api_key_env`` (mixed case, dashes, 40 random characters) is taken for a key.
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}|[a-z_][a-z0-9_]{0,31}")
+
+
+def masked_secret(text: str) -> str:
+    """``text`` with all but its first four characters hidden, and its length said: enough to
+    recognise which key it was, never enough to use it."""
+    return f"{text[:4]}… ({len(text)} characters)" if len(text) > 8 else "****"
 
 
 class Limits(BaseModel):
@@ -102,6 +113,11 @@ class Connection(Limits):
     def _date_as_text(cls, value: object) -> object:
         """YAML reads an unquoted ``2024-06-01`` as a date; the API wants the text."""
         return value.isoformat() if isinstance(value, datetime.date) else value
+
+    def key_env_is_a_name(self) -> bool:
+        """Whether ``api_key_env`` reads as a variable's name, not as a key pasted in by
+        mistake (which must then never be shown whole: :func:`masked_secret`)."""
+        return bool(_ENV_NAME.fullmatch(self.key_env()))
 
     def key_env(self) -> str:
         """The variable the key is read from when no literal key is given."""
