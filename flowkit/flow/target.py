@@ -42,7 +42,7 @@ from flowkit.code.fingerprint import (
 )
 from flowkit.code.imports import ModuleClaims, recording_names
 from flowkit.code.state import Unfingerprintable, attributes
-from flowkit.errors import UsageError, one_of
+from flowkit.errors import MOST_LISTED, UsageError, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
 from flowkit.flow.spec import LATENCY_OUTPUT
@@ -110,7 +110,7 @@ def _reply_values(reply: Any, provides: list[str]) -> dict[str, Any]:
         if missing:
             raise ValueError(
                 f"the target's reply has no {', '.join(map(repr, missing))}; it returned keys "
-                f"{one_of(reply)}"
+                f"{one_of(reply, MOST_LISTED)}"
             )
         return {k: values.get(k) for k in provides}
     answers = [k for k in provides if k in ANSWER_INPUTS]
