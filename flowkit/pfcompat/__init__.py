@@ -6,6 +6,8 @@ files in ``flowkit.flow.formats``).
 
 - ``dag``: translates `flow.dag.yaml` and its folder into a flowkit flow mapping (with lines),
   which the ordinary loader then checks and compiles; also writes it out for `flowkit convert`.
+- ``includes``: `additional_includes:`, the files and folders a flow's tools use as if they
+  lay beside it (looked up, never copied).
 - ``toolscan``: finds a code file's one `@tool` function without importing it.
 - ``shim``: the folder put on the import path (last, so a real Prompt Flow wins) that provides
   the `promptflow` modules flows import: ``tool``, ``log_metric``, connections, chat helpers.

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from flowkit.errors import display
 from flowkit.flow.refs import RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import YamlSyntaxError, YDict, YList, line_of, read_yaml
+from flowkit.pfcompat.includes import Includes
 from flowkit.pfcompat.toolscan import ToolInfo, find_tool
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class _Translation:
         self.folder = file.parent
         self.aggregates: set[str] = set()
         self.notices: list[str] = []
+        self.includes = Includes(self.folder, None)
 
     def error(self, container: Any, key: Any, node: str | None, message: str) -> None:
         self.ctx.report(self.shown, line_of(container, key), node, message)
@@ -113,6 +115,11 @@ class _Translation:
                 "keep the variant you want as the node itself",
             )
         self._requirements(raw.get("environment"))
+        self.includes = Includes(self.folder, raw.get("additional_includes"))
+        for index, problem in self.includes.problems:
+            listed = raw.get("additional_includes")
+            where = listed if isinstance(listed, YList) else raw
+            self.error(where, index if where is listed else "additional_includes", None, problem)
         raw_nodes = raw.get("nodes") or []
         for n in raw_nodes if isinstance(raw_nodes, list) else []:
             if isinstance(n, dict) and n.get("aggregation") is True:
@@ -139,7 +146,7 @@ class _Translation:
         nodes.item_lines = lines
         items["nodes"] = nodes
         # The folder, for sibling imports of its code; the shim, for `import promptflow`.
-        items["python_path"] = [".", SHIM]
+        items["python_path"] = [".", *self.includes.python_path(), SHIM]
         return self.out.map(
             raw, items, {"name": "nodes", "description": "name", "python_path": "nodes"}
         )
@@ -253,6 +260,10 @@ class _Translation:
             self.error(raw, "source", name, "source must be {type: code, path: FILE}")
             return None
         if not (self.folder / path).is_file():
+            included = self.includes.resolve(path)
+            if included is not None:
+                source["path"] = self.includes.relative(included)  # the converted flow's path
+                return included
             self.error(raw, "source", name, f"source file {path!r} does not exist")
             return None
         return self.folder / path
