@@ -67,9 +67,11 @@ def prepare(run_dir: Path, flow: BoundFlow, executor: Executor, *, keep: bool = 
     )
     rows: dict[int, _Row] = {}
     for _, rec in _records(outputs):
-        if rec.get("status") == OK and isinstance(rec.get("line"), int):
+        # A record that is not what flowkit writes is not kept: its row runs again.
+        outs = rec.get("outputs") or {}
+        if rec.get("status") == OK and isinstance(rec.get("line"), int) and isinstance(outs, dict):
             inputs = rec.get("inputs") if wants_inputs else None
-            rows[rec["line"]] = _Row(inputs, has_invalid(rec.get("outputs") or {}))
+            rows[rec["line"]] = _Row(inputs, has_invalid(outs))
     for _, rec in _records(traces):
         line = rec.get("line")
         row = rows.get(line) if isinstance(line, int) else None
