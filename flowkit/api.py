@@ -18,7 +18,7 @@ import os
 import time
 import types
 from collections.abc import Callable, Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO, ParamSpec
 
@@ -71,7 +71,7 @@ def _outside_any_loop(fn: Callable[P, RunResult]) -> Callable[P, RunResult]:
         stop = Stop()
         pool = ThreadPoolExecutor(1, thread_name_prefix="flowkit-run")
         try:
-            future = pool.submit(call_stoppable, stop, fn, *args, **kwargs)
+            future = pool.submit(functools.partial(call_stoppable, stop, fn), *args, **kwargs)
             while True:
                 try:
                     return future.result()
@@ -98,7 +98,8 @@ def _awaitable(fn: Callable[P, RunResult]) -> Callable[P, Coroutine[Any, Any, Ru
         try:
             # The caller's context goes along (as asyncio.to_thread takes it).
             context = contextvars.copy_context()
-            work = pool.submit(context.run, call_stoppable, stop, fn, *args, **kwargs)
+            call = functools.partial(call_stoppable, stop, fn, *args, **kwargs)
+            work: Future[RunResult] = pool.submit(context.run, call)
             future = asyncio.wrap_future(work)
             try:
                 return await asyncio.shield(future)

@@ -140,7 +140,9 @@ def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> inspect.Signatur
     positional = [*args.posonlyargs, *args.args]
     defaults: list[Any] = [_NO_DEFAULT] * (len(positional) - len(args.defaults))
     defaults += [_Unknown()] * len(args.defaults)
-    kinds = [inspect.Parameter.POSITIONAL_ONLY] * len(args.posonlyargs)
+    kinds: list[inspect._ParameterKind] = [inspect.Parameter.POSITIONAL_ONLY] * len(
+        args.posonlyargs
+    )
     kinds += [inspect.Parameter.POSITIONAL_OR_KEYWORD] * len(args.args)
     params = [
         inspect.Parameter(a.arg, kind, default=d)
@@ -163,17 +165,14 @@ def _stand_in(node: ast.FunctionDef | ast.AsyncFunctionDef | None, name: str) ->
     def refuse() -> NotRun:
         return NotRun(f"{name} was read for inspection only; load the flow again to run it")
 
-    if isinstance(node, ast.AsyncFunctionDef):
+    async def refused_async(*args: Any, **kwargs: Any) -> Any:
+        raise refuse()
 
-        async def stand_in(*args: Any, **kwargs: Any) -> Any:
-            raise refuse()
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise refuse()
 
-    else:
-
-        def stand_in(*args: Any, **kwargs: Any) -> Any:
-            raise refuse()
-
+    stand_in: Any = refused_async if isinstance(node, ast.AsyncFunctionDef) else refused
     stand_in.__name__ = stand_in.__qualname__ = name
     if node is not None:
-        stand_in.__signature__ = _signature(node)  # type: ignore[attr-defined]
+        stand_in.__signature__ = _signature(node)
     return stand_in

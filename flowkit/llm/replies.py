@@ -93,7 +93,7 @@ def capped(base: type[Any]) -> type[Any]:
     :func:`read_httpx` under its ``max_reply_bytes``: the SDK's own requests (embeddings,
     redirects, error statuses) and every path but the prepared one (``prepared``) go here."""
 
-    class Capped(base):  # type: ignore[misc,valid-type]
+    class Capped(base):
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
 
         async def send(self, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:

@@ -147,7 +147,8 @@ def _spent_quota(exc: BaseException) -> bool:
     found = {getattr(exc, "code", None), getattr(exc, "type", None)}
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
-        error = body.get("error") if isinstance(body.get("error"), dict) else body
+        inner = body.get("error")
+        error = inner if isinstance(inner, dict) else body
         found |= {error.get("code"), error.get("type")}
     return "insufficient_quota" in found
 
