@@ -57,7 +57,10 @@ def write_rows(data: Any, path: Path) -> int:
                 hint="pass a list of dicts, one per row, keyed by column name",
             )
         rows = (_row(row.items(), i) for i, row in enumerate(data))
-    with path.open("w", encoding="utf-8") as out:
+    if path.is_symlink():  # a link planted in the run folder is removed, never written through
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
         for row in rows:
             out.write(_dumps(row) + "\n")
     return len(data)

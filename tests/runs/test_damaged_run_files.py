@@ -64,3 +64,18 @@ def test_a_record_that_flowkit_never_writes_is_not_kept_on_resume(run_dir: Path)
     resumed = flowkit.resume(run_dir)
     assert resumed.status == "completed"
     assert [r["outputs"]["y"] for r in read_jsonl(run_dir / "outputs.jsonl")] == [1, 2, 3]
+
+
+def test_in_memory_rows_never_go_through_a_link_planted_at_data_jsonl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    flow = python_flow(tmp_path, "def f(x):\n    return x + 1\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "runs" / "x").mkdir(parents=True)
+    (tmp_path / "runs" / "x" / "data.jsonl").symlink_to(victim)
+    result = flowkit.run(flow, [{"x": 1}], name="x", overwrite=True)
+    assert result.status == "completed"
+    assert victim.read_text() == "precious\n"
+    assert not (result.run_dir / "data.jsonl").is_symlink()
