@@ -231,6 +231,10 @@ def load_settings(
     Nothing is checked for completeness here: a flow without llm nodes needs no model, so
     missing pieces are reported by :meth:`Settings.check` for the node that needs them.
     """
+    from flowkit.llm.replies import env_problem
+
+    if (problem := env_problem()) is not None:
+        raise UsageError(problem)
     connections = _env_connections(env)
     env_default = next(iter(connections), None)
     default_model = env.get("FLOWKIT_MODEL") or None

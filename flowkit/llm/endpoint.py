@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from flowkit.llm.replies import default_cap
+from flowkit.llm.replies import MIN_CAP, default_cap
 
 OPENAI_PUBLIC_URL = "https://api.openai.com/v1"
 
@@ -53,7 +53,7 @@ class Limits(BaseModel):
     """First backoff ceiling in seconds; it doubles per retry (full jitter below it)."""
     backoff_max: float = Field(30.0, ge=0)
     """Largest backoff ceiling in seconds."""
-    max_reply_bytes: int = Field(default_factory=default_cap, ge=1024)
+    max_reply_bytes: int = Field(default_factory=default_cap, ge=MIN_CAP)
     """Largest reply body read, compressed or decompressed (``replies``); a bigger one is a
     failed attempt. Defaults to $FLOWKIT_MAX_REPLY_BYTES, else 32 MiB."""
     slow_start: bool = True

@@ -19,18 +19,27 @@ from typing import Any
 DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
 """32 MiB: a chat completion with logprobs, or 256 embeddings of 3,072 floats, fit many times."""
 ENV = "FLOWKIT_MAX_REPLY_BYTES"
+MIN_CAP = 1024
+"""The smallest cap: below it not even an error reply fits."""
 
 
 def default_cap() -> int:
-    """The cap when a connection does not set one: ``$FLOWKIT_MAX_REPLY_BYTES`` (checked by the
-    connection's validation), else 32 MiB."""
+    """The cap when a connection does not set one: ``$FLOWKIT_MAX_REPLY_BYTES`` (checked when
+    settings load: :func:`env_problem`), else 32 MiB."""
     text = os.environ.get(ENV, "").strip()
     if not text:
         return DEFAULT_MAX_REPLY_BYTES
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"${ENV} must be a whole number of bytes, got {text!r}") from None
+    if env_problem() is not None:
+        raise ValueError(env_problem())
+    return int(text)
+
+
+def env_problem() -> str | None:
+    """What is wrong with ``$FLOWKIT_MAX_REPLY_BYTES``, or None."""
+    text = os.environ.get(ENV, "").strip()
+    if text and (not text.isdigit() or int(text) < MIN_CAP):
+        return f"${ENV} must be a whole number of bytes, at least {MIN_CAP}; it is {text!r}"
+    return None
 
 
 def describe(size: int) -> str:

@@ -170,3 +170,14 @@ def test_absurd_rate_limit_headers_are_ignored_with_one_notice(
     )
     info = json.loads((folder / "runs" / "r" / "run.json").read_text())
     assert info["notices"].count(notice) == 1
+
+
+@pytest.mark.parametrize("value", ["abc", "10", "-5"])
+def test_a_bad_cap_in_the_environment_is_refused_before_the_run(tmp_path: Path, value: str) -> None:
+    folder = _project(tmp_path / "p", "http://127.0.0.1:9/v1", 1)
+    done = _run(folder, FLOWKIT_MAX_REPLY_BYTES=value)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: $FLOWKIT_MAX_REPLY_BYTES must be a whole number of bytes, at least 1024; it is "
+        f"{value!r}"
+    ]
