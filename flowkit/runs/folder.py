@@ -26,16 +26,18 @@ from typing import Any, BinaryIO
 from flowkit.cache.canonical import dumps
 from flowkit.data.jsonl import raw_records
 from flowkit.engine.records import NodeRecord, decode, encode, encode_compact
-from flowkit.errors import UsageError, display
+from flowkit.errors import UsageError
 from flowkit.runs.space import give_back, hold, no_space
 from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here before)
     COMPLETED,
     FAILED,
     INTERRUPTED,
     RUNNING,
+    DamagedRunFile,
     claimed,
     effective_status,
     process_start,
+    read_run_info,
 )
 from flowkit.runs.summary import SUMMARY_FILE, Tally, decode_brief
 
@@ -389,31 +391,6 @@ def resolve_run_dir(run: str | os.PathLike[str], root: Path = Path("runs")) -> P
         f"no run folder {str(run)!r} (looked for run.json there and in {root}/)",
         hint="`flowkit runs` lists the runs",
     )
-
-
-class DamagedRunFile(UsageError, ValueError):
-    """A run file that does not parse as what flowkit writes (a ValueError too, as a JSON
-    error was: listings that skip unreadable runs go on skipping it)."""
-
-
-def read_run_info(run_dir: Path) -> dict[str, Any]:
-    """A run's run.json, read back as damaged until parsed: not JSON, or JSON but not an
-    object, is a clear error naming the file, never a traceback."""
-    path = run_dir / "run.json"
-    try:
-        info = json.loads(path.read_text("utf-8"))
-    except ValueError as err:  # not JSON, not UTF-8
-        raise DamagedRunFile(
-            f"{display(path)} is damaged ({err}); it is not a run's record",
-            hint="restore it from a copy, or start a new run",
-        ) from None
-    if not isinstance(info, dict):
-        raise DamagedRunFile(
-            f"{display(path)} is damaged (a JSON {type(info).__name__}, not an object); it is "
-            "not a run's record",
-            hint="restore it from a copy, or start a new run",
-        )
-    return info
 
 
 def read_metrics(run_dir: Path) -> dict[str, Any]:
