@@ -8,18 +8,14 @@ folder (flowkit.runs.job). Whatever happens after the folder exists, it ends wit
 
 from __future__ import annotations
 
-import asyncio
 import collections.abc
 import contextlib
-import functools
-import inspect
 import os
 import time
 import types
-from collections.abc import Callable, Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, ParamSpec
+from typing import Any, BinaryIO
 
 from flowkit import __version__
 from flowkit.data.frames import DATA_FILE, is_in_memory, write_rows
@@ -48,48 +44,12 @@ from flowkit.runs.folder import (
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
 from flowkit.runs.judging import changes, judging, refusal, rerun_notice
 from flowkit.runs.resume import data_fingerprint, prior_fingerprint
+from flowkit.runs.stop import awaitable, outside_any_loop
 
 __all__ = ["Interrupted", "RunConfig", "RunResult", "arun", "resume", "run", "run_configured"]
 
-P = ParamSpec("P")
 
-
-def _outside_any_loop(fn: Callable[P, RunResult]) -> Callable[P, RunResult]:
-    """Called from code already inside an event loop (Jupyter, an async app), run ``fn`` in a
-    worker thread with a loop of its own: the run drives its rows with ``asyncio.run``."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> RunResult:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return fn(*args, **kwargs)
-        with ThreadPoolExecutor(1, thread_name_prefix="flowkit-run") as pool:
-            return pool.submit(fn, *args, **kwargs).result()
-
-    wrapper.__signature__ = _signature(fn)  # type: ignore[attr-defined]
-    return wrapper
-
-
-def _awaitable(fn: Callable[P, RunResult]) -> Callable[P, Coroutine[Any, Any, RunResult]]:
-    """``fn`` in a worker thread, awaited: the caller's loop keeps turning meanwhile. The
-    signature (for ``help()`` and IDEs) is ``fn``'s."""
-
-    @functools.wraps(fn)
-    async def awaitable(*args: P.args, **kwargs: P.kwargs) -> RunResult:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    awaitable.__signature__ = _signature(fn)  # type: ignore[attr-defined]
-    return awaitable
-
-
-def _signature(fn: Callable[..., Any]) -> inspect.Signature:
-    """``fn``'s signature with its annotations as types, not strings, so ``help()`` reads
-    ``concurrency: int = 16`` rather than ``concurrency: 'int' = 16``."""
-    return inspect.signature(fn, eval_str=True)
-
-
-@_outside_any_loop
+@outside_any_loop
 def run(
     flow: Flow | str | os.PathLike[str],
     data: Any,
@@ -149,7 +109,7 @@ def run(
     return run_configured(flow, data, config, settings=settings, on_progress=on_progress)
 
 
-arun = _awaitable(run.__wrapped__)  # type: ignore[attr-defined]
+arun = awaitable(run.__wrapped__)  # type: ignore[attr-defined]
 arun.__name__ = arun.__qualname__ = "arun"
 arun.__doc__ = """``await flowkit.arun(flow, data, ...)``: :func:`run` without blocking the caller's
     loop (the run goes on in a worker thread); the same parameters and result."""
@@ -277,7 +237,7 @@ def _prior_run(run: str | os.PathLike[str], root: Path) -> Path:
     return resolve_run_dir(run, root)
 
 
-@_outside_any_loop
+@outside_any_loop
 def resume(
     run: str | os.PathLike[str],
     *,

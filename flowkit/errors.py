@@ -78,8 +78,16 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def one_of(choices: Iterable[str]) -> str:
+MOST_LISTED = 20
+"""How many names of a user's data (columns, the keys of a reply) a message lists."""
+
+
+def one_of(choices: Iterable[str], most: int | None = None) -> str:
+    """The names, sorted, comma-separated ("none" for none). With ``most``, only that many and
+    how many more: a data file with 200,000 columns made a 1.7 MB error message."""
     names = sorted(str(c) for c in choices)
+    if most is not None and len(names) > most:
+        return ", ".join(names[:most]) + f", … and {len(names) - most} more"
     return ", ".join(names) if names else "none"
 
 

@@ -16,10 +16,12 @@ def describe(flow_ref: str) -> None:
     """Show FLOW's inputs (types, defaults), outputs, metrics and the data columns it reads."""
     from rich.table import Table
 
+    from flowkit.code.static import inspect_only
     from flowkit.flow.loader import load_flow
     from flowkit.inspect.gates import aggregate_nodes
 
-    flow = load_flow(flow_ref)
+    with inspect_only():  # describing a flow never runs its code
+        flow = load_flow(flow_ref)
     console.print(Text.assemble((flow.name, "bold"), f" ({flow.path})"), highlight=False)
     if flow.spec.description:
         console.print(str(flow.spec.description).strip(), highlight=False)

@@ -398,13 +398,15 @@ def _only_with_resume(ctx: click.Context, flows: tuple[str, ...], data: str | No
 @click.argument("flows", nargs=-1, required=True)
 def validate(flows: tuple[str, ...]) -> None:
     """Check FLOW files without running them; all problems are reported together."""
+    from flowkit.code.static import inspect_only
     from flowkit.errors import ValidationError
     from flowkit.flow.loader import load_flow
 
     problems: list[str] = []
     for flow in flows:
         try:
-            loaded = load_flow(flow)
+            with inspect_only():  # checking a flow never runs its code
+                loaded = load_flow(flow)
             console.print(f"ok: {flow} ({loaded.name}, {len(loaded.nodes)} nodes)")
         except ValidationError as err:
             problems.extend(str(d) for d in err.diagnostics)

@@ -10,6 +10,7 @@ never overwritten.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from flowkit.errors import UsageError
@@ -126,17 +127,46 @@ FILES = {
 
 
 def scaffold(directory: Path) -> list[Path]:
-    """Write the example project into ``directory``; refuse to overwrite anything."""
-    existing = [name for name in FILES if (directory / name).exists()]
-    if existing:
+    """Write the example project into ``directory``; refuse to overwrite anything.
+
+    Everything is checked before anything is written: a file, a link (even a dangling one) or
+    anything else where a file or folder of the project goes is refused, and nothing is
+    written. Each file is then created afresh (``O_EXCL | O_NOFOLLOW``), so a link planted
+    meanwhile is refused rather than written through."""
+    problems = _in_the_way(directory)
+    if problems:
         raise UsageError(
-            f"{directory} already has {', '.join(existing)}; nothing was written",
+            f"{directory} already has {', '.join(problems)}; nothing was written",
             hint="choose a new or empty folder",
         )
     written = []
     for name, text in FILES.items():
         path = directory / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
         written.append(path)
     return written
+
+
+def _in_the_way(directory: Path) -> list[str]:
+    """What stands where the project's files and folders go: any entry at a file's place
+    (``lexists``: a dangling link counts), anything but a real folder at a folder's place."""
+    if os.path.lexists(directory) and (directory.is_symlink() or not directory.is_dir()):
+        return [f"{directory} (not a folder)"]
+    problems: list[str] = []
+    folders: dict[str, None] = {}
+    for name in FILES:
+        parts = Path(name).parts
+        for i in range(1, len(parts)):
+            folders[str(Path(*parts[:i]))] = None
+    for name in folders:
+        path = directory / name
+        if os.path.lexists(path) and (path.is_symlink() or not path.is_dir()):
+            problems.append(f"{name} (not a folder)")
+    for name in FILES:
+        path = directory / name
+        if os.path.lexists(path):
+            problems.append(f"{name} (a link)" if path.is_symlink() else name)
+    return problems

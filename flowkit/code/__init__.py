@@ -2,6 +2,8 @@
 
 - ``fingerprint``: importing a node's function (its flow's folder importable), and the
   fingerprint of the code behind it; ``load_from_folder`` does both for any front end.
+- ``static``: a function read from its source (``ast``) without running it, for inspecting a
+  flow (``inspect_only``: validate, describe, convert).
 - ``importpath``: a flow's folder and ``python_path`` folders, on sys.path only while it
   loads or runs (counted per holder; modules first imported from them leave with them).
 - ``imports``: the files of the user's code a function's code imports, transitively (the

@@ -15,6 +15,7 @@ from a folder by other front ends).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -32,6 +33,7 @@ from flowkit.code import freshness
 from flowkit.code.importpath import active, importable
 from flowkit.code.imports import is_user_code, module_file, project_files, reach
 from flowkit.code.state import Unfingerprintable, Walker, is_unfiled
+from flowkit.code.static import inspecting, read_function, user_file
 from flowkit.errors import did_you_mean, display
 
 _UNNAMED = ("flowkit_user_", "__main__")
@@ -75,7 +77,14 @@ def load_from_folder(folder: Path, function: str, source: str | None = None) -> 
 
     The folder is importable while this loads and fingerprints; a flow keeps it importable
     while it runs (its ``import_path``), for functions that import lazily. The folders made
-    importable around this call (the flow's ``python_path``) belong to the project too."""
+    importable around this call (the flow's ``python_path``) belong to the project too.
+
+    Within :func:`flowkit.code.static.inspect_only`, the user's function is read from its
+    source and nothing of it runs."""
+    if inspecting():
+        read = _read_statically(folder, function, source)
+        if read is not None:
+            return read
     with importable([str(folder.resolve())]):
         fn = load_function(function, source, folder)
         roots = (folder, *(Path(f) for f in active()))
@@ -83,6 +92,33 @@ def load_from_folder(folder: Path, function: str, source: str | None = None) -> 
             return LoadedFunction(fn, code_fingerprint(fn, roots=roots))
         except Unfingerprintable as err:
             raise ImportProblem(f"{function} cannot be keyed for the cache: {err}") from None
+
+
+def _read_statically(folder: Path, function: str, source: str | None) -> LoadedFunction | None:
+    """The user's function as its source says (flowkit.code.static); None for flowkit's own
+    and installed packages' functions, which are imported as a run imports them."""
+    if source is not None:
+        path = folder / source
+        if not path.is_file():
+            raise ImportProblem(f"source file {display(path)!r} does not exist")
+        fn, digest = read_function(path, function, display(path))
+        return LoadedFunction(fn, digest)
+    module_name, sep, attr = function.partition(":")
+    if not sep or not module_name or not attr:
+        return None  # the import's own message says how to write it
+    module_name = MOVED_MODULES.get(module_name, module_name)
+    project = _project(folder)
+    file = user_file(module_name, project)
+    if file is None:
+        top = module_name.split(".")[0]
+        if top != module_name and user_file(top, project) is not None:
+            # Importing would run the user's package to find no such module in it.
+            raise ImportProblem(
+                f"cannot import module {module_name!r}: No module named {module_name!r}"
+            )
+        return None
+    fn, digest = read_function(file, attr, module_name)
+    return LoadedFunction(fn, digest)
 
 
 def _project(base_dir: Path) -> tuple[Path, ...]:
@@ -265,3 +301,16 @@ def _imported(name: str, roots: tuple[Path, ...]) -> str:
     if file is not None and file.suffix == ".py" and is_user_code(file.resolve()):
         return _file_fingerprint(file, name, roots)
     return name
+
+
+def is_async_callable(fn: Any) -> bool:
+    """Whether calling ``fn`` gives a coroutine to await: an ``async def`` function or method,
+    an object whose class's ``__call__`` is ``async def``, or a ``functools.partial`` of one
+    (``inspect.iscoroutinefunction`` says False for the last two)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if inspect.isroutine(fn) or inspect.isclass(fn):
+        return False
+    return callable(fn) and inspect.iscoroutinefunction(type(fn).__call__)

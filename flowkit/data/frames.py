@@ -10,7 +10,8 @@ reads back as the same double; a float32 or float16 by the shortest text that re
 the same value of its own type (0.1, not 0.10000000149011612). NaN, ±inf, None, pandas' NA
 and NaT are null (JSON has no NaN); -0.0 stays -0.0. numpy and nullable integers and booleans
 become ints and bools, numpy arrays and tuples lists (at any depth, never abridged), timestamps
-ISO 8601 text, a finite ``Decimal`` a JSON number by its own text (every digit; a NaN or
+ISO 8601 text, bytes the UTF-8 text they hold (bytes that are not UTF-8 are refused, naming
+the column and row), a finite ``Decimal`` a JSON number by its own text (every digit; a NaN or
 infinite one null), and anything else its ``str()``. A list of dicts goes through the same
 conversion as a DataFrame, and a categorical column is written by its categories' own values.
 
@@ -55,8 +56,11 @@ def write_rows(data: Any, path: Path) -> int:
                 f"data row {bad} is a {type(data[bad]).__name__}, not a dict",
                 hint="pass a list of dicts, one per row, keyed by column name",
             )
-        rows = (plain(row) for row in data)
-    with path.open("w", encoding="utf-8") as out:
+        rows = (_row(row.items(), i) for i, row in enumerate(data))
+    if path.is_symlink():  # a link planted in the run folder is removed, never written through
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
         for row in rows:
             out.write(_dumps(row) + "\n")
     return len(data)
@@ -105,9 +109,26 @@ def _frame_rows(frame: Any) -> Iterator[dict[str, Any]]:
     columns = [_stored(frame.iloc[:, i].array) for i in range(len(names))]
     # Returned, not yielded, so a bad frame is refused before data.jsonl is opened.
     return (
-        {name: plain(v) for name, v in zip(names, values, strict=True)}
-        for values in zip(*columns, strict=True)
+        _row(zip(names, values, strict=True), i)
+        for i, values in enumerate(zip(*columns, strict=True))
     )
+
+
+def _row(items: Iterable[tuple[Any, Any]], index: int) -> dict[str, Any]:
+    """One row's values made plain; bytes that are not UTF-8 text are refused by column and
+    row, not written as their repr (nor a traceback from deep in a conversion)."""
+    row: dict[str, Any] = {}
+    for name, value in items:
+        try:
+            row[str(name)] = plain(value)
+        except UnicodeDecodeError as err:
+            raise DataError(
+                f"column {str(name)!r}, row {index}: bytes that are not UTF-8 text "
+                f"({err.reason} at byte {err.start})",
+                hint="decode the column to text first, e.g. "
+                f"df[{str(name)!r}] = df[{str(name)!r}].str.decode('latin-1')",
+            ) from None
+    return row
 
 
 def _stored(column: Any) -> Iterable[Any]:
@@ -125,6 +146,8 @@ def plain(value: Any) -> Any:
     """``value`` as plain JSON (see the module docstring), with no digit of a float lost."""
     if value is None or isinstance(value, (str, bool, int)):
         return value
+    if isinstance(value, (bytes, bytearray)):  # numpy's bytes_ too: text, as UTF-8
+        return bytes(value).decode("utf-8")
     if isinstance(value, float) and type(value) is float:
         return value if math.isfinite(value) else None
     if isinstance(value, dict):

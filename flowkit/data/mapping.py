@@ -13,7 +13,14 @@ from typing import Any
 
 from flowkit.data.coerce import coerce
 from flowkit.data.jsonl import read_outputs, read_usage
-from flowkit.errors import Diagnostic, UsageError, ValidationError, did_you_mean, one_of
+from flowkit.errors import (
+    MOST_LISTED,
+    Diagnostic,
+    UsageError,
+    ValidationError,
+    did_you_mean,
+    one_of,
+)
 from flowkit.flow.graph import Flow
 from flowkit.flow.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk
 from flowkit.flow.source import line_of
@@ -86,8 +93,8 @@ class Mapping:
                     line_of(raw, name),
                     None,
                     f"input {name!r} {what} to no data column ({ref.text}); the data has: "
-                    f"{one_of(columns)}{did_you_mean(ref.name, columns)}; map one with "
-                    f"--map {name}=${{data.COLUMN}}",
+                    f"{one_of(columns, MOST_LISTED)}{did_you_mean(ref.name, columns)}; map one "
+                    f"with --map {name}=${{data.COLUMN}}",
                 )
             )
         if problems:
@@ -114,7 +121,7 @@ class Mapping:
                     what = f"metric {node.name!r}" if node.kind == "flow" else f"node {node.name!r}"
                     notices.append(
                         f"{what} skipped: the data has no column {src.name!r} "
-                        f"(columns: {one_of(columns)})"
+                        f"(columns: {one_of(columns, MOST_LISTED)})"
                     )
                     break
         return notices

@@ -7,19 +7,21 @@ the openai SDK, pydantic and a flow holds hundreds of thousands of objects that 
 long as the process. Each full scan stops the event loop while every row in flight waits, and
 at high concurrency the scans are a large share of a row's CPU (``benchmarks/llm_bound.py``).
 
-So while rows run:
+So while rows run, what exists before the first row (modules, the flow, clients) is frozen
+(``gc.freeze``): no collection scans it, and it is unfrozen when the rows end, so nothing is
+kept for good. The full scans were the cost; the young collections scan only what the rows
+made, and are cheap.
 
-- what exists before the first row (modules, the flow, clients) is frozen (``gc.freeze``): no
-  collection scans it, and it is unfrozen when the rows end, so nothing is kept for good;
-- the youngest generation is collected every ``YOUNG`` net allocations instead of 700. Almost
-  everything a row allocates is freed by reference counting as the row ends; the collector only
-  matters for reference cycles (an exception and its traceback, say), which wait a little
-  longer to be freed.
+The collection thresholds are left as the process has them. Collecting the youngest generation
+less often (every 20,000 net allocations instead of 700) kept reference cycles for longer than
+they cost: the collector counts containers, not bytes, so rows that each leave a few containers
+holding a big buffer in a cycle (an exception holding a frame holding a reply) piled up
+garbage: 4,000 rows of 512 KiB of cycles peaked at 2,052 MB against 370 MB with Python's
+defaults (``benchmarks/gc_garbage.py``; now about Python's, and as fast as before).
 
-The process's own settings come back when the last run in it ends; runs may overlap (threads,
-a notebook), so the first in takes the settings and the last out restores them. They are the
-process's: a thread of the caller's that runs meanwhile collects on the same schedule. A reference
-cycle that was garbage before the run is frozen with the rest and freed after it.
+The process's own state comes back when the last run in it ends; runs may overlap (threads,
+a notebook), so the first in freezes and the last out unfreezes. A reference cycle that was
+garbage before the run is frozen with the rest and freed after it.
 """
 
 from __future__ import annotations
@@ -29,39 +31,33 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-YOUNG = 20_000
+YOUNG = 2000
 """Net container allocations between collections of the youngest generation while rows run."""
 
 _lock = threading.Lock()
 _active = 0
-_saved: tuple[int, ...] = ()
 _froze = False
 
 
 @contextmanager
 def fewer_collections() -> Iterator[None]:
-    """Freeze what exists and collect the young generation less often, until the block ends.
+    """Freeze what exists until the block ends.
 
     What the process set up itself is left alone: objects it froze stay frozen after the run
     (a server that froze them before forking keeps them so), and a collector it turned off
     (``gc.disable()`` or a threshold of 0) stays off."""
-    global _active, _saved, _froze
+    global _active, _froze
     with _lock:
         _active += 1
         if _active == 1:
-            _saved = gc.get_threshold()
-            on = gc.isenabled() and _saved[0] > 0
+            on = gc.isenabled() and gc.get_threshold()[0] > 0
             _froze = on and gc.get_freeze_count() == 0
             if _froze:
                 gc.freeze()
-            if on:
-                gc.set_threshold(max(YOUNG, _saved[0]), *_saved[1:])
     try:
         yield
     finally:
         with _lock:
             _active -= 1
-            if _active == 0:
-                gc.set_threshold(*_saved)
-                if _froze:
-                    gc.unfreeze()
+            if _active == 0 and _froze:
+                gc.unfreeze()

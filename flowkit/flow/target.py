@@ -34,10 +34,15 @@ from typing import Any
 
 from flowkit.cache.canonical import UnstorableValue, canonical_bytes
 from flowkit.code import freshness
-from flowkit.code.fingerprint import ImportProblem, load_function, value_fingerprint
+from flowkit.code.fingerprint import (
+    ImportProblem,
+    is_async_callable,
+    load_function,
+    value_fingerprint,
+)
 from flowkit.code.imports import ModuleClaims, recording_names
 from flowkit.code.state import Unfingerprintable, attributes
-from flowkit.errors import UsageError, one_of
+from flowkit.errors import MOST_LISTED, UsageError, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
 from flowkit.flow.spec import LATENCY_OUTPUT
@@ -105,7 +110,7 @@ def _reply_values(reply: Any, provides: list[str]) -> dict[str, Any]:
         if missing:
             raise ValueError(
                 f"the target's reply has no {', '.join(map(repr, missing))}; it returned keys "
-                f"{one_of(reply)}"
+                f"{one_of(reply, MOST_LISTED)}"
             )
         return {k: values.get(k) for k in provides}
     answers = [k for k in provides if k in ANSWER_INPUTS]
@@ -166,11 +171,6 @@ def _json(value: Any) -> bool:
     except (TypeError, UnstorableValue):
         return False
     return True
-
-
-def _is_async(app: Any) -> bool:
-    call = app if inspect.isroutine(app) or isinstance(app, functools.partial) else None
-    return inspect.iscoroutinefunction(call or type(app).__call__)
 
 
 def app_fingerprint(app: Any, roots: tuple[Path, ...] = ()) -> tuple[str | None, str]:
@@ -262,7 +262,7 @@ def _with_target(
             code, why = app_fingerprint(fn, roots=(base,))
         claims.claim(reached, f"--target {target!r}")
         app_inputs = _params(fn)
-        call = "call_target_async" if _is_async(fn) else "call_target"
+        call = "call_target_async" if is_async_callable(fn) else "call_target"
         if code is None:
             notices.append(
                 f"--target {target!r}: {why}, so its answers are not cached (give it plain "

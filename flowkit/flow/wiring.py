@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flowkit.errors import did_you_mean, one_of
+from flowkit.errors import MOST_LISTED, did_you_mean, one_of
 from flowkit.flow.declared import node_keys
 from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import YDict, line_of
@@ -117,7 +117,7 @@ def _target_problem(
     if keys is not None and ref.path[0] not in keys:
         return (
             f"refers to unknown key {ref.path[0]!r} of node {ref.name!r}"
-            f"{did_you_mean(str(ref.path[0]), keys)}; it returns: {one_of(keys)}"
+            f"{did_you_mean(str(ref.path[0]), keys)}; it returns: {one_of(keys, MOST_LISTED)}"
         )
     if target.kind == "flow" and ref.path and target.impl is not None:
         outs = target.impl.spec.outputs

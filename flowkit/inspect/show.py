@@ -167,7 +167,9 @@ def show_run(console: Console, run_ref: str, root: Path) -> None:
     counts = info.get("counts") or {}
     head = Table(box=None, show_header=False)
     head.add_row("run", info.get("run_id", run_dir.name))
-    head.add_row("flow", f"{info['flow']['name']} ({info['flow']['path']})")
+    flow = info.get("flow")
+    flow = flow if isinstance(flow, dict) else {}
+    head.add_row("flow", f"{flow.get('name', '?')} ({flow.get('path', '?')})")
     head.add_row("data", str(info.get("data", {}).get("path")))
     head.add_row("status", _status(info))
     head.add_row("started", str(info.get("started")))

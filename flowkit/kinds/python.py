@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowkit.code.fingerprint import ImportProblem, load_from_folder
+from flowkit.code.fingerprint import ImportProblem, is_async_callable, load_from_folder
 from flowkit.flow.spec import AggregateNode, PythonNode
 from flowkit.kinds import Binding, Compiled, Kind, NodeResult, register
 from flowkit.kinds.calls import as_llm_meta, collecting_calls
@@ -40,7 +40,7 @@ class _Callable:
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
-        self.is_coroutine = inspect.iscoroutinefunction(fn)
+        self.is_coroutine = is_async_callable(fn)
         try:
             sig = inspect.signature(fn)
             self.params = {

@@ -21,6 +21,7 @@ from flowkit.llm.clients import aclose_clients as aclose_clients
 from flowkit.llm.clients import clients_created as clients_created
 from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 from flowkit.llm.prepared import post_chat
+from flowkit.llm.replies import too_large_in
 from flowkit.llm.retry import connection_cause
 from flowkit.llm.scheduler import Scheduler
 from flowkit.llm.session import current_session
@@ -128,7 +129,10 @@ def _second(pair: tuple[Any, Any]) -> Any:
 def _explained(err: Exception, endpoint: Endpoint, timeout: float, secrets: list[str]) -> Exception:
     """``err`` fit to be shown: secrets masked (a password in the URL included), and a failure
     that got no reply saying which (refused, DNS, TLS, timeout) and where. The SDK's own text
-    is just "Connection error."."""
+    is just "Connection error."; a reply over the size cap says so, whatever wraps it."""
+    too_large = too_large_in(err)
+    if too_large is not None:
+        return too_large
     if isinstance(err, openai.APIConnectionError):  # APITimeoutError included
         cause, unfixable = connection_cause(err)
         if unfixable or not isinstance(err, openai.APITimeoutError):

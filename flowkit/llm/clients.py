@@ -28,8 +28,12 @@ from urllib.parse import urlsplit
 import openai
 
 from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
+from flowkit.llm.replies import capped
 
 Client = openai.AsyncOpenAI
+# The SDK's http clients, reading each reply under a size cap (``replies``).
+_CappedAioHttp = capped(openai.DefaultAioHttpClient)
+_CappedHttpx = capped(openai.DefaultAsyncHttpxClient)
 
 _created = 0
 _counted = threading.Lock()
@@ -74,24 +78,25 @@ def warm_up() -> None:
         threading.Thread(target=_tls_context, name="flowkit-tls", daemon=True).start()
 
 
-def _transport(concurrency: int) -> Any:
+def _transport(concurrency: int, max_reply_bytes: int) -> Any:
     """The SDK's aiohttp transport (the ``openai[aiohttp]`` extra, a dependency), its pool sized
     to the endpoint's in-flight limit. Measured at about 60% of the CPU per request of the
     default httpx transport (benchmarks/llm_bound.py). None (the SDK's default) only when the
     extra is missing."""
     default = openai.DEFAULT_CONNECTION_LIMITS
     tls = _tls_context()
+    limits = type(default)(
+        max_connections=concurrency,
+        max_keepalive_connections=concurrency,
+        keepalive_expiry=default.keepalive_expiry,
+    )
+    verify = {"verify": tls} if tls is not None else {}
     try:
-        return openai.DefaultAioHttpClient(
-            limits=type(default)(
-                max_connections=concurrency,
-                max_keepalive_connections=concurrency,
-                keepalive_expiry=default.keepalive_expiry,
-            ),
-            **({"verify": tls} if tls is not None else {}),
-        )
+        client = _CappedAioHttp(limits=limits, **verify)
     except (AttributeError, RuntimeError):  # an SDK too old for it, or without the extra
-        return None
+        client = _CappedHttpx(limits=limits, **verify)
+    client.max_reply_bytes = max_reply_bytes
+    return client
 
 
 def _build(endpoint: Endpoint) -> Client:
@@ -100,7 +105,12 @@ def _build(endpoint: Endpoint) -> Client:
     # aiohttp refuses a URL that carries credentials beside the SDK's Authorization header;
     # httpx sends them (as Basic auth), as users of such gateways expect.
     with_userinfo = "@" in urlsplit(endpoint.url).netloc
-    transport = None if with_userinfo else _transport(endpoint.limits.concurrency)
+    cap = endpoint.limits.max_reply_bytes
+    if with_userinfo:
+        transport = _CappedHttpx()
+        transport.max_reply_bytes = cap
+    else:
+        transport = _transport(endpoint.limits.concurrency, cap)
     if endpoint.kind == "azure":
         return openai.AsyncAzureOpenAI(
             azure_endpoint=endpoint.azure_endpoint or "",

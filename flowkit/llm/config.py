@@ -25,6 +25,7 @@ from flowkit.llm.endpoint import (
     Connection,
     Endpoint,
     Price,
+    masked_secret,
 )
 
 PROJECT_FILE = "flowkit.yaml"
@@ -145,9 +146,15 @@ class Settings(BaseModel):
                 "    - or pin `model:` on the node"
             )
         if conn.needs_key() and conn.api_key is None:
+            start = f"{who} uses connection '{name}', which needs an API key, but"
+            if not conn.key_env_is_a_name():
+                raise UsageError(
+                    f"{start} its api_key_env {masked_secret(conn.key_env())!r} is not the name "
+                    "of an environment variable (a key pasted in by mistake? put the key in a "
+                    "variable and give api_key_env that variable's name)"
+                )
             raise UsageError(
-                f"{who} uses connection '{name}', which needs an API key, but "
-                f"${conn.key_env()} is not set (or set api_key_env in flowkit.yaml)"
+                f"{start} ${conn.key_env()} is not set (or set api_key_env in flowkit.yaml)"
             )
         if conn.type == "azure":
             missing = [f for f in ("azure_endpoint", "api_version") if not getattr(conn, f)]
@@ -226,6 +233,10 @@ def load_settings(
     Nothing is checked for completeness here: a flow without llm nodes needs no model, so
     missing pieces are reported by :meth:`Settings.check` for the node that needs them.
     """
+    from flowkit.llm.replies import env_problem
+
+    if (problem := env_problem()) is not None:
+        raise UsageError(problem)
     connections = _env_connections(env)
     env_default = next(iter(connections), None)
     default_model = env.get("FLOWKIT_MODEL") or None

@@ -12,12 +12,25 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import re
 from typing import Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from flowkit.llm.replies import MIN_CAP, default_cap
+
 OPENAI_PUBLIC_URL = "https://api.openai.com/v1"
+
+# A variable's name as people write them (upper case; lower case is legal but rare): anything
+# else in ``api_key_env`` (mixed case, dashes, 40 random characters) is taken for a key.
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}|[a-z_][a-z0-9_]{0,31}")
+
+
+def masked_secret(text: str) -> str:
+    """``text`` with all but its first four characters hidden, and its length said: enough to
+    recognise which key it was, never enough to use it."""
+    return f"{text[:4]}… ({len(text)} characters)" if len(text) > 8 else "****"
 
 
 class Limits(BaseModel):
@@ -42,6 +55,9 @@ class Limits(BaseModel):
     """Largest backoff ceiling in seconds."""
     batch_max_requests: int = Field(50_000, ge=1)
     """Requests per batch in batch mode (the provider's limit; OpenAI's is 50,000)."""
+    max_reply_bytes: int = Field(default_factory=default_cap, ge=MIN_CAP)
+    """Largest reply body read, compressed or decompressed (``replies``); a bigger one is a
+    failed attempt. Defaults to $FLOWKIT_MAX_REPLY_BYTES, else 32 MiB."""
     slow_start: bool = True
     """Ramp up the requests in flight while no limit is known; false (a self-hosted server
     without rate limits) starts at ``concurrency``, and overload 429s still set a pace."""
@@ -101,6 +117,11 @@ class Connection(Limits):
     def _date_as_text(cls, value: object) -> object:
         """YAML reads an unquoted ``2024-06-01`` as a date; the API wants the text."""
         return value.isoformat() if isinstance(value, datetime.date) else value
+
+    def key_env_is_a_name(self) -> bool:
+        """Whether ``api_key_env`` reads as a variable's name, not as a key pasted in by
+        mistake (which must then never be shown whole: :func:`masked_secret`)."""
+        return bool(_ENV_NAME.fullmatch(self.key_env()))
 
     def key_env(self) -> str:
         """The variable the key is read from when no literal key is given."""

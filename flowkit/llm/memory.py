@@ -33,6 +33,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import tempfile
 import threading
@@ -45,6 +46,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 FILE = "endpoints.json"
 VERSION = 1
+MAX_WINDOW = 100_000
+"""The most requests in flight a remembered window may say."""
+MIN_RPM, MAX_RPM = 0.1, 1e9
+"""The slowest and fastest remembered pace in requests a minute; beyond them an entry is
+damage, not a finding."""
 TTL = 24 * 3600.0
 """Seconds a remembered endpoint stays trusted: an evaluation loop of the same day reuses it;
 an endpoint not used for a day is found out again."""
@@ -88,14 +94,42 @@ def _shown(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def _read(path: Path) -> dict[str, dict[str, Any]]:
+def _read(path: Path) -> tuple[dict[str, dict[str, Any]], int]:
+    """The file's entries that hold what this module writes, within plausible bounds, and how
+    many others it held: the file is read back as damaged until parsed (a hand edit, another
+    version, a disk fault). One trusted ``window: 1e999`` failed a row; ``rpm: 1e-300``
+    paced a run at one request an eon."""
     with contextlib.suppress(OSError, ValueError):
         data = json.loads(path.read_text())
         if isinstance(data, dict) and data.get("version") == VERSION:
             found = data.get("endpoints")
             if isinstance(found, dict):
-                return {k: v for k, v in found.items() if isinstance(v, dict)}
-    return {}
+                kept = {k: v for k, v in found.items() if isinstance(k, str) and _sound(v)}
+                return kept, len(found) - len(kept)
+            return {}, 1
+    return {}, 0
+
+
+def _sound(entry: object) -> bool:
+    """Whether ``entry`` is one this module could have written."""
+    if not isinstance(entry, dict):
+        return False
+    window, rate, at = entry.get("window"), entry.get("rpm"), entry.get("at")
+
+    def number(value: object, low: float, high: float) -> bool:
+        return (
+            isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
+        )
+
+    return (
+        isinstance(entry.get("url"), str)
+        and isinstance(entry.get("model"), str)
+        and (window is None or number(window, 1, MAX_WINDOW))
+        and (rate is None or number(rate, MIN_RPM, MAX_RPM))
+        and (window is not None or rate is not None)
+        and number(at, 0, math.inf)
+        and at != math.inf
+    )
 
 
 def _at(entry: dict[str, Any]) -> float:
@@ -133,7 +167,12 @@ class EndpointMemory:
 
     def _load(self) -> dict[str, dict[str, Any]]:
         if self._entries is None:
-            self._entries = _read(self.path)
+            self._entries, damaged = _read(self.path)
+            if damaged:
+                self.notes.append(
+                    f"ignored {damaged} damaged {'entry' if damaged == 1 else 'entries'} in "
+                    f"{self.path} (those endpoints are found out afresh)"
+                )
         return self._entries
 
     def attach(self, identity: tuple[str, ...], model: str, scheduler: Remembers) -> None:
@@ -211,7 +250,7 @@ class EndpointMemory:
             return
         with contextlib.suppress(OSError), _locked(self.path):
             # Read again under the lock: another run may have saved since this one started.
-            entries = {k: v for k, v in _read(self.path).items() if now - _at(v) <= TTL}
+            entries = {k: v for k, v in _read(self.path)[0].items() if now - _at(v) <= TTL}
             for key, entry in findings.items():
                 if key in entries and _at(entries[key]) > now:
                     continue  # a later finding (another run's clock ran ahead of this one)

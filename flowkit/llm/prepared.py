@@ -35,6 +35,8 @@ from typing import Any
 import msgspec
 import openai
 
+from flowkit.llm.replies import DEFAULT_MAX_REPLY_BYTES, read_aiohttp
+
 try:
     from openai._models import FinalRequestOptions
 except ImportError:  # an SDK that moved it: the caller's `client.post` path serves
@@ -207,6 +209,11 @@ def _direct(client: Any, request: Any, headers: Any) -> _Direct | None:
     )
 
 
+def _cap(client: Any) -> int:
+    """The reply size cap of the http client under ``client`` (``replies``)."""
+    return getattr(getattr(client, "_client", None), "max_reply_bytes", DEFAULT_MAX_REPLY_BYTES)
+
+
 def _failure(err: Exception, request: Any) -> Exception | None:
     """The SDK's exception for a request that got no reply, as ``client.post`` raises it, from
     the SDK's httpx or straight from aiohttp; None for anything else (a bug, which keeps its own
@@ -289,7 +296,7 @@ async def _send_direct(
             status = response.status
             if 300 <= status < 400:
                 return None
-            payload = await response.read()
+            payload = await read_aiohttp(response, _cap(client))
             headers = response.headers
             raw_headers = response.raw_headers
     except Exception as err:

@@ -53,14 +53,58 @@ def parse_duration(text: str | None) -> float | None:
     return total if pos == len(text) and pos > 0 else None
 
 
-def _count(value: str | None) -> int | None:
+# What a real endpoint can say, per minute (Azure's smallest quota is 1,000 tokens a minute; a
+# day is the longest window a reset counts down). A value outside is a broken or hostile
+# header: trusted, "limit-tokens: 1" stalls a run for hours and "1e999" overflows.
+_BOUNDS = {
+    "limit-requests": (1, 10**9),
+    "limit-tokens": (1_000, 10**12),
+    "remaining-requests": (0, 10**9),
+    "remaining-tokens": (0, 10**12),
+}
+MAX_RESET = 86_400.0
+
+
+def _count(value: str | None, name: str) -> int | None:
     if value is None:
         return None
     try:
-        number = int(float(value.strip()))
+        number = float(value.strip())
     except ValueError:
         return None
-    return number if number >= 0 else None  # Azure's -1 means "not reported"
+    if number == -1:  # Azure's -1 means "not reported"
+        return None
+    low, high = _BOUNDS[name]
+    if not low <= number <= high:  # NaN and infinities included
+        _ignored(name, value)
+        return None
+    return int(number)
+
+
+def _reset(value: str | None, name: str) -> float | None:
+    seconds = parse_duration(value)
+    if seconds is not None and not seconds <= MAX_RESET:
+        _ignored(name, value or "")
+        return None
+    return seconds
+
+
+def _ignored(name: str, value: str) -> None:
+    """Say once per run and header that a value was ignored (a run's notices, and the log)."""
+    import logging
+
+    from flowkit.llm.session import current_session
+
+    session = current_session()
+    if name in session.noted:
+        return
+    session.noted.add(name)
+    message = (
+        f"ignored the endpoint's x-ratelimit-{name}: {value.strip()[:40]!r} (not a plausible "
+        "limit); the run paces by what it measures instead"
+    )
+    logging.getLogger("flowkit.llm").warning("note: %s", message)
+    session.notes.append(message)
 
 
 @dataclass(frozen=True)
@@ -104,7 +148,11 @@ def _quota(headers: Mapping[str, str], what: str) -> Quota:
         value = headers.get(name)
         return value if value is not None else headers.get(f"{name}_usage_based")
 
-    return Quota(_count(get("limit")), _count(get("remaining")), parse_duration(get("reset")))
+    return Quota(
+        _count(get("limit"), f"limit-{what}"),
+        _count(get("remaining"), f"remaining-{what}"),
+        _reset(get("reset"), f"reset-{what}"),
+    )
 
 
 def parse_rate_headers(headers: Mapping[str, str] | None) -> RateHeaders | None:

@@ -22,6 +22,7 @@ from enum import Enum
 import openai
 
 from flowkit.llm.ratelimits import RateHeaders, parse_rate_headers
+from flowkit.llm.replies import too_large_in
 
 MAX_RETRY_AFTER = 120.0
 """A server asking for a longer pause is reporting an exhausted quota, not congestion."""
@@ -136,8 +137,27 @@ def connection_cause(exc: BaseException) -> tuple[str, bool]:
 _UNFIXABLE = {401: "authentication failed (401)", 403: "access denied (403)"}
 
 
+QUOTA_SPENT = "quota exhausted (429 insufficient_quota): add credit or raise the limit"
+"""A spent quota does not come back within a run: it stops the run, as a bad key does."""
+
+
+def _spent_quota(exc: BaseException) -> bool:
+    """Whether a 429 says the account's quota is spent (OpenAI's ``insufficient_quota``, as
+    its error's ``code`` or ``type``) rather than that requests come too fast."""
+    found = {getattr(exc, "code", None), getattr(exc, "type", None)}
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error")
+        error = inner if isinstance(inner, dict) else body
+        found |= {error.get("code"), error.get("type")}
+    return "insufficient_quota" in found
+
+
 def classify(exc: BaseException) -> Verdict:
     """Sort an exception into retryable kinds; everything unrecognised is fatal."""
+    too_large = too_large_in(exc)
+    if too_large is not None:  # the same request would get the same reply
+        return Verdict(Failure.FATAL, cause=str(too_large))
     if isinstance(exc, openai.APIConnectionError):  # APITimeoutError included
         cause, unfixable = connection_cause(exc)
         if unfixable or not isinstance(exc, openai.APITimeoutError):
@@ -163,6 +183,8 @@ def classify(exc: BaseException) -> Verdict:
         return Verdict(Failure.FATAL, retry_after, "not found (404: no such model?)", True, rates)
     if hint == "false":
         return Verdict(Failure.FATAL, retry_after, rates=rates)
+    if status == 429 and _spent_quota(exc):
+        return Verdict(Failure.FATAL, retry_after, QUOTA_SPENT, True, rates)
     if status == 429:
         return Verdict(Failure.RATE_LIMIT, retry_after, rates=rates)
     if status >= 500 or status == 408 or hint == "true":

@@ -11,6 +11,8 @@ inputs, foreign flow files in ``flowkit.flow.formats``).
 - ``variants``: `node_variants` / `use_variants`, the variant a run takes (`--variant`);
   ``variant_runs``: `flowkit run --variant` / `--variants all` (native `variants:` too), whose
   options are in ``variant_options``.
+- ``includes``: `additional_includes:`, the files and folders a flow's tools use as if they
+  lay beside it (looked up, never copied).
 - ``toolscan``: finds a code file's one `@tool` function without importing it.
 - ``shim``: the folder put on the import path (last, so a real Prompt Flow wins) that provides
   the `promptflow` modules flows import: ``tool``, ``log_metric``, connections, chat helpers.

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from flowkit.code.static import inspect_only
 from flowkit.errors import Diagnostic, UsageError, ValidationError
 from flowkit.flow.formats import foreign_file
 from flowkit.flow.loader import LoadContext, load_flow
@@ -65,5 +66,6 @@ def convert_folder(source: Path, output: Path) -> Path:
     text = yaml.dump(flow, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(header + text, encoding="utf-8")
-    load_flow(output)  # what was written must load on its own
+    with inspect_only():  # what was written must load on its own; converting runs nothing
+        load_flow(output)
     return output

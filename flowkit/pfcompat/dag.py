@@ -31,6 +31,7 @@ from flowkit.errors import did_you_mean, display
 from flowkit.flow.refs import RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import YamlSyntaxError, YDict, YList, line_of, read_yaml
 from flowkit.pfcompat import variants
+from flowkit.pfcompat.includes import Includes
 from flowkit.pfcompat.rules import (
     FLOW_KEYS,
     NODE_KEYS,
@@ -105,6 +106,7 @@ class _Translation:
         self.notices: list[str] = []
         self.picked: dict[str, str] = {}
         """The variant each node that uses variants runs (said in the run's notes)."""
+        self.includes = Includes(self.folder, None)
 
     def error(self, container: Any, key: Any, node: str | None, message: str) -> None:
         self.ctx.report(self.shown, line_of(container, key), node, message)
@@ -133,6 +135,11 @@ class _Translation:
                 "--environment-variables NAME=VALUE",
             )
         self._requirements(raw.get("environment"))
+        self.includes = Includes(self.folder, raw.get("additional_includes"))
+        for index, problem in self.includes.problems:
+            listed = raw.get("additional_includes")
+            where = listed if isinstance(listed, YList) else raw
+            self.error(where, index if where is listed else "additional_includes", None, problem)
         raw_nodes = variants.applied(raw, self.error, self.picked)
         self.notices += [f"node {n!r} runs its variant {v!r}" for n, v in self.picked.items()]
         self.ctx.broken.update(n for n in tuned_nodes(raw) if n not in self.picked)
@@ -161,7 +168,7 @@ class _Translation:
         nodes.item_lines = lines
         items["nodes"] = nodes
         # The folder, for sibling imports of its code; the shim, for `import promptflow`.
-        items["python_path"] = [".", SHIM]
+        items["python_path"] = [".", *self.includes.python_path(), SHIM]
         return self.out.map(
             raw, items, {"name": "nodes", "description": "name", "python_path": "nodes"}
         )
@@ -274,6 +281,10 @@ class _Translation:
             self.error(raw, "source", name, "source must be {type: code, path: FILE}")
             return None
         if not (self.folder / path).is_file():
+            included = self.includes.resolve(path)
+            if included is not None:
+                source["path"] = self.includes.relative(included)  # the converted flow's path
+                return included
             self.error(raw, "source", name, f"source file {path!r} does not exist")
             return None
         return self.folder / path

@@ -11,6 +11,8 @@
 - ``status``: a run's status words, whether a ``running`` run's process is still alive, and
   the claim that lets one resume at a time into a folder.
 - ``summary``: what `show` says about the traces, tallied as the run writes them.
+- ``stop``: stopping a run that goes on in a worker thread (a kernel interrupt, a cancelled
+  ``arun``) as Ctrl-C stops one.
 - ``space``: a full disk under the run folder: the space kept in hand to record it.
 - ``resume``: keeping the finished rows of an earlier run and rerunning the rest.
 - ``judging``: what identifies each model-calling node's judging (model, params, prompt), so a

@@ -133,6 +133,11 @@ def recorded_config(info: dict[str, Any]) -> RunConfig:
     """The options a run was started with, from its run.json (also one written by flowkit
     0.1.0, before ``"config"`` was recorded)."""
     if "config" in info:
+        if not isinstance(info["config"], dict):
+            raise UsageError(
+                "run.json is damaged: its config is not a mapping, so the run cannot be resumed",
+                hint="start a new run",
+            )
         return RunConfig.of(**info["config"])
     return legacy_config(info)
 

@@ -33,9 +33,11 @@ from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here b
     FAILED,
     INTERRUPTED,
     RUNNING,
+    DamagedRunFile,
     claimed,
     effective_status,
     process_start,
+    read_run_info,
 )
 from flowkit.runs.summary import SUMMARY_FILE, Tally, decode_brief
 
@@ -389,10 +391,6 @@ def resolve_run_dir(run: str | os.PathLike[str], root: Path = Path("runs")) -> P
         f"no run folder {str(run)!r} (looked for run.json there and in {root}/)",
         hint="`flowkit runs` lists the runs",
     )
-
-
-def read_run_info(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "run.json").read_text("utf-8"))
 
 
 def read_metrics(run_dir: Path) -> dict[str, Any]:

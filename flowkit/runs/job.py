@@ -6,7 +6,6 @@ the aggregates, and a run folder closed with an honest status whatever happened.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -37,6 +36,7 @@ from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
 from flowkit.runs.space import OutOfSpace, no_space
+from flowkit.runs.stop import run_rows
 
 if TYPE_CHECKING:
     from flowkit.batch.collector import BatchCollector
@@ -242,7 +242,7 @@ def _run_rows(
     collector: BatchCollector | None = None,
 ) -> None:
     if job.config.backend == "local":
-        asyncio.run(_drive(executor, rows, collector))
+        run_rows(lambda: _drive(executor, rows, collector))
         return
     from flowkit.runs.backends import WorkerJob, run_distributed
 

@@ -27,6 +27,7 @@ from flowkit.engine.executor import Executor
 from flowkit.engine.plan import AggTask, collect
 from flowkit.engine.records import OK
 from flowkit.engine.scope import Scope, has_invalid
+from flowkit.runs.folder import open_new
 
 
 def data_fingerprint(path: Path) -> dict[str, Any]:
@@ -66,9 +67,11 @@ def prepare(run_dir: Path, flow: BoundFlow, executor: Executor, *, keep: bool = 
     )
     rows: dict[int, _Row] = {}
     for _, rec in _records(outputs):
-        if rec.get("status") == OK and isinstance(rec.get("line"), int):
+        # A record that is not what flowkit writes is not kept: its row runs again.
+        outs = rec.get("outputs") or {}
+        if rec.get("status") == OK and isinstance(rec.get("line"), int) and isinstance(outs, dict):
             inputs = rec.get("inputs") if wants_inputs else None
-            rows[rec["line"]] = _Row(inputs, has_invalid(rec.get("outputs") or {}))
+            rows[rec["line"]] = _Row(inputs, has_invalid(outs))
     for _, rec in _records(traces):
         line = rec.get("line")
         row = rows.get(line) if isinstance(line, int) else None
@@ -176,7 +179,8 @@ def _rewrite(
     """
     tmp = path.with_suffix(".jsonl.tmp")
     last, unsorted = -1, False
-    with open(tmp, "wb") as f:
+    tmp.unlink(missing_ok=True)  # a link planted there is removed, never written through
+    with open_new(tmp) as f:
         for raw, rec in _records(path):
             line = rec.get("line")
             if line not in kept:
@@ -190,7 +194,7 @@ def _rewrite(
         os.fsync(f.fileno())
     if sort and unsorted:
         lines = sorted(_records(tmp), key=lambda item: item[1]["line"])
-        with open(tmp, "wb") as f:
+        with open_new(tmp) as f:
             f.writelines(raw for raw, _ in lines)
             f.flush()
             os.fsync(f.fileno())

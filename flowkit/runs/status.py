@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from flowkit.errors import UsageError
+from flowkit.errors import UsageError, display
 
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
 
@@ -96,3 +96,28 @@ def process_start(pid: int) -> int | None:
     # The command name (field 2) is in parentheses and may hold spaces; count after it.
     fields = stat[stat.rfind(")") + 2 :].split()
     return int(fields[19]) if len(fields) > 19 else None
+
+
+class DamagedRunFile(UsageError, ValueError):
+    """A run file that does not parse as what flowkit writes (a ValueError too, as a JSON
+    error was: listings that skip unreadable runs go on skipping it)."""
+
+
+def read_run_info(run_dir: Path) -> dict[str, Any]:
+    """A run's run.json, read back as damaged until parsed: not JSON, or JSON but not an
+    object, is a clear error naming the file, never a traceback."""
+    path = run_dir / "run.json"
+    try:
+        info = json.loads(path.read_text("utf-8"))
+    except ValueError as err:  # not JSON, not UTF-8
+        raise DamagedRunFile(
+            f"{display(path)} is damaged ({err}); it is not a run's record",
+            hint="restore it from a copy, or start a new run",
+        ) from None
+    if not isinstance(info, dict):
+        raise DamagedRunFile(
+            f"{display(path)} is damaged (a JSON {type(info).__name__}, not an object); it is "
+            "not a run's record",
+            hint="restore it from a copy, or start a new run",
+        )
+    return info

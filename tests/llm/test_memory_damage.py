@@ -1,0 +1,55 @@
+"""endpoints.json is read back as damaged until parsed: an entry that is not what flowkit writes
+(a hand edit, a disk fault, another version) costs a notice, never a row, a stall or the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flowkit
+from flowkit.testing.server import LocalServer
+from tests.support import write_jsonl
+
+DAMAGE: dict[str, Any] = {
+    "huge-window": {"window": 1e999},
+    "tiny-pace": {"window": None, "rpm": 1e-300},
+    "text-window": {"window": "sixteen"},
+    "not-a-dict": "garbage",
+    "no-time": {"at": None},
+}
+
+
+@pytest.mark.slow  # two runs each
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+def test_a_damaged_entry_costs_a_notice_not_the_run(
+    llm_server: LocalServer, workdir: Path, damage: str
+) -> None:
+    rows = write_jsonl(
+        workdir / "rows.jsonl", [{"context": f"F {i}", "answer": f"A {i}"} for i in range(60)]
+    )
+    cache = workdir / "cache"
+    flowkit.run("groundedness", rows, cache_dir=cache, use_cache=False, name="first")
+    memory = cache / "endpoints.json"
+    data = json.loads(memory.read_text())
+    assert data["endpoints"], "the first run left nothing to remember"
+    for key, entry in data["endpoints"].items():
+        change = DAMAGE[damage]
+        data["endpoints"][key] = {**entry, **change} if isinstance(change, dict) else change
+    memory.write_text(json.dumps(data))
+    result = flowkit.run(
+        "groundedness", rows, cache_dir=cache, use_cache=False, name="second", timeout=20
+    )
+    assert result.status == "completed"
+    assert result.counts["failed"] == 0
+    assert (
+        result.info["notices"].count(
+            f"ignored 1 damaged entry in {memory} (those endpoints are found out afresh)"
+        )
+        == 1
+    )
+    # The file is sound again: the damaged entry was replaced by what this run found.
+    again = json.loads(memory.read_text())["endpoints"]
+    assert all(isinstance(e, dict) and isinstance(e.get("at"), float) for e in again.values())
