@@ -91,7 +91,7 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
 
 @_outside_any_loop
 def run(
-    flow: Flow | str | os.PathLike[str],
+    flow: Flow | str | os.PathLike[str] | list[str | os.PathLike[str]],
     data: Any,
     *,
     mapping: dict[str, str] | None = None,
@@ -121,6 +121,9 @@ def run(
     on_progress: Callable[[Stats], None] | None = None,
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
+
+    ``flow`` is a flow file, a built-in flow's name, a loaded flow, or a list of those run
+    together as one (each flow's outputs nested under its name, as ``flowkit run A B``).
 
     ``data`` is a data file's path, a pandas DataFrame or a list of dicts (written to the run
     folder as ``data.jsonl``, so the run can be resumed). The keyword options are the fields of
@@ -153,7 +156,7 @@ arun.__doc__ = """``await flowkit.arun(flow, data, ...)``: :func:`run` without b
 
 
 def run_configured(
-    flow: Flow | str | os.PathLike[str],
+    flow: Flow | str | os.PathLike[str] | list[str | os.PathLike[str]],
     data: Any,
     config: RunConfig,
     *,
@@ -161,7 +164,12 @@ def run_configured(
     on_progress: Callable[[Stats], None] | None = None,
 ) -> RunResult:
     """:func:`run` with its options as one :class:`RunConfig` (how the CLI calls it)."""
-    flow = fresh(flow) if isinstance(flow, Flow) else load_flow(flow)
+    if isinstance(flow, Flow):
+        flow = fresh(flow)
+    elif isinstance(flow, (list, tuple)):  # several flows, one run (as `flowkit run A B`)
+        flow = load_flows(list(flow))
+    else:
+        flow = load_flow(flow)
     run_dir = (
         Path(config.output)
         if config.output

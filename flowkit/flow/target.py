@@ -221,9 +221,6 @@ def _with_target(
 ) -> Flow:
     from flowkit.flow.loader import LoadContext, _raise, load_flow
 
-    if len(metric.sources) != 1:
-        raise UsageError("--target runs one metric flow; give a suite flow to run several")
-    metric_path = metric.sources[0]
     provides = [
         k
         for k, spec in metric.inputs.items()
@@ -289,11 +286,7 @@ def _with_target(
     for name, spec in metric.inputs.items():
         if name not in provides and name not in inputs:
             inputs[name] = spec.model_dump(exclude_unset=True)
-    metric_inputs = {k: out.get(k, f"${{inputs.{k}}}") for k in metric.inputs}
-    nodes: list[dict[str, Any]] = [
-        app_node,
-        {"name": metric.name, "type": "flow", "flow": metric_path, "inputs": metric_inputs},
-    ]
+    nodes: list[dict[str, Any]] = [app_node, *_metric_nodes(metric, out)]
     latency = f"${{{TARGET_NODE}.output.{LATENCY_OUTPUT}}}"
     nodes.append(
         {
@@ -304,7 +297,7 @@ def _with_target(
         }
     )
     outputs = {
-        metric.name: f"${{{metric.name}.output}}",
+        **_metric_outputs(metric),
         **{f"app_{k}": v for k, v in out.items()},
         LATENCY_OUTPUT: latency,
     }
@@ -324,6 +317,34 @@ def _with_target(
     assert flow is not None
     return replace(
         flow,
-        sources=(metric_path,),
+        sources=metric.sources,
         target=Target(target, tuple(columns), str(base), tuple(notices)),
     )
+
+
+def _metric_nodes(metric: Flow, out: dict[str, str]) -> list[dict[str, Any]]:
+    """The metric flow as a sub-flow node fed from the app's reply where the app provides an
+    input; several composed flows (`flowkit run A B --target APP`), one node each."""
+    if not metric.composed:
+        inputs = {k: out.get(k, f"${{inputs.{k}}}") for k in metric.inputs}
+        return [{"name": metric.name, "type": "flow", "flow": metric.sources[0], "inputs": inputs}]
+    nodes = []
+    for node in metric.nodes.values():
+        wired = {p: ref.name for p, ref, _ in node.inputs if ref is not None}
+        inputs = {p: out.get(name, f"${{inputs.{name}}}") for p, name in wired.items()}
+        nodes.append({"name": node.name, "type": "flow", "flow": node.spec.flow, "inputs": inputs})
+    return nodes
+
+
+def _metric_outputs(metric: Flow) -> dict[str, str]:
+    """The metric outputs as a run without --target has them: one flow's at the top level,
+    several flows' under each flow's name. The app's own outputs go beside them."""
+    if metric.composed:
+        return {node: f"${{{node}.output}}" for node in metric.nodes}
+    taken = [k for k in metric.outputs if k == LATENCY_OUTPUT or k.startswith("app_")]
+    if taken:
+        raise UsageError(
+            f"flow {metric.name!r} has an output {taken[0]!r}, which --target's own output of "
+            "that name would hide; rename it in the flow"
+        )
+    return {k: f"${{{metric.name}.output.{k}}}" for k in metric.outputs}

@@ -51,8 +51,18 @@ def message_text(content: Any) -> str:
     return str(content)
 
 
+def unwrap_conversation(value: Any) -> Any:
+    """azure-ai-evaluation's ``conversation`` column, ``{"messages": [...]}``, as its message
+    list; any other value as it is."""
+    value = _maybe_json(value)
+    if isinstance(value, Mapping) and set(value) <= {"messages", "context"} and "messages" in value:
+        return value["messages"]
+    return value
+
+
 def _messages(value: Any) -> list[Mapping[str, Any]] | None:
     """``value`` as a list of role/content messages, or None when it is not one."""
+    value = unwrap_conversation(value)
     if (
         isinstance(value, Sequence)
         and not isinstance(value, str)

@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from flowkit.metrics.adapters import unwrap_conversation
 from flowkit.metrics.aggregate import Metrics, defect_rate
 from flowkit.metrics.keys import returns_keys
 from flowkit.metrics.names import _safe_key, _safe_keys, key_of
@@ -81,6 +82,7 @@ def transcript(
     """
     lines: list[str] = []
     turns = 0
+    messages = unwrap_conversation(messages)
     if messages:
         if not isinstance(messages, Sequence) or isinstance(messages, str):
             raise ValueError("messages must be a list of {role, content} objects")

@@ -53,7 +53,7 @@ def test_a_callable_target_is_called_judged_and_timed(questions: Path) -> None:
     assert result.exit_code == 0, result.output
     rows = read_jsonl(Path("a/outputs.jsonl"))
     assert [r["outputs"]["app_answer"] for r in rows] == ["Paris.", "No idea."]
-    assert [r["outputs"]["groundedness"]["score"] for r in rows] == [5, 1]
+    assert [r["outputs"]["score"] for r in rows] == [5, 1]
     assert all(r["outputs"]["latency_seconds"] >= 0.02 for r in rows)
     metrics = read_json(Path("a/metrics.json"))
     assert metrics["groundedness.mean"] == 3
@@ -100,7 +100,7 @@ def test_an_app_returning_fields_fills_the_metric_inputs(
     assert result.exit_code == 0, result.output
     (row,) = read_jsonl(Path("r/outputs.jsonl"))
     assert row["outputs"]["app_retrieved_context"] == [{"doc_uri": "d1", "content": "Paris."}]
-    assert row["outputs"]["groundedness_agent"]["score"] == 1  # judged on the app's chunks
+    assert row["outputs"]["score"] == 1  # judged on the app's chunks
 
 
 APP_FLOW = """
@@ -118,7 +118,7 @@ def test_an_app_flow_target_is_judged_and_timed(questions: Path) -> None:
     result = flowkit("groundedness", "--data", "q.jsonl", "--target", "app.yaml", "--output", "f")
     assert result.exit_code == 0, result.output
     rows = read_jsonl(Path("f/outputs.jsonl"))
-    assert [r["outputs"]["groundedness"]["score"] for r in rows] == [5, 1]
+    assert [r["outputs"]["score"] for r in rows] == [5, 1]
     # The app flow's wall time in each row: its one node sleeps 0.02 s.
     latencies = [r["outputs"]["latency_seconds"] for r in rows]
     assert all(s >= 0.02 for s in latencies)
@@ -185,10 +185,8 @@ def test_a_target_runs_on_loky_workers_as_it_does_locally(
     on_loky = fk.run("f1_score", data, cache_dir=tmp_path / "b", output="loky", **on_workers)
     assert on_loky.info["options"] == {**local.info["options"], "backend": "loky", "workers": 2}
     rows = read_jsonl(on_loky.run_dir / "outputs.jsonl")
-    scores = [r["outputs"]["f1_score"]["score"] for r in rows]
-    assert scores == [
-        r["outputs"]["f1_score"]["score"] for r in read_jsonl(local.run_dir / "outputs.jsonl")
-    ]
+    scores = [r["outputs"]["score"] for r in rows]
+    assert scores == [r["outputs"]["score"] for r in read_jsonl(local.run_dir / "outputs.jsonl")]
     assert scores == [1.0, 0.0] * 3
     latencies = [r["outputs"]["latency_seconds"] for r in rows]
     assert all(s >= 0.02 for s in latencies)
@@ -242,11 +240,10 @@ def test_gates_are_checked_on_the_flow_with_its_target(questions: Path, workdir:
     assert typo.stderr == (
         "error: --gate agent.latency_seconds.meen<=60: flow 'groundedness_on_target' cannot "
         "produce metric 'agent.latency_seconds.meen' (did you mean 'agent.latency_seconds.mean'?); "
-        "it reports agent.agent/latency_seconds/average, "
-        "agent.agent/total_input_token_count/average, "
-        "agent.agent/total_output_token_count/average, agent.agent/total_token_count/average, "
-        "agent.input.mean, agent.input.sum, agent.latency_seconds.mean, agent.latency_seconds.sum, "
-        "agent.output.mean, agent.output.sum, agent.total.mean, agent.total.sum\n"
+        "it reports agent.input.mean, agent.input.sum, agent.latency_seconds.mean, "
+        "agent.latency_seconds.sum, agent.output.mean, agent.output.sum, agent.total.mean, "
+        "agent.total.sum, agent/latency_seconds/average, agent/total_input_token_count/average, "
+        "agent/total_output_token_count/average, agent/total_token_count/average\n"
         "  hint: nothing was run\n"
     )
     assert not (workdir / "typo").exists()

@@ -158,15 +158,18 @@ def test_qa_flows_share_input_names() -> None:
 
 
 def test_missing_field_is_reported_before_any_row(tmp_path: Path) -> None:
+    # (A QA file's question and answer are read as request and response: flowkit.data.needs.)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "Q?", "reply": "A."}\n')
     with pytest.raises(ValidationError) as err:
         flowkit.run(
             FLOWS / "relevance_to_query.yaml",
-            EXAMPLES / "qa.jsonl",
+            data,
             cache_dir=tmp_path / "cache",
             output=tmp_path / "out",
         )
     text = str(err.value)
-    assert "'request'" in text and "question" in text
+    assert "'request'" in text and "prompt" in text
 
 
 # --------------------------------------------------------------------------- parse paths
