@@ -30,6 +30,7 @@ from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow, load_flows
 from flowkit.flow.reload import fresh
+from flowkit.flow.settings import with_settings
 from flowkit.llm.config import Settings  # at run time: help() shows the parameter's type
 from flowkit.runs.config import Backend, RunConfig, Trace, recorded_config
 from flowkit.runs.folder import (
@@ -216,6 +217,7 @@ def _start(
 ) -> RunResult:
     if config.target is not None and flow.target is None:
         flow = with_target(flow, config.target, data_path)
+    flow, mapping = with_settings(flow, config.mapping)
     prior = _prior_run(config.prior_run, Path(config.runs_root)) if config.prior_run else None
     # Written down as a resume (from any working directory) will need them.
     config = config.model_copy(
@@ -225,7 +227,7 @@ def _start(
         }
     )
     job = make_job(
-        flow, data_path, Mapping(flow, config.mapping or None, prior), config, settings, on_progress
+        flow, data_path, Mapping(flow, mapping or None, prior), config, settings, on_progress
     )
     if config.strict:
         check_every_row(data_path, job.maps, config.limit)
@@ -348,6 +350,7 @@ def _resume(
     flow = load_flows(inv["flows"])
     if config.target:
         flow = with_target(flow, config.target, Path(inv["data"]), inv.get("target_dir"))
+    flow, mapping = with_settings(flow, config.mapping)
     data_path = Path(inv["data"])
     if not data_path.is_file() or data_fingerprint(data_path) != inv["data_fingerprint"]:
         raise UsageError(
@@ -363,7 +366,7 @@ def _resume(
             hint="restore that run's folder, or start a new run",
         )
     job = make_job(
-        flow, data_path, Mapping(flow, config.mapping or None, prior), config, settings, on_progress
+        flow, data_path, Mapping(flow, mapping or None, prior), config, settings, on_progress
     )
     now = judging(job.bound)
     # A run.json from before "judging" was recorded has only the flow hash to go by.

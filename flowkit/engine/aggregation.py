@@ -10,6 +10,7 @@ silently overwritten (the loader refuses the clash when both declare their keys)
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from flowkit.engine.sink import RunSink
     from flowkit.flow.graph import Node
 
+TOOL_NAME = re.compile(r"[a-z_]+(/[a-z_]+)+")
+"""A metric name another tool defines, a path of words (Databricks'
+``agent/latency_seconds/average``): reported once, under that name."""
 AGGREGATE_LINE = -1
 """The `line` of aggregate nodes' trace records: they belong to no single row."""
 
@@ -110,7 +114,7 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
                     # and gates use it: both also reported unprefixed, unless two flows of
                     # the run write it (then only their prefixed names are reported).
                     _bare(metrics, bare_owners, k, v, qual, writer)
-                    if "/" in k:
+                    if TOOL_NAME.fullmatch(k):
                         tools.setdefault(k, []).append(f"{agg.prefix}.{k}")
         detail["status"] = status
         info[qual] = detail

@@ -6,7 +6,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -132,15 +132,13 @@ def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
     """The failures, each as a sentence; empty when every gate holds."""
     failures: list[str] = []
     for gate in gates:
-        bare = gate.metric.partition(".")[2]
-        if gate.metric not in metrics and "/" in bare and bare in metrics:
-            gate = replace(gate, metric=bare)  # reported under the other tool's name only
-        if gate.metric not in metrics:
+        name = _reported_as(gate, metrics)
+        if name is None:
             failures.append(
                 f"gate {gate}: no metric {gate.metric!r}{did_you_mean(gate.metric, metrics)}"
             )
             continue
-        value = metrics[gate.metric]
+        value = metrics[name]
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             failures.append(f"gate {gate}: {gate.metric} is {value!r}, not a number")
         elif not OPERATORS[gate.op](value, gate.value):
@@ -148,10 +146,20 @@ def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
     return failures
 
 
+def _reported_as(gate: Gate, metrics: dict[str, Any]) -> str | None:
+    """The metric name the gate reads: its own, or for a prefixed spelling of another tool's
+    name (``agent.agent/latency_seconds/average``) the name it is reported under."""
+    if gate.metric in metrics:
+        return gate.metric
+    bare = gate.metric.partition(".")[2]
+    return bare if "/" in bare and bare in metrics else None
+
+
 def check_gates(gates: list[Gate], metrics: dict[str, Any], console: Console) -> None:
     for gate in gates:
-        if gate.metric in metrics and not evaluate([gate], metrics):
-            console.print(f"gate {gate}: passed ({gate.metric} = {metrics[gate.metric]:g})")
+        name = _reported_as(gate, metrics)
+        if name is not None and not evaluate([gate], metrics):
+            console.print(f"gate {gate}: passed ({gate.metric} = {metrics[name]:g})")
     failures = evaluate(gates, metrics)
     if failures:
         raise GateError("\n".join(failures))

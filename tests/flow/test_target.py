@@ -279,3 +279,42 @@ def test_a_resume_from_another_directory_finds_the_app(
     rows = read_jsonl(workdir / "r" / "outputs.jsonl")
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert [r["outputs"]["app_answer"] for r in rows] == ["Paris.", "Paris."]
+
+
+def test_several_flows_judge_one_target_and_keep_their_shape(questions: Path) -> None:
+    """`flowkit run A B --target APP`: outputs nested by flow, as `flowkit run A B` nests them;
+    one flow's stay at the top level, as without --target."""
+    rows = [{**row, "ground_truth": "Paris."} for row in read_jsonl(questions)]
+    write_jsonl(Path("t.jsonl"), rows)
+    several = flowkit(
+        "groundedness", "f1_score", "--data", "t.jsonl", "--target", "app.py:answer",
+        "--output", "both",
+    )  # fmt: skip
+    assert several.exit_code == 0, several.output
+    rows = read_jsonl(Path("both/outputs.jsonl"))
+    assert [r["outputs"]["groundedness"]["score"] for r in rows] == [5, 1]
+    assert [r["outputs"]["f1_score"]["score"] for r in rows] == [1.0, 0.0]
+    assert [r["outputs"]["app_answer"] for r in rows] == ["Paris.", "No idea."]
+    metrics = read_json(Path("both/metrics.json"))
+    assert metrics["groundedness.mean"] == 3 and metrics["f1_score.mean"] == 0.5
+    one = judged_app("one")
+    assert one.exit_code == 0, one.output
+    (first, _) = read_jsonl(Path("one/outputs.jsonl"))
+    assert first["outputs"]["score"] == 5 and "groundedness" not in first["outputs"]
+
+
+def test_agent_metrics_are_reported_once_and_only_where_measured(questions: Path) -> None:
+    result = judged_app("agent")
+    assert result.exit_code == 0, result.output
+    agent = sorted(k for k in read_json(Path("agent/metrics.json")) if k.startswith("agent"))
+    # The app reports no tokens: no token rows; Databricks' latency name once, unprefixed.
+    assert agent == [
+        "agent.latency_seconds.mean",
+        "agent.latency_seconds.sum",
+        "agent/latency_seconds/average",
+    ]
+    gated = flowkit(
+        "groundedness", "--data", "q.jsonl", "--target", "app.py:answer", "--output", "gated",
+        "--gate", "agent.agent/latency_seconds/average<=60",
+    )  # fmt: skip
+    assert gated.exit_code == 0, gated.output  # the prefixed spelling of before still gates

@@ -257,7 +257,14 @@ def test_conversation_cut_off_is_invalid(env: Path) -> None:
 
 
 def test_row_without_a_reply_fails_with_a_clear_error(env: Path) -> None:
-    result = run("sexual", write_jsonl(env / "q.jsonl", [{"question": "only a question"}]), env)
+    from flowkit.errors import ValidationError
+
+    # Data with no reply column at all is refused before any row (flowkit.data.needs) ...
+    with pytest.raises(ValidationError, match="flow 'sexual' needs 'answer', or 'messages'"):
+        run("sexual", write_jsonl(env / "n.jsonl", [{"question": "only a question"}]), env)
+    # ... and a row whose reply is empty fails alone.
+    rows = [{"question": "only a question", "answer": ""}]
+    result = run("sexual", write_jsonl(env / "q.jsonl", rows), env)
     row = next(result.rows())
     assert row["status"] == "failed"
     assert "no assistant reply" in row["error"]["message"]
