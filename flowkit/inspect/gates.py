@@ -56,7 +56,11 @@ def parse_gate(text: str) -> Gate:
             f"--gate {text!r} must read METRIC<OP>NUMBER, e.g. 'groundedness.mean>=4'",
             hint=f"operators: {', '.join(OPERATORS)}",
         )
-    return Gate(parts[0], parts[1], value)
+    # A Databricks per-row assessment name gates its run-level metric (`…/rating` reads
+    # `…/rating/percentage`), so either spelling a Databricks user knows works.
+    from flowkit.metrics.judges import ROW_NAMES
+
+    return Gate(ROW_NAMES.get(parts[0], parts[0]), parts[1], value)
 
 
 def aggregate_nodes(flow: Any, path: tuple[str, ...] = ()) -> list[tuple[str, Any]]:

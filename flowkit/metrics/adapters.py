@@ -238,6 +238,15 @@ def format_documents(documents: Any) -> dict[str, Any]:
     return {"text": "\n\n".join(blocks), "count": len(items), "ids": ids}
 
 
+def supporting_text(documents: Any) -> str:
+    """A context as Spring AI's evaluators give it to their judge: one text, or a list of
+    documents (strings or ``{content}``) whose non-blank texts are joined one per line."""
+    if isinstance(documents, str) and _maybe_json(documents) is documents:
+        return documents
+    texts = [text for _, _, text in _items(documents, "context")]
+    return "\n".join(text for text in texts if text.strip())
+
+
 def conversation_turns(messages: Any) -> list[dict[str, Any]]:
     """One entry per assistant reply: ``{turn, question, answer, documents}``.
 
