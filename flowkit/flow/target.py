@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -286,7 +287,8 @@ def _with_target(
     for name, spec in metric.inputs.items():
         if name not in provides and name not in inputs:
             inputs[name] = spec.model_dump(exclude_unset=True)
-    nodes: list[dict[str, Any]] = [app_node, *_metric_nodes(metric, out)]
+    metric_outputs, pickers = _metric_outputs(metric)
+    nodes: list[dict[str, Any]] = [app_node, *_metric_nodes(metric, out), *pickers]
     latency = f"${{{TARGET_NODE}.output.{LATENCY_OUTPUT}}}"
     nodes.append(
         {
@@ -297,7 +299,7 @@ def _with_target(
         }
     )
     outputs = {
-        **_metric_outputs(metric),
+        **metric_outputs,
         **{f"app_{k}": v for k, v in out.items()},
         LATENCY_OUTPUT: latency,
     }
@@ -336,15 +338,36 @@ def _metric_nodes(metric: Flow, out: dict[str, str]) -> list[dict[str, Any]]:
     return nodes
 
 
-def _metric_outputs(metric: Flow) -> dict[str, str]:
+def _metric_outputs(metric: Flow) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """The metric outputs as a run without --target has them: one flow's at the top level,
-    several flows' under each flow's name. The app's own outputs go beside them."""
+    several flows' under each flow's name (the app's own outputs go beside them); and the nodes
+    that read an output whose name a reference cannot spell (Databricks' `a/b/c`)."""
     if metric.composed:
-        return {node: f"${{{node}.output}}" for node in metric.nodes}
+        return {node: f"${{{node}.output}}" for node in metric.nodes}, []
     taken = [k for k in metric.outputs if k == LATENCY_OUTPUT or k.startswith("app_")]
     if taken:
         raise UsageError(
             f"flow {metric.name!r} has an output {taken[0]!r}, which --target's own output of "
             "that name would hide; rename it in the flow"
         )
-    return {k: f"${{{metric.name}.output.{k}}}" for k in metric.outputs}
+    outputs, pickers = {}, []
+    for i, key in enumerate(metric.outputs):
+        if re.fullmatch(r"[A-Za-z_][\w\-]*", key):
+            outputs[key] = f"${{{metric.name}.output.{key}}}"
+            continue
+        name = f"{TARGET_NODE}_output_{i}"
+        pickers.append(
+            {
+                "name": name,
+                "type": "python",
+                "function": "flowkit.flow.target:output_named",
+                "inputs": {"outputs": f"${{{metric.name}.output}}", "key": key},
+            }
+        )
+        outputs[key] = f"${{{name}.output}}"
+    return outputs, pickers
+
+
+def output_named(outputs: dict[str, Any], key: str) -> Any:
+    """One of a sub-flow's outputs, by a name a reference cannot spell."""
+    return outputs.get(key)

@@ -58,9 +58,13 @@ def parse_gate(text: str) -> Gate:
         )
     # A Databricks per-row assessment name gates its run-level metric (`…/rating` reads
     # `…/rating/percentage`), so either spelling a Databricks user knows works.
+    # Likewise a flow's other name (`ada_similarity.mean`) gates the metric the flow reports.
+    from flowkit.flow.builtin import ALIASES
     from flowkit.metrics.judges import ROW_NAMES
 
-    return Gate(ROW_NAMES.get(parts[0], parts[0]), parts[1], value)
+    prefix, dot, key = parts[0].partition(".")
+    metric = f"{ALIASES[prefix]}.{key}" if dot and prefix in ALIASES else parts[0]
+    return Gate(ROW_NAMES.get(metric, metric), parts[1], value)
 
 
 def aggregate_nodes(flow: Any, path: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
