@@ -114,7 +114,7 @@ def run(
     scheduler: str | None = None,
     chunk_size: int = 512,
     strict: bool = False,
-    target: str | None = None,
+    target: str | Callable[..., Any] | None = None,
     overwrite: bool = False,
     trace: Trace = "compact",
     environment: collections.abc.Mapping[str, str] = types.MappingProxyType({}),
@@ -132,14 +132,29 @@ def run(
     connections, instead of flowkit.yaml and the environment) and ``on_progress`` (called with
     live counts) are objects no run folder can keep. With ``strict`` a bad data row stops the
     run before anything runs; otherwise bad rows are recorded as such and the good rows run.
-    With ``target`` (``module:function`` or an app flow) the app is called per row first and
-    ``flow`` judges its answers (flowkit.flow.target). A run folder that already holds anything
-    is refused unless ``overwrite`` is given (which replaces its run files only). ``trace`` is
+    With ``target`` (``module:function``, an app flow, or the callable itself) the app is
+    called per row first and ``flow`` judges its answers (flowkit.flow.target). A run folder
+    that already holds anything is refused unless ``overwrite`` is given (which replaces its
+    run files only). ``trace`` is
     what traces.jsonl keeps: ``"full"``, or ``"compact"`` (python nodes' successes without
     their inputs; see README, Traces). ``environment``: variables set for the run and restored
     after (the CLI's ``--environment-variables``; see flowkit.runs.environment).
     """
     given = locals()
+    app = None
+    if target is not None and not isinstance(target, str):
+        if not callable(target):
+            raise UsageError(
+                f"target must be a callable or 'module:function', not {type(target).__name__}"
+            )
+        if backend != "local":
+            raise UsageError(
+                "a target given as a callable cannot be sent to worker processes; name it as "
+                "'module:function' for backend " + repr(backend)
+            )
+        from flowkit.flow.target import callable_name
+
+        app, given["target"] = target, callable_name(target)
     config = RunConfig.of(
         **{
             key: os.fspath(value) if isinstance(value, os.PathLike) else value
@@ -147,7 +162,7 @@ def run(
             if key in RunConfig.model_fields
         }
     )
-    return run_configured(flow, data, config, settings=settings, on_progress=on_progress)
+    return run_configured(flow, data, config, settings=settings, on_progress=on_progress, app=app)
 
 
 arun = _awaitable(run.__wrapped__)  # type: ignore[attr-defined]
@@ -163,8 +178,10 @@ def run_configured(
     *,
     settings: Settings | None = None,
     on_progress: Callable[[Stats], None] | None = None,
+    app: Any = None,
 ) -> RunResult:
-    """:func:`run` with its options as one :class:`RunConfig` (how the CLI calls it)."""
+    """:func:`run` with its options as one :class:`RunConfig` (how the CLI calls it); ``app``:
+    the target callable when it was given from Python."""
     if isinstance(flow, Flow):
         flow = fresh(flow)
     elif isinstance(flow, (list, tuple)):  # several flows, one run (as `flowkit run A B`)
@@ -180,7 +197,7 @@ def run_configured(
     # claims it only once everything has been checked.
     lock = claim_run_dir(run_dir, overwrite=config.overwrite) if is_in_memory(data) else None
     with _data_file(data, run_dir, lock) as data_path:
-        return _start(flow, data_path, run_dir, config, settings, on_progress, lock)
+        return _start(flow, data_path, run_dir, config, settings, on_progress, lock, app)
 
 
 @contextlib.contextmanager
@@ -214,9 +231,10 @@ def _start(
     settings: Settings | None,
     on_progress: Callable[[Stats], None] | None,
     lock: BinaryIO | None,
+    app: Any = None,
 ) -> RunResult:
     if config.target is not None and flow.target is None:
-        flow = with_target(flow, config.target, data_path)
+        flow = with_target(flow, config.target, data_path, app=app)
     flow, mapping = with_settings(flow, config.mapping)
     prior = _prior_run(config.prior_run, Path(config.runs_root)) if config.prior_run else None
     # Written down as a resume (from any working directory) will need them.
@@ -390,11 +408,15 @@ def _resume(
 
 
 def with_target(
-    flow: Flow, target: str, data: str | os.PathLike[str], base: str | None = None
+    flow: Flow,
+    target: str,
+    data: str | os.PathLike[str],
+    base: str | None = None,
+    app: Any = None,
 ) -> Flow:
     """``flow`` judging the answers of ``target``, called per row of ``data`` (see
     flowkit.flow.target); the CLI builds it before the run to check ``--gate`` names on it."""
     from flowkit.data.read import peek_columns
     from flowkit.flow.target import with_target as wrap
 
-    return wrap(flow, target, peek_columns(Path(data)), Path(base) if base else None)
+    return wrap(flow, target, peek_columns(Path(data)), Path(base) if base else None, app)

@@ -208,17 +208,28 @@ def _state(obj: Any, roots: tuple[Path, ...]) -> str:
 
 
 def with_target(
-    metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path | None = None
+    metric: Flow,
+    target: str,
+    columns: list[str] | tuple[str, ...],
+    base: Path | None = None,
+    app: Any = None,
 ) -> Flow:
     """``metric`` preceded by a node that calls ``target`` (named relative to ``base``, the
-    working directory by default) per row; see the module docstring."""
+    working directory by default) per row; see the module docstring. ``app``: the callable
+    itself, given from Python (``target`` is then its name, :func:`callable_name`)."""
     with freshness.recording() as seen:
-        flow = _with_target(metric, target, columns, base or Path.cwd())
+        flow = _with_target(metric, target, columns, base or Path.cwd(), app)
     return replace(flow, code_files=tuple(sorted(seen.items())))
 
 
+def callable_name(app: Any) -> str:
+    """``module:qualname`` of a callable given from Python, as ``--target`` would name it."""
+    owner = app if inspect.isroutine(app) else type(app)
+    return f"{getattr(owner, '__module__', '__main__')}:{owner.__qualname__}"
+
+
 def _with_target(
-    metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path
+    metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path, app: Any = None
 ) -> Flow:
     from flowkit.flow.loader import LoadContext, _raise, load_flow
 
@@ -256,7 +267,7 @@ def _with_target(
         }
     else:
         with recording_names() as reached:
-            fn = _load(target, base)
+            fn = app if app is not None else _load(target, base)
             code, why = app_fingerprint(fn, roots=(base,))
         claims.claim(reached, f"--target {target!r}")
         app_inputs = _params(fn)
@@ -344,7 +355,7 @@ def _metric_outputs(metric: Flow) -> tuple[dict[str, str], list[dict[str, Any]]]
     that read an output whose name a reference cannot spell (Databricks' `a/b/c`)."""
     if metric.composed:
         return {node: f"${{{node}.output}}" for node in metric.nodes}, []
-    taken = [k for k in metric.outputs if k == LATENCY_OUTPUT or k.startswith("app_")]
+    taken = [k for k in metric.outputs if k.startswith("app_")]
     if taken:
         raise UsageError(
             f"flow {metric.name!r} has an output {taken[0]!r}, which --target's own output of "
@@ -352,6 +363,8 @@ def _metric_outputs(metric: Flow) -> tuple[dict[str, str], list[dict[str, Any]]]
         )
     outputs, pickers = {}, []
     for i, key in enumerate(metric.outputs):
+        if key == LATENCY_OUTPUT:  # (rag_suite's, read from the data) the app's, measured, wins
+            continue
         if re.fullmatch(r"[A-Za-z_][\w\-]*", key):
             outputs[key] = f"${{{metric.name}.output.{key}}}"
             continue
