@@ -120,6 +120,7 @@ def turn_summary(
     comparator: str = ">",
     combine: str = "mean",
     reply: Any = None,
+    integer: bool = False,
 ) -> dict[str, Any]:
     """Read one judge reply per turn; the row's score combines the turn scores.
 
@@ -137,7 +138,15 @@ def turn_summary(
             "turn_scores": []
         }
     reads = [
-        parse_score(r, min=min, max=max, threshold=threshold, comparator=comparator, mode=mode)
+        parse_score(
+            r,
+            min=min,
+            max=max,
+            threshold=threshold,
+            comparator=comparator,
+            mode=mode,
+            integer=integer,
+        )
         for r in replies
     ]
     scores = [r["score"] for r in reads]

@@ -531,3 +531,14 @@ def test_a_no_with_an_apology_counts_against_the_pass_rate(judge: Any, flow: str
     ]
     m = metrics(judge(flow, "qa", rules), flow)
     assert (m["invalid"], m["pass_rate"]) == (0, pytest.approx(4 / 6))
+
+
+@pytest.mark.parametrize(
+    "flow", ["groundedness", "relevance", "coherence", "fluency", "similarity"]
+)
+def test_integer_scales_take_integers_only(flow: str) -> None:
+    """The Azure 1–5 scales are integers: a judge answering 4.5 gave no score on the scale."""
+    parsed = _parse(flow, "Mostly fine.\nScore: 4.5")
+    assert (parsed["score"], parsed["result"]) == (None, "invalid")
+    assert parsed["error"] == "score 4.5 is not an integer"
+    assert _parse(flow, "Mostly fine.\nScore: 4")["score"] == 4
