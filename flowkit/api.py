@@ -28,7 +28,7 @@ from flowkit.data.mapping import Mapping
 from flowkit.engine.context import Stats
 from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
-from flowkit.flow.loader import load_flow, load_flows
+from flowkit.flow.loader import load_flows
 from flowkit.flow.reload import fresh
 from flowkit.flow.settings import with_settings
 from flowkit.llm.config import Settings  # at run time: help() shows the parameter's type
@@ -123,11 +123,9 @@ def run(
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
-    ``flow`` is a flow file, a built-in flow's name, a loaded flow, or a list of those run
-    together as one (each flow's outputs nested under its name, as ``flowkit run A B``).
-
-    ``data`` is a data file's path, a pandas DataFrame or a list of dicts (written to the run
-    folder as ``data.jsonl``, so the run can be resumed). The keyword options are the fields of
+    ``flow``: a flow file or built-in name, a loaded flow, or a list of them run as one;
+    ``data``: a data file's path, a DataFrame or a list of dicts (written to the run folder as
+    ``data.jsonl``, so the run can be resumed). The keyword options are the fields of
     :class:`flowkit.runs.config.RunConfig` (each documented there); ``settings`` (model
     connections, instead of flowkit.yaml and the environment) and ``on_progress`` (called with
     live counts) are objects no run folder can keep. With ``strict`` a bad data row stops the
@@ -141,20 +139,10 @@ def run(
     after (the CLI's ``--environment-variables``; see flowkit.runs.environment).
     """
     given = locals()
-    app = None
     if target is not None and not isinstance(target, str):
-        if not callable(target):
-            raise UsageError(
-                f"target must be a callable or 'module:function', not {type(target).__name__}"
-            )
-        if backend != "local":
-            raise UsageError(
-                "a target given as a callable cannot be sent to worker processes; name it as "
-                "'module:function' for backend " + repr(backend)
-            )
-        from flowkit.flow.target import callable_name
+        from flowkit.flow.target import callable_target
 
-        app, given["target"] = target, callable_name(target)
+        given["target"] = callable_target(target, backend)  # the app itself, kept by its name
     config = RunConfig.of(
         **{
             key: os.fspath(value) if isinstance(value, os.PathLike) else value
@@ -162,7 +150,7 @@ def run(
             if key in RunConfig.model_fields
         }
     )
-    return run_configured(flow, data, config, settings=settings, on_progress=on_progress, app=app)
+    return run_configured(flow, data, config, settings=settings, on_progress=on_progress)
 
 
 arun = _awaitable(run.__wrapped__)  # type: ignore[attr-defined]
@@ -178,16 +166,11 @@ def run_configured(
     *,
     settings: Settings | None = None,
     on_progress: Callable[[Stats], None] | None = None,
-    app: Any = None,
 ) -> RunResult:
-    """:func:`run` with its options as one :class:`RunConfig` (how the CLI calls it); ``app``:
-    the target callable when it was given from Python."""
-    if isinstance(flow, Flow):
-        flow = fresh(flow)
-    elif isinstance(flow, (list, tuple)):  # several flows, one run (as `flowkit run A B`)
-        flow = load_flows(list(flow))
-    else:
-        flow = load_flow(flow)
+    """:func:`run` with its options as one :class:`RunConfig` (how the CLI calls it)."""
+    if not isinstance(flow, Flow):  # a list: several flows run as one, as `flowkit run A B`
+        flow = load_flows(flow if isinstance(flow, list) else [flow])
+    flow = fresh(flow)  # (a flow just loaded is fresh: its code files' stamps are unchanged)
     run_dir = (
         Path(config.output)
         if config.output
@@ -197,7 +180,7 @@ def run_configured(
     # claims it only once everything has been checked.
     lock = claim_run_dir(run_dir, overwrite=config.overwrite) if is_in_memory(data) else None
     with _data_file(data, run_dir, lock) as data_path:
-        return _start(flow, data_path, run_dir, config, settings, on_progress, lock, app)
+        return _start(flow, data_path, run_dir, config, settings, on_progress, lock)
 
 
 @contextlib.contextmanager
@@ -231,10 +214,9 @@ def _start(
     settings: Settings | None,
     on_progress: Callable[[Stats], None] | None,
     lock: BinaryIO | None,
-    app: Any = None,
 ) -> RunResult:
     if config.target is not None and flow.target is None:
-        flow = with_target(flow, config.target, data_path, app=app)
+        flow = with_target(flow, config.target, data_path)
     flow, mapping = with_settings(flow, config.mapping)
     prior = _prior_run(config.prior_run, Path(config.runs_root)) if config.prior_run else None
     # Written down as a resume (from any working directory) will need them.
@@ -408,15 +390,11 @@ def _resume(
 
 
 def with_target(
-    flow: Flow,
-    target: str,
-    data: str | os.PathLike[str],
-    base: str | None = None,
-    app: Any = None,
+    flow: Flow, target: str, data: str | os.PathLike[str], base: str | None = None
 ) -> Flow:
     """``flow`` judging the answers of ``target``, called per row of ``data`` (see
     flowkit.flow.target); the CLI builds it before the run to check ``--gate`` names on it."""
     from flowkit.data.read import peek_columns
     from flowkit.flow.target import with_target as wrap
 
-    return wrap(flow, target, peek_columns(Path(data)), Path(base) if base else None, app)
+    return wrap(flow, target, peek_columns(Path(data)), Path(base) if base else None)

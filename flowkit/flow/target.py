@@ -64,6 +64,8 @@ class Target:
     """What the run must say about the target (an object whose state cannot be cached)."""
 
 
+_given: dict[str, Any] = {}
+"""Callables given from Python (``flowkit.run(..., target=fn)``) by the name the run records."""
 _apps: dict[tuple[str, str], Any] = {}
 """(target, code fingerprint) → the app, filled by ``with_target`` in each process that runs
 the flow (the driver, every worker), so a row calls it without importing it again."""
@@ -208,28 +210,36 @@ def _state(obj: Any, roots: tuple[Path, ...]) -> str:
 
 
 def with_target(
-    metric: Flow,
-    target: str,
-    columns: list[str] | tuple[str, ...],
-    base: Path | None = None,
-    app: Any = None,
+    metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path | None = None
 ) -> Flow:
     """``metric`` preceded by a node that calls ``target`` (named relative to ``base``, the
-    working directory by default) per row; see the module docstring. ``app``: the callable
-    itself, given from Python (``target`` is then its name, :func:`callable_name`)."""
+    working directory by default) per row; see the module docstring. A callable given from
+    Python is found by its name (:func:`callable_target`)."""
     with freshness.recording() as seen:
-        flow = _with_target(metric, target, columns, base or Path.cwd(), app)
+        flow = _with_target(metric, target, columns, base or Path.cwd())
     return replace(flow, code_files=tuple(sorted(seen.items())))
 
 
-def callable_name(app: Any) -> str:
-    """``module:qualname`` of a callable given from Python, as ``--target`` would name it."""
+def callable_target(app: Any, backend: str) -> str:
+    """``module:qualname`` of a callable given from Python, as ``--target`` would name it; it
+    runs in this process only (a worker process could not be sent it)."""
+    if not callable(app):
+        raise UsageError(
+            f"target must be a callable or 'module:function', not {type(app).__name__}"
+        )
+    if backend != "local":
+        raise UsageError(
+            "a target given as a callable cannot be sent to worker processes; name it as "
+            f"'module:function' for backend {backend!r}"
+        )
     owner = app if inspect.isroutine(app) else type(app)
-    return f"{getattr(owner, '__module__', '__main__')}:{owner.__qualname__}"
+    name = f"{getattr(owner, '__module__', '__main__')}:{owner.__qualname__}"
+    _given[name] = app  # a notebook's redefinition replaces the one before
+    return name
 
 
 def _with_target(
-    metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path, app: Any = None
+    metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path
 ) -> Flow:
     from flowkit.flow.loader import LoadContext, _raise, load_flow
 
@@ -267,7 +277,7 @@ def _with_target(
         }
     else:
         with recording_names() as reached:
-            fn = app if app is not None else _load(target, base)
+            fn = _given[target] if target in _given else _load(target, base)
             code, why = app_fingerprint(fn, roots=(base,))
         claims.claim(reached, f"--target {target!r}")
         app_inputs = _params(fn)
