@@ -86,3 +86,20 @@ def test_a_gate_takes_the_row_name_or_the_run_level_name(
             "gate response/llm_judged/relevance_to_query/rating/percentage>=0.5: passed"
             in result.stderr
         )
+
+
+def test_rag_suite_reads_token_and_latency_columns(llm_server: LocalServer, tmp_path: Path) -> None:
+    rows = [
+        {"request": "Upload limit?", "response": "2 GB.", "input_tokens": 100,
+         "output_tokens": 20, "latency_seconds": 1.5},
+        {"request": "Restore?", "response": "Use the trash.", "input_tokens": 50,
+         "output_tokens": 10, "latency_seconds": 0.5},
+    ]  # fmt: skip
+    m = _run(tmp_path, "rag_suite", rows).metrics
+    n = len(rows)
+    assert m["agent/total_input_token_count/average"] == sum(r["input_tokens"] for r in rows) / n
+    assert m["agent/total_output_token_count/average"] == sum(r["output_tokens"] for r in rows) / n
+    assert m["agent/latency_seconds/average"] == sum(r["latency_seconds"] for r in rows) / n
+    # Without such columns (and no trace) there is nothing to report: no empty agent rows.
+    bare = _run(tmp_path / "bare", "rag_suite", [{"request": "Q?", "response": "A."}]).metrics
+    assert not any(k.startswith("agent") for k in bare)
