@@ -24,8 +24,9 @@ from flowkit.data.mapping import Mapping
 from flowkit.engine.context import Stats
 from flowkit.errors import UsageError, display
 from flowkit.flow.graph import Flow
-from flowkit.flow.loader import load_flow, load_flows
+from flowkit.flow.loader import load_flows
 from flowkit.flow.reload import fresh
+from flowkit.flow.settings import with_settings
 from flowkit.llm.config import Settings  # at run time: help() shows the parameter's type
 from flowkit.runs.config import Backend, BatchFallback, RunConfig, Trace, recorded_config
 from flowkit.runs.folder import (
@@ -51,7 +52,7 @@ __all__ = ["Interrupted", "RunConfig", "RunResult", "arun", "resume", "run", "ru
 
 @outside_any_loop
 def run(
-    flow: Flow | str | os.PathLike[str],
+    flow: Flow | str | os.PathLike[str] | list[str | os.PathLike[str]],
     data: Any,
     *,
     mapping: dict[str, str] | None = None,
@@ -73,7 +74,7 @@ def run(
     scheduler: str | None = None,
     chunk_size: int = 512,
     strict: bool = False,
-    target: str | None = None,
+    target: str | Callable[..., Any] | None = None,
     overwrite: bool = False,
     trace: Trace = "compact",
     environment: collections.abc.Mapping[str, str] = types.MappingProxyType({}),
@@ -84,21 +85,27 @@ def run(
 ) -> RunResult:
     """Run ``flow`` over every row of ``data`` and return the metrics and the run folder.
 
-    ``data`` is a data file's path, a pandas DataFrame or a list of dicts (written to the run
-    folder as ``data.jsonl``, so the run can be resumed). The keyword options are the fields of
+    ``flow``: a flow file or built-in name, a loaded flow, or a list of them run as one;
+    ``data``: a data file's path, a DataFrame or a list of dicts (written to the run folder as
+    ``data.jsonl``, so the run can be resumed). The keyword options are the fields of
     :class:`flowkit.runs.config.RunConfig` (each documented there); ``settings`` (model
     connections, instead of flowkit.yaml and the environment) and ``on_progress`` (called with
     live counts) are objects no run folder can keep. With ``strict`` a bad data row stops the
     run before anything runs; otherwise bad rows are recorded as such and the good rows run.
-    With ``target`` (``module:function`` or an app flow) the app is called per row first and
-    ``flow`` judges its answers (flowkit.flow.target). A run folder that already holds anything
-    is refused unless ``overwrite`` is given (which replaces its run files only). ``trace`` is
+    With ``target`` (``module:function``, an app flow, or the callable itself) the app is
+    called per row first and ``flow`` judges its answers (flowkit.flow.target). A run folder
+    that already holds anything is refused unless ``overwrite`` is given (which replaces its
+    run files only). ``trace`` is
     what traces.jsonl keeps: ``"full"``, or ``"compact"`` (python nodes' successes without
     their inputs; see docs/reference.md, Traces). ``environment``: variables set for the run
     and restored after (the CLI's ``--environment-variables``; see flowkit.runs.environment).
     ``batch``: llm calls go through the provider's batch API (docs/batch.md).
     """
     given = locals()
+    if target is not None and not isinstance(target, str):
+        from flowkit.flow.target import callable_target
+
+        given["target"] = callable_target(target, backend)  # the app itself, kept by its name
     config = RunConfig.of(
         **{
             key: os.fspath(value) if isinstance(value, os.PathLike) else value
@@ -116,7 +123,7 @@ arun.__doc__ = """``await flowkit.arun(flow, data, ...)``: :func:`run` without b
 
 
 def run_configured(
-    flow: Flow | str | os.PathLike[str],
+    flow: Flow | str | os.PathLike[str] | list[str | os.PathLike[str]],
     data: Any,
     config: RunConfig,
     *,
@@ -124,7 +131,9 @@ def run_configured(
     on_progress: Callable[[Stats], None] | None = None,
 ) -> RunResult:
     """:func:`run` with its options as one :class:`RunConfig` (how the CLI calls it)."""
-    flow = fresh(flow) if isinstance(flow, Flow) else load_flow(flow)
+    if not isinstance(flow, Flow):  # a list: several flows run as one, as `flowkit run A B`
+        flow = load_flows(flow if isinstance(flow, list) else [flow])
+    flow = fresh(flow)  # (a flow just loaded is fresh: its code files' stamps are unchanged)
     run_dir = (
         Path(config.output)
         if config.output
@@ -171,6 +180,7 @@ def _start(
 ) -> RunResult:
     if config.target is not None and flow.target is None:
         flow = with_target(flow, config.target, data_path)
+    flow, mapping = with_settings(flow, config.mapping)
     prior = _prior_run(config.prior_run, Path(config.runs_root)) if config.prior_run else None
     # Written down as a resume (from any working directory) will need them.
     config = config.model_copy(
@@ -180,7 +190,7 @@ def _start(
         }
     )
     job = make_job(
-        flow, data_path, Mapping(flow, config.mapping or None, prior), config, settings, on_progress
+        flow, data_path, Mapping(flow, mapping or None, prior), config, settings, on_progress
     )
     if config.strict:
         check_every_row(data_path, job.maps, config.limit)
@@ -303,6 +313,7 @@ def _resume(
     flow = load_flows(inv["flows"])
     if config.target:
         flow = with_target(flow, config.target, Path(inv["data"]), inv.get("target_dir"))
+    flow, mapping = with_settings(flow, config.mapping)
     data_path = Path(inv["data"])
     if not data_path.is_file() or data_fingerprint(data_path) != inv["data_fingerprint"]:
         raise UsageError(
@@ -318,7 +329,7 @@ def _resume(
             hint="restore that run's folder, or start a new run",
         )
     job = make_job(
-        flow, data_path, Mapping(flow, config.mapping or None, prior), config, settings, on_progress
+        flow, data_path, Mapping(flow, mapping or None, prior), config, settings, on_progress
     )
     now = judging(job.bound)
     # A run.json from before "judging" was recorded has only the flow hash to go by.

@@ -17,6 +17,7 @@ def describe(flow_ref: str) -> None:
     from rich.table import Table
 
     from flowkit.code.static import inspect_only
+    from flowkit.data.needs import ALIASES, requirements, shapes_text
     from flowkit.flow.loader import load_flow
     from flowkit.inspect.gates import aggregate_nodes
 
@@ -38,14 +39,25 @@ def describe(flow_ref: str) -> None:
     for prefix, node in aggregate_nodes(flow):
         metrics.add_row(f"{prefix}.*", str(node.spec.function))
     console.print(inputs, outputs, metrics)
+    # A row must fill one shape of each need: those inputs are required in one of the forms.
+    needs = [shapes_text(shapes) for _, shapes in requirements(flow)]
+    shaped = {n for _, shapes in requirements(flow) for shape in shapes for n in shape}
     required = [n for n, s in flow.inputs.items() if s.required]
-    optional = [n for n, s in flow.inputs.items() if not s.required]
+    optional = [n for n, s in flow.inputs.items() if not s.required and n not in shaped]
     console.print(
-        f"data columns: {', '.join(required) or 'none'} required"
+        f"data columns: {'; '.join(filter(None, [', '.join(required), *needs])) or 'none'} "
+        "required"
         + (f"; {', '.join(optional)} optional" if optional else "")
         + " (map others with --map INPUT='${data.COLUMN}')",
         highlight=False,
     )
+    aliased = {n: ALIASES[n] for n in flow.inputs if n in ALIASES}
+    if aliased:
+        console.print(
+            "read from other tools' names when the data lacks the input's own: "
+            + "; ".join(f"{n} ← {', '.join(cols)}" for n, cols in aliased.items()),
+            highlight=False,
+        )
 
 
 @click.command()

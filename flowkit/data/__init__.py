@@ -5,6 +5,8 @@
 - ``jsonl``: torn-line-tolerant JSONL reading, shared with run folders.
 - ``mapping``: ``${data.col}`` / ``${run.outputs.col}`` onto inputs, checked before any row.
 - ``coerce``: a value made into an input's declared type.
+- ``needs``: the input sets (``shapes``) a flow needs a row to fill, and the column names
+  other tools (azure-ai-evaluation, Databricks, Ragas) give its inputs.
 
 Imports point down to ``flowkit.flow`` and ``flowkit.errors``.
 """

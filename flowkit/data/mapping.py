@@ -8,11 +8,13 @@ before any row runs, so a required input with nowhere to come from is one clear 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from flowkit.data.coerce import coerce
 from flowkit.data.jsonl import read_outputs, read_usage
+from flowkit.data.needs import alias_for, alias_note, shapes_text, unmet
 from flowkit.errors import (
     MOST_LISTED,
     Diagnostic,
@@ -80,6 +82,7 @@ class Mapping:
         """Every required input must have a source among ``columns`` (or an earlier run)."""
         problems: list[Diagnostic] = []
         raw = _raw_inputs(self.flow)
+        aliased = self._alias(columns)
         for name, ref in self.sources.items():
             if ref is None or ref.source != "data" or ref.name in columns:
                 continue
@@ -87,6 +90,9 @@ class Mapping:
             if not spec.required and name not in self.explicit:
                 continue
             what = "is required but maps" if spec.required else "is mapped"
+            _, candidates = alias_for(name, columns)
+            both = " and ".join(map(repr, candidates))
+            hint = f" ({both} could each be it: choose one)" if name not in self.explicit else ""
             problems.append(
                 Diagnostic(
                     _display(self.flow),
@@ -94,12 +100,57 @@ class Mapping:
                     None,
                     f"input {name!r} {what} to no data column ({ref.text}); the data has: "
                     f"{one_of(columns, MOST_LISTED)}{did_you_mean(ref.name, columns)}; map one "
-                    f"with --map {name}=${{data.COLUMN}}",
+                    f"with --map {name}=${{data.COLUMN}}{hint if len(candidates) > 1 else ''}",
                 )
             )
+        problems += self._unmet_shapes(columns)
         if problems:
             raise ValidationError(problems)
-        self.notices = self._literal_columns(columns) + self._skipped_for_columns(columns)
+        self.notices = aliased + self._literal_columns(columns) + self._skipped_for_columns(columns)
+
+    def _alias(self, columns: list[str]) -> list[str]:
+        """Inputs whose own column the data lacks read the one column another tool names them
+        by (flowkit.data.needs); the notes say which."""
+        notes = []
+        for name, ref in self.sources.items():
+            if name in self.explicit or ref is None or ref.name in columns:
+                continue
+            column, _ = alias_for(name, columns)
+            if column is not None:
+                self.sources[name] = parse_data_ref(f"${{data.{column}}}")
+                notes.append(alias_note(name, column))
+        return notes
+
+    def _filled(self, columns: list[str]) -> Callable[[str], bool]:
+        def has(name: str) -> bool:
+            ref = self.sources.get(name)
+            if ref is None:
+                return self.literals.get(name) not in (None, "")
+            return ref.source != "data" or ref.name in columns
+
+        return has
+
+    def _unmet_shapes(self, columns: list[str]) -> list[Diagnostic]:
+        """A flow that needs one of several input sets, none of which the data fills, would
+        fail every row: said once, with the columns the data has and the --map that fixes it."""
+        problems = []
+        has = self._filled(columns)
+        for who, shapes in unmet(self.flow, has):
+            fixes = ", or ".join(
+                " ".join(f"--map {n}='${{data.{_guess(n, columns)}}}'" for n in shape if not has(n))
+                for shape in shapes
+            )
+            own = who == self.flow.name and self.flow.spec.shapes
+            problems.append(
+                Diagnostic(
+                    _display(self.flow),
+                    line_of(_raw_inputs(self.flow, "shapes"), "shapes") if own else 0,
+                    None,
+                    f"flow {who!r} needs {shapes_text(shapes)}, and the data has no column for "
+                    f"them; the data has: {one_of(columns)}; map them with {fixes}",
+                )
+            )
+        return problems
 
     def _literal_columns(self, columns: list[str]) -> list[str]:
         """A literal that names a column was almost surely meant to read it."""
@@ -164,11 +215,23 @@ class Mapping:
         return walk(section[key], ref.path, ref.text)
 
 
-def _raw_inputs(flow: Flow) -> Any:
+def _guess(name: str, columns: list[str]) -> str:
+    """The data's column most like input ``name``, or COLUMN when none is."""
+    import difflib
+
+    close = difflib.get_close_matches(name, columns, n=1, cutoff=0.6)
+    return close[0] if close else "COLUMN"
+
+
+def _raw_inputs(flow: Flow, key: str = "inputs") -> Any:
+    """The flow file's ``inputs`` section (or, with ``key`` "shapes", the whole file), with
+    the lines of its keys."""
     from flowkit.flow.source import read_yaml
 
     try:
         raw = read_yaml(flow.path)
+        if key != "inputs":
+            return raw if isinstance(raw, dict) else {}
         return raw.get("inputs", {}) if isinstance(raw, dict) else {}
     except Exception:
         return {}

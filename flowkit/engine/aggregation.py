@@ -10,6 +10,7 @@ silently overwritten (the loader refuses the clash when both declare their keys)
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from flowkit.engine.sink import RunSink
     from flowkit.flow.graph import Node
 
+TOOL_NAME = re.compile(r"[a-z_]+(/[a-z_]+)+")
+"""A metric name another tool defines, a path of words (Databricks'
+``agent/latency_seconds/average``): reported once, under that name."""
 AGGREGATE_LINE = -1
 """The `line` of aggregate nodes' trace records: they belong to no single row."""
 
@@ -58,6 +62,7 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
     done: dict[tuple[tuple[str, ...], str], Any] = {}
     owners: dict[str, str] = {}  # metric name → the aggregate node that wrote it
     bare_owners: dict[str, str] = {}  # unprefixed metric name → its writer ("" once ambiguous)
+    tools: dict[str, list[str]] = {}  # another tool's metric name → its prefixed copies
     writer, cache = executor.writer, executor.cache
     for agg in executor.aggregates:
         qual = ".".join((*agg.path, agg.node.name))
@@ -109,6 +114,8 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
                     # and gates use it: both also reported unprefixed, unless two flows of
                     # the run write it (then only their prefixed names are reported).
                     _bare(metrics, bare_owners, k, v, qual, writer)
+                    if TOOL_NAME.fullmatch(k):
+                        tools.setdefault(k, []).append(f"{agg.prefix}.{k}")
         detail["status"] = status
         info[qual] = detail
         end = time.time()
@@ -128,6 +135,12 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
                 error=error,
             )
         )
+    # Another tool's name is reported once, as that tool spells it; its prefixed copies stay
+    # only where several flows write it (then the bare name is not reported).
+    for key, copies in tools.items():
+        if bare_owners.get(key):
+            for copy in copies:
+                metrics.pop(copy, None)
     return metrics, info
 
 

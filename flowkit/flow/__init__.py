@@ -15,6 +15,8 @@
 - ``builtin``: finding the built-in flows by name.
 - ``target``: ``--target``, a metric flow preceded by a node that calls the user's app.
 - ``variants``: an llm node's `variants:` (prompts, models, params), the one a load takes.
+- ``settings``: per-flow settings (``--map groundedness.threshold=4``) on a run of several
+  flows or a suite, each a run input wired to the sub-flow nodes it names.
 - ``reload``: ``fresh``, a loaded flow loaded again when code behind it changed on disk.
 
 Imports point down to ``flowkit.code``, ``flowkit.cache`` and ``flowkit.errors`` only. Node

@@ -220,6 +220,9 @@ class FlowSpec(_Spec):
     python_path: list[PathText] = []
     """Folders (relative to this file; `flowkit:DIR` is a folder inside flowkit) added to the end
     of Python's import path before the flow's code is imported, for the modules it imports."""
+    shapes: list[list[str]] = []
+    """The sets of inputs a row may give instead of one another (each a list of input names);
+    a row must fill every input of at least one, so the run checks it before the first row."""
 
     @field_validator("inputs")
     @classmethod
@@ -231,3 +234,12 @@ class FlowSpec(_Spec):
                     "digit): ${inputs.NAME} and --map NAME=... must be able to say it"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _shapes_name_inputs(self) -> FlowSpec:
+        for shape in self.shapes:
+            unknown = [n for n in shape if n not in self.inputs]
+            if unknown or not shape:
+                what = f"names {unknown[0]!r}, not an input" if unknown else "is empty"
+                raise ValueError(f"a shape {what}; a shape lists inputs of the flow")
+        return self

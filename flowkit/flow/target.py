@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -68,6 +69,8 @@ class Target:
     """What the run must say about the target (an object whose state cannot be cached)."""
 
 
+_given: dict[str, Any] = {}
+"""Callables given from Python (``flowkit.run(..., target=fn)``) by the name the run records."""
 _apps: dict[tuple[str, str], Any] = {}
 """(target, code fingerprint) → the app, filled by ``with_target`` in each process that runs
 the flow (the driver, every worker), so a row calls it without importing it again."""
@@ -210,10 +213,29 @@ def with_target(
     metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path | None = None
 ) -> Flow:
     """``metric`` preceded by a node that calls ``target`` (named relative to ``base``, the
-    working directory by default) per row; see the module docstring."""
+    working directory by default) per row; see the module docstring. A callable given from
+    Python is found by its name (:func:`callable_target`)."""
     with freshness.recording() as seen:
         flow = _with_target(metric, target, columns, base or Path.cwd())
     return replace(flow, code_files=tuple(sorted(seen.items())))
+
+
+def callable_target(app: Any, backend: str) -> str:
+    """``module:qualname`` of a callable given from Python, as ``--target`` would name it; it
+    runs in this process only (a worker process could not be sent it)."""
+    if not callable(app):
+        raise UsageError(
+            f"target must be a callable or 'module:function', not {type(app).__name__}"
+        )
+    if backend != "local":
+        raise UsageError(
+            "a target given as a callable cannot be sent to worker processes; name it as "
+            f"'module:function' for backend {backend!r}"
+        )
+    owner = app if inspect.isroutine(app) else type(app)
+    name = f"{getattr(owner, '__module__', '__main__')}:{owner.__qualname__}"
+    _given[name] = app  # a notebook's redefinition replaces the one before
+    return name
 
 
 def _with_target(
@@ -221,9 +243,6 @@ def _with_target(
 ) -> Flow:
     from flowkit.flow.loader import LoadContext, _raise, load_flow
 
-    if len(metric.sources) != 1:
-        raise UsageError("--target runs one metric flow; give a suite flow to run several")
-    metric_path = metric.sources[0]
     provides = [
         k
         for k, spec in metric.inputs.items()
@@ -258,7 +277,7 @@ def _with_target(
         }
     else:
         with recording_names() as reached:
-            fn = _load(target, base)
+            fn = _given[target] if target in _given else _load(target, base)
             code, why = app_fingerprint(fn, roots=(base,))
         claims.claim(reached, f"--target {target!r}")
         app_inputs = _params(fn)
@@ -289,11 +308,8 @@ def _with_target(
     for name, spec in metric.inputs.items():
         if name not in provides and name not in inputs:
             inputs[name] = spec.model_dump(exclude_unset=True)
-    metric_inputs = {k: out.get(k, f"${{inputs.{k}}}") for k in metric.inputs}
-    nodes: list[dict[str, Any]] = [
-        app_node,
-        {"name": metric.name, "type": "flow", "flow": metric_path, "inputs": metric_inputs},
-    ]
+    metric_outputs, pickers = _metric_outputs(metric)
+    nodes: list[dict[str, Any]] = [app_node, *_metric_nodes(metric, out), *pickers]
     latency = f"${{{TARGET_NODE}.output.{LATENCY_OUTPUT}}}"
     nodes.append(
         {
@@ -304,7 +320,7 @@ def _with_target(
         }
     )
     outputs = {
-        metric.name: f"${{{metric.name}.output}}",
+        **metric_outputs,
         **{f"app_{k}": v for k, v in out.items()},
         LATENCY_OUTPUT: latency,
     }
@@ -324,6 +340,57 @@ def _with_target(
     assert flow is not None
     return replace(
         flow,
-        sources=(metric_path,),
+        sources=metric.sources,
         target=Target(target, tuple(columns), str(base), tuple(notices)),
     )
+
+
+def _metric_nodes(metric: Flow, out: dict[str, str]) -> list[dict[str, Any]]:
+    """The metric flow as a sub-flow node fed from the app's reply where the app provides an
+    input; several composed flows (`flowkit run A B --target APP`), one node each."""
+    if not metric.composed:
+        inputs = {k: out.get(k, f"${{inputs.{k}}}") for k in metric.inputs}
+        return [{"name": metric.name, "type": "flow", "flow": metric.sources[0], "inputs": inputs}]
+    nodes = []
+    for node in metric.nodes.values():
+        wired = {p: ref.name for p, ref, _ in node.inputs if ref is not None}
+        inputs = {p: out.get(name, f"${{inputs.{name}}}") for p, name in wired.items()}
+        nodes.append({"name": node.name, "type": "flow", "flow": node.spec.flow, "inputs": inputs})
+    return nodes
+
+
+def _metric_outputs(metric: Flow) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The metric outputs as a run without --target has them: one flow's at the top level,
+    several flows' under each flow's name (the app's own outputs go beside them); and the nodes
+    that read an output whose name a reference cannot spell (Databricks' `a/b/c`)."""
+    if metric.composed:
+        return {node: f"${{{node}.output}}" for node in metric.nodes}, []
+    taken = [k for k in metric.outputs if k.startswith("app_")]
+    if taken:
+        raise UsageError(
+            f"flow {metric.name!r} has an output {taken[0]!r}, which --target's own output of "
+            "that name would hide; rename it in the flow"
+        )
+    outputs, pickers = {}, []
+    for i, key in enumerate(metric.outputs):
+        if key == LATENCY_OUTPUT:  # (rag_suite's, read from the data) the app's, measured, wins
+            continue
+        if re.fullmatch(r"[A-Za-z_][\w\-]*", key):
+            outputs[key] = f"${{{metric.name}.output.{key}}}"
+            continue
+        name = f"{TARGET_NODE}_output_{i}"
+        pickers.append(
+            {
+                "name": name,
+                "type": "python",
+                "function": "flowkit.flow.target:output_named",
+                "inputs": {"outputs": f"${{{metric.name}.output}}", "key": key},
+            }
+        )
+        outputs[key] = f"${{{name}.output}}"
+    return outputs, pickers
+
+
+def output_named(outputs: dict[str, Any], key: str) -> Any:
+    """One of a sub-flow's outputs, by a name a reference cannot spell."""
+    return outputs.get(key)

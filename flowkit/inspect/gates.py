@@ -60,7 +60,15 @@ def parse_gate(text: str) -> Gate:
             f"--gate {text!r} must read METRIC<OP>NUMBER, e.g. 'groundedness.mean>=4'",
             hint=f"operators: {', '.join(OPERATORS)}",
         )
-    return Gate(parts[0], parts[1], value)
+    # A Databricks per-row assessment name gates its run-level metric (`…/rating` reads
+    # `…/rating/percentage`), so either spelling a Databricks user knows works.
+    # Likewise a flow's other name (`ada_similarity.mean`) gates the metric the flow reports.
+    from flowkit.flow.builtin import ALIASES
+    from flowkit.metrics.judges import ROW_NAMES
+
+    prefix, dot, key = parts[0].partition(".")
+    metric = f"{ALIASES[prefix]}.{key}" if dot and prefix in ALIASES else parts[0]
+    return Gate(ROW_NAMES.get(metric, metric), parts[1], value)
 
 
 def aggregate_nodes(flow: Any, path: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
@@ -153,8 +161,11 @@ def check_gate_names(gates: list[Gate], flow: Any, option: str = "--gate") -> li
                     "them with @returns_keys, as `flowkit init` shows)"
                 )
                 continue
-            names = {f"{p}.{k}" for p, keys in owners for k in keys or ()}
-            if gate.metric not in names:
+            full = {f"{p}.{k}" for p, keys in owners for k in keys or ()}
+            # Another tool's name is reported bare (flowkit.engine.aggregation); the prefixed
+            # spelling is still accepted.
+            names = {k if "/" in k else f"{p}.{k}" for p, keys in owners for k in keys or ()}
+            if gate.metric not in full:
                 _refuse(gate, flow, names, "it reports " + one_of(names), option)
             continue
         if "/" in gate.metric or any(n.spec.metrics == "logged" for _, _, n in known):
@@ -195,12 +206,13 @@ def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
     """The failures, each as a sentence; empty when every gate holds."""
     failures: list[str] = []
     for gate in gates:
-        if gate.metric not in metrics:
+        name = _reported_as(gate, metrics)
+        if name is None:
             failures.append(
                 f"gate {gate}: no metric {gate.metric!r}{did_you_mean(gate.metric, metrics)}"
             )
             continue
-        value = metrics[gate.metric]
+        value = metrics[name]
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             failures.append(f"gate {gate}: {gate.metric} is {value!r}, not a number")
         elif not OPERATORS[gate.op](value, gate.value):
@@ -208,10 +220,20 @@ def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
     return failures
 
 
+def _reported_as(gate: Gate, metrics: dict[str, Any]) -> str | None:
+    """The metric name the gate reads: its own, or for a prefixed spelling of another tool's
+    name (``agent.agent/latency_seconds/average``) the name it is reported under."""
+    if gate.metric in metrics:
+        return gate.metric
+    bare = gate.metric.partition(".")[2]
+    return bare if "/" in bare and bare in metrics else None
+
+
 def check_gates(gates: list[Gate], metrics: dict[str, Any], console: Console) -> None:
     for gate in gates:
-        if gate.metric in metrics and not evaluate([gate], metrics):
-            console.print(f"gate {gate}: passed ({gate.metric} = {metrics[gate.metric]:g})")
+        name = _reported_as(gate, metrics)
+        if name is not None and not evaluate([gate], metrics):
+            console.print(f"gate {gate}: passed ({gate.metric} = {metrics[name]:g})")
     failures = evaluate(gates, metrics)
     if failures:
         raise GateError("\n".join(failures))

@@ -51,8 +51,18 @@ def message_text(content: Any) -> str:
     return str(content)
 
 
+def unwrap_conversation(value: Any) -> Any:
+    """azure-ai-evaluation's ``conversation`` column, ``{"messages": [...]}``, as its message
+    list; any other value as it is."""
+    value = _maybe_json(value)
+    if isinstance(value, Mapping) and set(value) <= {"messages", "context"} and "messages" in value:
+        return value["messages"]
+    return value
+
+
 def _messages(value: Any) -> list[Mapping[str, Any]] | None:
     """``value`` as a list of role/content messages, or None when it is not one."""
+    value = unwrap_conversation(value)
     if (
         isinstance(value, Sequence)
         and not isinstance(value, str)
@@ -226,6 +236,15 @@ def format_documents(documents: Any) -> dict[str, Any]:
         heading = f"[Document id: {doc_id}]" + (f" {title}" if title else "")
         blocks.append(f"{heading}\n{_body(text)}")
     return {"text": "\n\n".join(blocks), "count": len(items), "ids": ids}
+
+
+def supporting_text(documents: Any) -> str:
+    """A context as Spring AI's evaluators give it to their judge: one text, or a list of
+    documents (strings or ``{content}``) whose non-blank texts are joined one per line."""
+    if isinstance(documents, str) and _maybe_json(documents) is documents:
+        return documents
+    texts = [text for _, _, text in _items(documents, "context")]
+    return "\n".join(text for text in texts if text.strip())
 
 
 def conversation_turns(messages: Any) -> list[dict[str, Any]]:

@@ -188,7 +188,8 @@ def agent_sums(**columns: Sequence[Any]) -> Metrics:
     for key in columns:
         if key in AGENT_NAMES:
             out[AGENT_NAMES[key]] = out[f"{key}.mean"]
-    return out
+    # Only what the rows measured: an app that reports no tokens has no token rows.
+    return {k: v for k, v in out.items() if v is not None}
 
 
 # ----------------------------------------------------------------------------- pass rates

@@ -6,15 +6,18 @@ A quality flow (groundedness, relevance, coherence, fluency, retrieval) takes ei
 turns either form into a list of turns, the flow's llm node runs once per turn (``for_each``),
 and :func:`turn_summary` reads every reply and combines them into the row's score.
 
-How turns combine is per metric and documented in docs/builtin-metrics.md: the mean for coherence,
-fluency, relevance and groundedness (as Azure's evaluators do over a conversation), and the
+How turns combine is per metric and documented in docs/builtin-metrics.md: the mean for
+coherence, fluency and relevance (as Azure's evaluators do over a conversation), the minimum for
+groundedness (a conversation is grounded only if every reply is, as Azure AI Studio defines it;
+groundedness_rag does the same), and the
 mean of the readable turns for retrieval (Azure's retrieval evaluator skips unreadable turns).
-With ``mean``, one unreadable turn makes the row invalid, because the mean of the others could
+With ``mean`` or ``min``, one unreadable turn makes the row invalid, because the others could
 overstate the conversation.
 """
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +27,7 @@ from flowkit.metrics.keys import returns_keys
 from flowkit.metrics.score_forms import tidy
 from flowkit.metrics.scores import parse_score, passes
 
-COMBINES = ("mean", "mean_readable")
+COMBINES = ("mean", "mean_readable", "min")
 
 
 def _context_text(value: Any, labelled: bool = False) -> str:
@@ -118,6 +121,7 @@ def turn_summary(
     comparator: str = ">",
     combine: str = "mean",
     reply: Any = None,
+    integer: bool = False,
 ) -> dict[str, Any]:
     """Read one judge reply per turn; the row's score combines the turn scores.
 
@@ -135,7 +139,15 @@ def turn_summary(
             "turn_scores": []
         }
     reads = [
-        parse_score(r, min=min, max=max, threshold=threshold, comparator=comparator, mode=mode)
+        parse_score(
+            r,
+            min=min,
+            max=max,
+            threshold=threshold,
+            comparator=comparator,
+            mode=mode,
+            integer=integer,
+        )
         for r in replies
     ]
     scores = [r["score"] for r in reads]
@@ -151,7 +163,9 @@ def turn_summary(
         error = f"turn {first}: {reads[first - 1]['error']}"
         invalid = {"score": None, "result": "invalid", "reason": None, "raw": raw}
         return invalid | {"error": error} | base
-    score = tidy(math.fsum(readable) / len(readable))
+    # (``min`` is the scale's lower end here, so the builtin is spelt out.)
+    low = builtins.min(readable)
+    score = low if combine == "min" else tidy(math.fsum(readable) / len(readable))
     notes = [
         f"turn {i}: {s}" + (f" ({r['reason']})" if r["reason"] else "")
         for i, (s, r) in enumerate(zip(scores, reads, strict=True), start=1)

@@ -47,6 +47,30 @@ ALIASES: dict[str, str] = {
 }
 """Databricks judge name → its run-level metric name (a fraction in 0–1, as Databricks reports)."""
 
+ROW_NAMES: dict[str, str] = {
+    "response/llm_judged/relevance_to_query/rating": ALIASES["relevance_to_query"],
+    "response/llm_judged/safety/rating": ALIASES["safety"],
+    "response/llm_judged/groundedness/rating": ALIASES["groundedness"],
+    "response/llm_judged/correctness/rating": ALIASES["correctness"],
+    "retrieval/llm_judged/context_sufficiency/rating": ALIASES["context_sufficiency"],
+    "retrieval/llm_judged/chunk_relevance_precision": ALIASES["chunk_relevance"],
+    "retrieval/ground_truth/document_recall": "retrieval/ground_truth/document_recall/average",
+    "agent/total_token_count": "agent/total_token_count/average",
+    "agent/input_token_count": "agent/total_input_token_count/average",
+    "agent/output_token_count": "agent/total_output_token_count/average",
+}
+"""Databricks' per-row assessment name (a flow output) → the run-level metric that aggregates
+it with Databricks' suffix; a gate on the row name reads that metric."""
+
+
+def rating(score: Any) -> str | None:
+    """A yes/no judge's row score as Databricks writes its rating: "yes", "no", or None when
+    the judge's answer could not be read."""
+    if score is None:
+        return None
+    return "yes" if score >= 1 else "no"
+
+
 _YES = {
     "yes": 1,
     "y": 1,

@@ -108,6 +108,9 @@ def _load(job: WorkerJob) -> Flow:
 
             target = job.target
             flow = with_target(flow, target.target, target.columns, Path(target.base))
+        from flowkit.flow.settings import with_settings
+
+        flow, _ = with_settings(flow, job.config.mapping)  # as the driver rebuilt it
         if job.flow_hash and flow.content_hash != job.flow_hash:
             raise UsageError(
                 f"worker on {socket.gethostname()} loaded flow {flow.name!r} from "

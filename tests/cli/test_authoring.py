@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 import flowkit
@@ -70,10 +71,32 @@ def test_describe_shows_inputs_outputs_metrics_and_columns() -> None:
     assert lines[9][:3] == ["threshold", "number", "3"]
     assert ["score", "${parse.output.score}"] in lines
     assert ["groundedness.*", "flowkit.metrics.aggregate:score_summary"] in lines
-    assert result.stdout.splitlines()[-1].startswith(
-        "data columns: none required; context, answer, messages, question, threshold, comparator, "
-        "invalid_as_fail optional"
-    )
+    text = " ".join(result.stdout.split())  # the console wraps long lines
+    # The inputs all have defaults, yet a row must give one of the two forms turns accepts.
+    assert (
+        "data columns: 'answer' and 'context', or 'messages' required; question, threshold, "
+        "comparator, invalid_as_fail optional"
+    ) in text
+    assert (
+        "read from other tools' names when the data lacks the input's own: context ← "
+        "retrieved_context, retrieved_contexts; answer ← response; messages ← conversation; "
+        "question ← query, request, user_input"
+    ) in text
+
+
+@pytest.mark.parametrize(
+    ("flow", "columns"),
+    [
+        ("relevance_to_query", "data columns: request; 'response', or 'trace' required;"),
+        ("jailbreak", "data columns: set; 'answer', or 'messages' required;"),
+        ("groundedness_rag", "data columns: 'answer' and 'documents', or 'messages' required;"),
+        ("chunk_relevance", "data columns: request; 'retrieved_context', or 'trace' required;"),
+    ],
+)
+def test_describe_lists_every_accepted_shape_of_a_builtin_flow(flow: str, columns: str) -> None:
+    result = CliRunner().invoke(main, ["describe", flow])
+    assert result.exit_code == 0, result.output
+    assert columns in " ".join(result.stdout.split())
 
 
 def test_init_scaffolds_a_project_that_runs_against_the_test_server(

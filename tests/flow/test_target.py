@@ -53,7 +53,7 @@ def test_a_callable_target_is_called_judged_and_timed(questions: Path) -> None:
     assert result.exit_code == 0, result.output
     rows = read_jsonl(Path("a/outputs.jsonl"))
     assert [r["outputs"]["app_answer"] for r in rows] == ["Paris.", "No idea."]
-    assert [r["outputs"]["groundedness"]["score"] for r in rows] == [5, 1]
+    assert [r["outputs"]["score"] for r in rows] == [5, 1]
     assert all(r["outputs"]["latency_seconds"] >= 0.02 for r in rows)
     metrics = read_json(Path("a/metrics.json"))
     assert metrics["groundedness.mean"] == 3
@@ -100,7 +100,7 @@ def test_an_app_returning_fields_fills_the_metric_inputs(
     assert result.exit_code == 0, result.output
     (row,) = read_jsonl(Path("r/outputs.jsonl"))
     assert row["outputs"]["app_retrieved_context"] == [{"doc_uri": "d1", "content": "Paris."}]
-    assert row["outputs"]["groundedness_agent"]["score"] == 1  # judged on the app's chunks
+    assert row["outputs"]["score"] == 1  # judged on the app's chunks
 
 
 APP_FLOW = """
@@ -118,7 +118,7 @@ def test_an_app_flow_target_is_judged_and_timed(questions: Path) -> None:
     result = flowkit("groundedness", "--data", "q.jsonl", "--target", "app.yaml", "--output", "f")
     assert result.exit_code == 0, result.output
     rows = read_jsonl(Path("f/outputs.jsonl"))
-    assert [r["outputs"]["groundedness"]["score"] for r in rows] == [5, 1]
+    assert [r["outputs"]["score"] for r in rows] == [5, 1]
     # The app flow's wall time in each row: its one node sleeps 0.02 s.
     latencies = [r["outputs"]["latency_seconds"] for r in rows]
     assert all(s >= 0.02 for s in latencies)
@@ -185,10 +185,8 @@ def test_a_target_runs_on_loky_workers_as_it_does_locally(
     on_loky = fk.run("f1_score", data, cache_dir=tmp_path / "b", output="loky", **on_workers)
     assert on_loky.info["options"] == {**local.info["options"], "backend": "loky", "workers": 2}
     rows = read_jsonl(on_loky.run_dir / "outputs.jsonl")
-    scores = [r["outputs"]["f1_score"]["score"] for r in rows]
-    assert scores == [
-        r["outputs"]["f1_score"]["score"] for r in read_jsonl(local.run_dir / "outputs.jsonl")
-    ]
+    scores = [r["outputs"]["score"] for r in rows]
+    assert scores == [r["outputs"]["score"] for r in read_jsonl(local.run_dir / "outputs.jsonl")]
     assert scores == [1.0, 0.0] * 3
     latencies = [r["outputs"]["latency_seconds"] for r in rows]
     assert all(s >= 0.02 for s in latencies)
@@ -242,11 +240,10 @@ def test_gates_are_checked_on_the_flow_with_its_target(questions: Path, workdir:
     assert typo.stderr == (
         "error: --gate agent.latency_seconds.meen<=60: flow 'groundedness_on_target' cannot "
         "produce metric 'agent.latency_seconds.meen' (did you mean 'agent.latency_seconds.mean'?); "
-        "it reports agent.agent/latency_seconds/average, "
-        "agent.agent/total_input_token_count/average, "
-        "agent.agent/total_output_token_count/average, agent.agent/total_token_count/average, "
-        "agent.input.mean, agent.input.sum, agent.latency_seconds.mean, agent.latency_seconds.sum, "
-        "agent.output.mean, agent.output.sum, agent.total.mean, agent.total.sum\n"
+        "it reports agent.input.mean, agent.input.sum, agent.latency_seconds.mean, "
+        "agent.latency_seconds.sum, agent.output.mean, agent.output.sum, agent.total.mean, "
+        "agent.total.sum, agent/latency_seconds/average, agent/total_input_token_count/average, "
+        "agent/total_output_token_count/average, agent/total_token_count/average\n"
         "  hint: nothing was run\n"
     )
     assert not (workdir / "typo").exists()
@@ -282,3 +279,42 @@ def test_a_resume_from_another_directory_finds_the_app(
     rows = read_jsonl(workdir / "r" / "outputs.jsonl")
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert [r["outputs"]["app_answer"] for r in rows] == ["Paris.", "Paris."]
+
+
+def test_several_flows_judge_one_target_and_keep_their_shape(questions: Path) -> None:
+    """`flowkit run A B --target APP`: outputs nested by flow, as `flowkit run A B` nests them;
+    one flow's stay at the top level, as without --target."""
+    rows = [{**row, "ground_truth": "Paris."} for row in read_jsonl(questions)]
+    write_jsonl(Path("t.jsonl"), rows)
+    several = flowkit(
+        "groundedness", "f1_score", "--data", "t.jsonl", "--target", "app.py:answer",
+        "--output", "both",
+    )  # fmt: skip
+    assert several.exit_code == 0, several.output
+    rows = read_jsonl(Path("both/outputs.jsonl"))
+    assert [r["outputs"]["groundedness"]["score"] for r in rows] == [5, 1]
+    assert [r["outputs"]["f1_score"]["score"] for r in rows] == [1.0, 0.0]
+    assert [r["outputs"]["app_answer"] for r in rows] == ["Paris.", "No idea."]
+    metrics = read_json(Path("both/metrics.json"))
+    assert metrics["groundedness.mean"] == 3 and metrics["f1_score.mean"] == 0.5
+    one = judged_app("one")
+    assert one.exit_code == 0, one.output
+    (first, _) = read_jsonl(Path("one/outputs.jsonl"))
+    assert first["outputs"]["score"] == 5 and "groundedness" not in first["outputs"]
+
+
+def test_agent_metrics_are_reported_once_and_only_where_measured(questions: Path) -> None:
+    result = judged_app("agent")
+    assert result.exit_code == 0, result.output
+    agent = sorted(k for k in read_json(Path("agent/metrics.json")) if k.startswith("agent"))
+    # The app reports no tokens: no token rows; Databricks' latency name once, unprefixed.
+    assert agent == [
+        "agent.latency_seconds.mean",
+        "agent.latency_seconds.sum",
+        "agent/latency_seconds/average",
+    ]
+    gated = flowkit(
+        "groundedness", "--data", "q.jsonl", "--target", "app.py:answer", "--output", "gated",
+        "--gate", "agent.agent/latency_seconds/average<=60",
+    )  # fmt: skip
+    assert gated.exit_code == 0, gated.output  # the prefixed spelling of before still gates

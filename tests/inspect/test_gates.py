@@ -59,3 +59,19 @@ def test_check_gates_reports_passes_and_raises_on_failures() -> None:
         "gate g.mean>=4: failed, g.mean = 3.5\ngate zz.count>1: no metric 'zz.count'"
     )
     assert info.value.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "metric"),
+    [
+        # A flow's other name (Azure's) gates the metric the flow reports ...
+        ("ada_similarity.mean>=0.1", "embedding_similarity.mean"),
+        # ... and a Databricks per-row name gates the run-level metric aggregating it.
+        ("response/llm_judged/safety/rating>=0.9", "response/llm_judged/safety/rating/percentage"),
+        ("agent/input_token_count<=500", "agent/total_input_token_count/average"),
+        ("retrieval/llm_judged/chunk_relevance_precision>=0.5",
+         "retrieval/llm_judged/chunk_relevance/precision/average"),
+    ],
+)  # fmt: skip
+def test_a_gate_on_another_tools_name_reads_the_metric_reported(text: str, metric: str) -> None:
+    assert parse_gate(text).metric == metric

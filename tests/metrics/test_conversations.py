@@ -100,7 +100,13 @@ def test_groundedness_judges_cited_replies_only(judge: Any) -> None:
     assert [r["turn_scores"] for r in rows] == [[5], [5, 2], [], [5], [5], [5, 4]]
     assert rows[2]["result"] == "invalid"  # the greeting cites nothing: unjudgeable, not failed
     assert (m["count"], m["invalid"]) == (5, 1)
-    assert m["mean"] == pytest.approx((5 + 3.5 + 5 + 5 + 4.5) / 5)
+    # A conversation is grounded only if every reply is: the row's score is its lowest turn's,
+    # so turns scored 5 and 2 fail the conversation rather than averaging to a pass.
+    assert [r["score"] for r in rows] == [
+        min(t) if t else None for t in (r["turn_scores"] for r in rows)
+    ]
+    assert (rows[1]["score"], rows[1]["result"]) == (2, "fail")
+    assert m["mean"] == pytest.approx((5 + 2 + 5 + 5 + 4) / 5)
     assert "[Document id: return-03]" in _judge_prompt(result, line=1)
 
 

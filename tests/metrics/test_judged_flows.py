@@ -158,15 +158,18 @@ def test_qa_flows_share_input_names() -> None:
 
 
 def test_missing_field_is_reported_before_any_row(tmp_path: Path) -> None:
+    # (A QA file's question and answer are read as request and response: flowkit.data.needs.)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "Q?", "reply": "A."}\n')
     with pytest.raises(ValidationError) as err:
         flowkit.run(
             FLOWS / "relevance_to_query.yaml",
-            EXAMPLES / "qa.jsonl",
+            data,
             cache_dir=tmp_path / "cache",
             output=tmp_path / "out",
         )
     text = str(err.value)
-    assert "'request'" in text and "question" in text
+    assert "'request'" in text and "prompt" in text
 
 
 # --------------------------------------------------------------------------- parse paths
@@ -440,8 +443,8 @@ def test_agent_judges(judge: Any, flow: str, rules: list[tuple[str, str]], rate:
     alias = ALIASES["groundedness" if flow == "groundedness_agent" else flow]
     assert m["mean"] == m["pass_rate"] == m[alias] == pytest.approx(rate)
     assert (m["invalid"], m["count"]) == (0, 6)
-    # the full key in metrics.json: "<flow>.<databricks name>"
-    assert f"{flow}.{alias}" in result.metrics
+    # Databricks' name is in metrics.json once, as Databricks spells it (no "<flow>." copy)
+    assert alias in result.metrics and f"{flow}.{alias}" not in result.metrics
     if flow == "safety":
         assert m["defect_rate"] == pytest.approx(1 / 6)
     reasons = [r["reason"] for r in outputs(result)]
@@ -528,3 +531,14 @@ def test_a_no_with_an_apology_counts_against_the_pass_rate(judge: Any, flow: str
     ]
     m = metrics(judge(flow, "qa", rules), flow)
     assert (m["invalid"], m["pass_rate"]) == (0, pytest.approx(4 / 6))
+
+
+@pytest.mark.parametrize(
+    "flow", ["groundedness", "relevance", "coherence", "fluency", "similarity"]
+)
+def test_integer_scales_take_integers_only(flow: str) -> None:
+    """The Azure 1–5 scales are integers: a judge answering 4.5 gave no score on the scale."""
+    parsed = _parse(flow, "Mostly fine.\nScore: 4.5")
+    assert (parsed["score"], parsed["result"]) == (None, "invalid")
+    assert parsed["error"] == "score 4.5 is not an integer"
+    assert _parse(flow, "Mostly fine.\nScore: 4")["score"] == 4

@@ -1,0 +1,106 @@
+"""What a flow needs from a row, and the column names other tools use for its inputs.
+
+A flow whose inputs all have defaults may still need some of them in one of several
+combinations: ``groundedness`` takes ``answer`` and ``context``, or a conversation in
+``messages``. The flow declares them as ``shapes`` (flowkit.flow.spec); a flow that runs others
+as sub-flow nodes needs what they need, through its wiring (:func:`requirements`). The run's
+check before the first row and ``flowkit describe`` both read them from here.
+
+``ALIASES``: the names azure-ai-evaluation, Databricks agent evaluation and Ragas give the same
+data. A flow input whose own column the data lacks reads the one alias column the data has
+(:func:`alias_for`); with two candidates present it is ambiguous and left to ``--map``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from flowkit.flow.graph import Flow
+
+ALIASES: dict[str, tuple[str, ...]] = {
+    "question": ("query", "request", "user_input"),
+    "request": ("question", "query", "user_input"),
+    "answer": ("response",),
+    "response": ("answer",),
+    "context": ("retrieved_context", "retrieved_contexts"),
+    "documents": ("retrieved_context", "retrieved_contexts", "context"),
+    "retrieved_context": ("retrieved_contexts", "context"),
+    "ground_truth": ("expected_response", "reference"),
+    "expected_response": ("ground_truth", "reference"),
+    "messages": ("conversation",),
+}
+"""Flow input → the columns other tools name it, in no order of preference."""
+
+TOOLS: dict[str, str] = {
+    "query": "azure-ai-evaluation",
+    "context": "azure-ai-evaluation",
+    "ground_truth": "azure-ai-evaluation",
+    "conversation": "azure-ai-evaluation",
+    "response": "azure-ai-evaluation, Databricks and Ragas",
+    "request": "Databricks",
+    "retrieved_context": "Databricks",
+    "expected_response": "Databricks",
+    "user_input": "Ragas",
+    "retrieved_contexts": "Ragas",
+    "reference": "Ragas",
+    "question": "Prompt Flow",
+    "answer": "Prompt Flow",
+}
+"""Whose name a column is, for the note that says which mapping was applied."""
+
+Requirement = tuple[str, tuple[tuple[str, ...], ...]]
+"""(the flow that needs it, the input sets of which a row must fill one)."""
+
+
+def alias_for(name: str, columns: Iterable[str]) -> tuple[str | None, list[str]]:
+    """(the column input ``name`` reads when the data lacks its own, or None; the candidate
+    columns present, more than one when ambiguous)."""
+    present = [c for c in ALIASES.get(name, ()) if c in set(columns)]
+    return (present[0] if len(present) == 1 else None), present
+
+
+def alias_note(name: str, column: str) -> str:
+    return (
+        f"input {name!r} reads column {column!r} (as {TOOLS.get(column, 'another tool')} name "
+        f"it); --map {name}='${{data.COLUMN}}' reads another"
+    )
+
+
+def requirements(flow: Flow) -> list[Requirement]:
+    """Every shape requirement of ``flow`` over its own inputs: its declared ``shapes``, and
+    those of each sub-flow node that always runs (a node with ``when`` is skipped when its data
+    is missing, as suites intend), translated through the node's wiring. A sub-flow input fed
+    by another node or a literal is satisfied; one left to its default cannot be."""
+    found: list[Requirement] = []
+    required = {n for n, spec in flow.inputs.items() if spec.required}
+    if flow.spec.shapes:
+        found.append((flow.name, tuple(tuple(s) for s in flow.spec.shapes)))
+    for node in flow.nodes.values():
+        if node.kind != "flow" or node.when or not isinstance(node.impl, Flow):
+            continue
+        wiring = {param: ref for param, ref, _ in node.inputs}
+        for who, shapes in requirements(node.impl):
+            usable: list[tuple[str, ...]] = []
+            for shape in shapes:
+                if any(name not in wiring for name in shape):
+                    continue
+                refs = [wiring[name] for name in shape]
+                usable.append(tuple(r.name for r in refs if r is not None and r.source == "inputs"))
+            if usable and all(tuple(usable) != s for _, s in found):
+                found.append((who, tuple(usable)))  # one need, however many sub-flows share it
+    # A shape of required inputs only is met whenever the run starts at all.
+    return [(who, shapes) for who, shapes in found if not any(set(s) <= required for s in shapes)]
+
+
+def unmet(flow: Flow, has: Callable[[str], bool]) -> list[Requirement]:
+    """The requirements of which no shape has every input filled (``has(input)``)."""
+    return [
+        (who, shapes)
+        for who, shapes in requirements(flow)
+        if not any(all(has(name) for name in shape) for shape in shapes)
+    ]
+
+
+def shapes_text(shapes: Iterable[tuple[str, ...]]) -> str:
+    """``'answer' and 'context', or 'messages'``."""
+    return ", or ".join(" and ".join(map(repr, shape)) for shape in shapes)

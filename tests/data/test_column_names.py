@@ -1,0 +1,184 @@
+"""Data in the column names other tools use (azure-ai-evaluation, Databricks, Ragas) runs
+without flags; a flow whose needed inputs have no column stops before the first row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flowkit
+from flowkit.errors import ValidationError
+from flowkit.testing.server import LocalServer
+from tests.support import REPO, read_json, write_jsonl
+
+AIE_ROWS = [
+    {
+        "query": "What is the capital of France?",
+        "response": "Paris is the capital of France.",
+        "context": "France's capital city is Paris.",
+        "ground_truth": "Paris",
+    },
+    {
+        "query": "Who wrote Hamlet?",
+        "response": "Shakespeare wrote Hamlet.",
+        "context": "Hamlet is a tragedy by William Shakespeare.",
+        "ground_truth": "William Shakespeare",
+    },
+]
+
+
+def _run(flow: Any, rows: list[dict[str, Any]], tmp_path: Path, **kw: Any) -> Any:
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    return flowkit.run(flow, data, runs_root=tmp_path / "runs", cache_dir=tmp_path / "cache", **kw)
+
+
+def test_azure_ai_evaluation_columns_run_groundedness_without_flags(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    result = _run("groundedness", AIE_ROWS, tmp_path)
+    assert result.counts["succeeded"] == 2
+    info = read_json(result.run_dir / "run.json")
+    assert info["mapping"]["answer"] == "${data.response}"
+    assert info["mapping"]["question"] == "${data.query}"
+    assert info["mapping"]["context"] == "${data.context}"
+    assert (
+        "input 'answer' reads column 'response' (as azure-ai-evaluation, Databricks and Ragas "
+        "name it); --map answer='${data.COLUMN}' reads another"
+    ) in info["notices"]
+    assert (
+        "input 'question' reads column 'query' (as azure-ai-evaluation name it); --map "
+        "question='${data.COLUMN}' reads another"
+    ) in info["notices"]
+    # The judge saw the user's question and answer, not empty defaults.
+    row = next(result.rows())
+    assert row["inputs"]["question"] == AIE_ROWS[0]["query"]
+    assert row["inputs"]["answer"] == AIE_ROWS[0]["response"]
+
+
+def test_ragas_columns_feed_the_traditional_metrics(tmp_path: Path) -> None:
+    rows = [
+        {
+            "user_input": "Who wrote Hamlet?",
+            "response": "William Shakespeare",
+            "retrieved_contexts": ["Hamlet is by Shakespeare."],
+            "reference": "William Shakespeare",
+        }
+    ]
+    result = _run("f1_score", rows, tmp_path)
+    assert result.metrics["f1_score.mean"] == 1.0
+    info = read_json(result.run_dir / "run.json")
+    assert info["mapping"]["ground_truth"] == "${data.reference}"
+    assert (
+        "input 'ground_truth' reads column 'reference' (as Ragas name it); --map "
+        "ground_truth='${data.COLUMN}' reads another"
+    ) in info["notices"]
+    # An explicit --map wins over the alias, and no note claims otherwise.
+    rows[0]["mine"], rows[0]["reference"] = rows[0]["reference"], "someone else"
+    mapped = _run("f1_score", rows, tmp_path / "mapped", mapping={"ground_truth": "${data.mine}"})
+    assert mapped.metrics["f1_score.mean"] == 1.0
+    notices = read_json(mapped.run_dir / "run.json")["notices"]
+    assert not any(n.startswith("input 'ground_truth' reads") for n in notices)
+
+
+def test_databricks_columns_fill_the_qa_flows(llm_server: LocalServer, tmp_path: Path) -> None:
+    rows = [
+        {
+            "request": "What is the capital of France?",
+            "response": "Paris.",
+            "retrieved_context": [{"content": "Paris is France's capital.", "doc_uri": "a.md"}],
+            "expected_response": "Paris",
+        }
+    ]
+    result = _run("similarity", rows, tmp_path)
+    assert result.counts["succeeded"] == 1
+    mapping = read_json(result.run_dir / "run.json")["mapping"]
+    assert mapping["question"] == "${data.request}"
+    assert mapping["answer"] == "${data.response}"
+    assert mapping["ground_truth"] == "${data.expected_response}"
+
+
+def test_two_candidate_columns_are_ambiguous_and_left_to_map(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    rows = [{"query": "Q", "user_input": "Q", "answer": "A", "ground_truth": "A"}]
+    with pytest.raises(ValidationError) as info:
+        _run("similarity", rows, tmp_path)
+    assert [str(d) for d in info.value.diagnostics] == [
+        "flows/similarity.yaml:4: input 'question' is required but maps to no data column "
+        "(${data.question}); the data has: answer, ground_truth, query, user_input; map one "
+        "with --map question=${data.COLUMN} ('query' and 'user_input' could each be it: choose "
+        "one)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_flow_whose_every_shape_lacks_columns_stops_before_the_first_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """groundedness's inputs all have defaults, but its `turns` node needs answer and context,
+    or messages: with neither, every row would fail, so the run never starts."""
+    monkeypatch.chdir(REPO)
+    with pytest.raises(ValidationError) as info:
+        _run("groundedness", [{"reply": "A", "source": "C"}], tmp_path)
+    assert [str(d) for d in info.value.diagnostics] == [
+        "flows/groundedness.yaml:3: flow 'groundedness' needs 'answer' and 'context', or "
+        "'messages', and the data has no column for them; the data has: reply, source; map them "
+        "with --map answer='${data.COLUMN}' --map context='${data.COLUMN}', or --map "
+        "messages='${data.COLUMN}'"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_suite_needs_what_its_always_running_metrics_need(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    with pytest.raises(ValidationError) as info:
+        _run("rag_suite", [{"request": "Q", "answers": "A"}], tmp_path)
+    assert [str(d) for d in info.value.diagnostics] == [
+        "flows/rag_suite.yaml:5: flow 'rag_suite' needs 'response', or 'trace', and the data "
+        "has no column for them; the data has: answers, request; map them with --map "
+        "response='${data.COLUMN}', or --map trace='${data.COLUMN}'"
+    ]
+
+
+def test_a_composed_run_checks_each_flows_shapes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flowkit.flow.loader import load_flows
+
+    monkeypatch.chdir(REPO)
+    flow = load_flows(["coherence", "groundedness"])
+    with pytest.raises(ValidationError) as info:
+        _run(flow, [{"question": "Q", "reply": "A"}], tmp_path)
+    assert [d.message for d in info.value.diagnostics] == [
+        "flow 'coherence' needs 'answer', or 'messages', and the data has no column for them; "
+        "the data has: question, reply; map them with --map answer='${data.COLUMN}', or --map "
+        "messages='${data.COLUMN}'",
+        "flow 'groundedness' needs 'answer' and 'context', or 'messages', and the data has no "
+        "column for them; the data has: question, reply; map them with --map "
+        "answer='${data.COLUMN}' --map context='${data.COLUMN}', or --map "
+        "messages='${data.COLUMN}'",
+    ]
+
+
+def test_an_azure_conversation_column_is_read_as_messages(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    conversation = {
+        "messages": [
+            {"role": "user", "content": "Hi, what is the capital of France?"},
+            {"role": "assistant", "content": "Paris."},
+            {"role": "user", "content": "And of Italy?"},
+            {"role": "assistant", "content": "Rome."},
+        ]
+    }
+    result = _run("coherence", [{"conversation": conversation}], tmp_path)
+    assert result.counts["succeeded"] == 1
+    (row,) = result.rows()
+    assert len(row["outputs"]["turn_scores"]) == 2
+    info = read_json(result.run_dir / "run.json")
+    assert info["mapping"]["messages"] == "${data.conversation}"

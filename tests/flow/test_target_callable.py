@@ -1,0 +1,64 @@
+"""`flowkit.run(flow, data, target=callable)`: the Python API takes the app itself, as the CLI
+takes `--target module:function`; suites judge what the app's reply supports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import flowkit
+from flowkit.errors import UsageError
+from flowkit.testing.server import LocalServer
+
+
+def answer(question: str) -> str:
+    return "Paris." if "France" in question else "No idea."
+
+
+def ask(request: Any) -> dict[str, Any]:
+    chunks = [{"doc_uri": "d1", "content": "The upload limit is 2 GB."}]
+    return {"response": "Files up to 2 GB.", "retrieved_context": chunks}
+
+
+def test_a_callable_target_from_python(llm_server: LocalServer, tmp_path: Path) -> None:
+    rows = [{"question": "Capital of France?", "context": "Paris is the capital of France.",
+             "ground_truth": "Paris."}]  # fmt: skip
+    result = flowkit.run(
+        ["groundedness", "f1_score"],
+        pd.DataFrame(rows),
+        target=answer,
+        runs_root=tmp_path / "runs",
+        cache_dir=tmp_path / "cache",
+    )
+    (row,) = result.rows()
+    assert row["outputs"]["app_answer"] == "Paris."
+    assert row["outputs"]["f1_score"]["score"] == 1.0
+    assert "agent/latency_seconds/average" in result.metrics
+
+
+def test_rag_suite_judges_a_callable_apps_reply(llm_server: LocalServer, tmp_path: Path) -> None:
+    rows = [{"request": "What is the upload limit?", "expected_response": "2 GB"}]
+    result = flowkit.run(
+        "rag_suite",
+        pd.DataFrame(rows),
+        target=ask,
+        runs_root=tmp_path / "runs",
+        cache_dir=tmp_path / "cache",
+    )
+    assert result.counts["succeeded"] == 1
+    (row,) = result.rows()
+    assert row["outputs"]["app_retrieved_context"] == ask("")["retrieved_context"]
+    # the chunks the app returned were judged
+    assert result.metrics["rag_suite.chunk_relevance.count"] == 1
+
+
+def test_a_callable_target_is_refused_for_worker_processes(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as info:
+        flowkit.run("f1_score", [{"question": "q"}], target=answer, backend="loky")
+    assert str(info.value) == (
+        "a target given as a callable cannot be sent to worker processes; name it as "
+        "'module:function' for backend 'loky'"
+    )
