@@ -2,8 +2,10 @@
 
 - ``group``: the command group: a user error ends as `error: …` and its exit code, and the
   commands of the other modules load only when named (a run never imports them);
-- ``main``: the commands that load or run flows (run, validate, list);
-  ``options``: how `run` parses its option values (bounded numbers, ``--map`` pairs).
+- ``main``: the command group's entry point, validate and list; ``run_command``: `flowkit run`
+  and how its options become a RunConfig; ``options``: how `run` parses its option values
+  (bounded numbers, ``--map`` pairs, CI files).
+- ``label_commands``: agree and review, and ``--labels`` on a run.
 - ``inspect_commands``: the commands that read run folders (show, runs, trace, compare, report,
   export-otel).
 - ``batch_commands``: batches (a run's batches, and cancelling them).
