@@ -17,6 +17,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from flowkit.llm.charging import TokenCharge, default_rule
+
 OPENAI_PUBLIC_URL = "https://api.openai.com/v1"
 
 
@@ -40,6 +42,11 @@ class Limits(BaseModel):
     """First backoff ceiling in seconds; it doubles per retry (full jitter below it)."""
     backoff_max: float = Field(30.0, ge=0)
     """Largest backoff ceiling in seconds."""
+    token_charge: TokenCharge | None = None
+    """How the endpoint charges a request to its ``tpm``: ``prompt_plus_max`` (prompt + the
+    output cap × n, on arrival: Azure), ``max_of`` (the larger of the cap and characters / 4:
+    OpenAI) or ``usage`` (the reply's usage); unset, ``max_of`` for the public OpenAI API and
+    ``prompt_plus_max`` otherwise (see ``flowkit.llm.charging``)."""
     slow_start: bool = True
     """Ramp up the requests in flight while no limit is known; false (a self-hosted server
     without rate limits) starts at ``concurrency``, and overload 429s still set a pace."""
@@ -141,6 +148,11 @@ class Endpoint(BaseModel):
     def url(self) -> str:
         """The server address, whichever kind this is."""
         return (self.azure_endpoint if self.kind == "azure" else self.base_url) or OPENAI_PUBLIC_URL
+
+    def token_charge(self) -> TokenCharge:
+        """The rule this endpoint charges requests to its token budget by."""
+        rule = self.limits.token_charge
+        return rule or default_rule(self.kind, self.url == OPENAI_PUBLIC_URL)
 
     def secrets(self) -> list[str]:
         """Every credential this endpoint sends: the key, and a password in the URL (also as

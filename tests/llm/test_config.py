@@ -198,7 +198,7 @@ def test_project_file_errors_name_the_line_and_a_near_key(tmp_path: Path) -> Non
         f"{path / 'flowkit.yaml'}:5: connections.local.base_ur: unknown key 'base_ur' (did you "
         "mean 'base_url'?); known keys: api_key, api_key_env, api_version, azure_endpoint, "
         "backoff_base, backoff_max, base_url, concurrency, deployment, max_retries, rpm, "
-        "slow_start, timeout, tpm, type",
+        "slow_start, timeout, token_charge, tpm, type",
         f"{path / 'flowkit.yaml'}:6: default_modle: unknown key 'default_modle' (did you mean "
         "'default_model'?); known keys: connections, default_connection, "
         "default_embedding_model, default_model, prices",
