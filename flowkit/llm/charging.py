@@ -140,6 +140,8 @@ FILL_MARGIN = 0.5
 SKEW = 0.005
 """Seconds the server's and the client's moments of a reading may differ by (the reply's travel
 and handling): the refill over it must be small beside the charges a span measures."""
+OVERCHARGED = 0.8
+"""The scale's step down per reading that finds the budget whole while requests wait."""
 MAX_STEP = 4.0
 """The most one correction may multiply or divide the scale by (a misread header is not a rule)."""
 
@@ -160,28 +162,47 @@ class ChargeLearner:
         self.scale = 1.0
         self._charged = 0.0  # net tokens charged to the pace, ever
         self._sent = 0  # requests charged, ever (refunded ones taken off)
+        self._sent_at = 1.0  # the scale the last request sent was charged at
         self._last: tuple[float, int, float, int, float | None] | None = None
         self._full = 0  # the most ever left: the budget's top is at least this
         self._real = self._estimated = 0.0
         self._requests = 0
         self._updates = 0
 
-    def charged(self, tokens: float, requests: int) -> None:
-        """The pace was charged ``tokens`` (refunded, if negative) for ``requests`` sent."""
+    def charged(self, tokens: float, requests: int, scale: float | None = None) -> None:
+        """The pace was charged ``tokens`` (refunded, if negative) for ``requests`` sent, at
+        ``scale`` (the scale when the charge was reckoned, for a request sent)."""
         self._charged += tokens
         self._sent += requests
+        if scale is not None:
+            self._sent_at = scale
 
     def reading(
-        self, now: float, remaining: int, limit: int, reset: float | None, window: float
+        self,
+        now: float,
+        remaining: int,
+        limit: int,
+        reset: float | None,
+        window: float,
+        *,
+        waiting: bool = False,
     ) -> None:
         """A reply said ``remaining`` of ``limit`` tokens per ``window`` are left (full again
-        in ``reset`` seconds, when it says)."""
+        in ``reset`` seconds, when it says); ``waiting``: requests queue for the token pace."""
         last = self._last
         self._last = (now, remaining, self._charged, self._sent, reset)
         self._full = max(self._full, remaining)
         if last is None:
             return
         then, left, charged, sent, full_in = last
+        full = reset == 0 or remaining >= self._full
+        if waiting and self._sent > sent and full and self._sent_at == self.scale:
+            # The budget is whole while requests wait for what the pacer thinks is spent: it
+            # charges more than the endpoint does, by too much for any span to measure (the
+            # budget keeps filling up). Charge less until the spans show by how much: a step
+            # at a time, each once requests charged at the last one are going out.
+            self.scale *= OVERCHARGED
+            return
         refill = limit * (now - then) / window
         # Whether the budget may have reached its top: judged with a margin of half the span's
         # refill, for the reset header's rounding and the replies' travel time.

@@ -184,16 +184,16 @@ class Pacer:
         while (pause := self.not_before - self._clock()) > 0:
             await self._sleep(pause)
 
-    async def admit(self, tokens: int) -> None:
+    async def admit(self, tokens: int, scale: float = 1.0) -> None:
         """Wait for the request and token paces (after :meth:`pause_over`: a pause that starts
-        meanwhile holds the buckets too)."""
+        meanwhile holds the buckets too); ``tokens`` were reckoned at the learner's ``scale``."""
         if self._learned is not None:
             self.repace()  # the probe moves the learned rate with time
         shared = self.declared
         if shared is not None:
             await self._draw(shared, tokens)
         await _take(self._rpm, self._tpm, tokens)
-        self.learner.charged(tokens, 1)
+        self.learner.charged(tokens, 1, scale)
 
     async def _draw(self, shared: DeclaredBudget, tokens: int) -> None:
         """Wait for the declared budgets shared with other runs."""
@@ -250,7 +250,11 @@ class Pacer:
             self._tpm_limit = tokens.limit
         limit = self._tpm_limit or self.limits.tpm  # Azure sends the remaining count alone
         if tokens.remaining is not None and limit:
-            self.learner.reading(self._clock(), tokens.remaining, limit, tokens.reset, self.window)
+            waiting = self._tpm is not None and self._tpm.level < 0
+            now = self._clock()
+            self.learner.reading(
+                now, tokens.remaining, limit, tokens.reset, self.window, waiting=waiting
+            )
         if self._rpm is not None and found.requests.remaining is not None:
             self._rpm.sync(found.requests.remaining)
         if self._tpm is not None and found.tokens.remaining is not None:
