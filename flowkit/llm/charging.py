@@ -140,7 +140,7 @@ FILL_MARGIN = 0.5
 SKEW = 0.005
 """Seconds the server's and the client's moments of a reading may differ by (the reply's travel
 and handling): the refill over it must be small beside the charges a span measures."""
-OVERCHARGED = 0.8
+OVERCHARGED = 0.9
 """The scale's step down per reading that finds the budget whole while requests wait."""
 MAX_STEP = 4.0
 """The most one correction may multiply or divide the scale by (a misread header is not a rule)."""
@@ -195,12 +195,15 @@ class ChargeLearner:
         if last is None:
             return
         then, left, charged, sent, full_in = last
-        full = reset == 0 or remaining >= self._full
-        if waiting and self._sent > sent and full and self._sent_at == self.scale:
-            # The budget is whole while requests wait for what the pacer thinks is spent: it
-            # charges more than the endpoint does, by too much for any span to measure (the
-            # budget keeps filling up). Charge less until the spans show by how much: a step
-            # at a time, each once requests charged at the last one are going out.
+        # What the budget lacks of whole: by the reset where the server sends it, else from
+        # the most ever seen left.
+        lacking = reset * limit / window if reset is not None else self._full - remaining
+        each = self._charged / self._sent if self._sent > 0 else 0.0
+        if waiting and self._sent > sent and lacking < each and self._sent_at == self.scale:
+            # The budget lacks less than one request while requests wait for what the pacer
+            # thinks is spent: it charges more than the endpoint does, by too much for a span
+            # to measure (the budget keeps filling up). Charge less until the spans show by how
+            # much: a step at a time, each once requests charged at the last one go out.
             self.scale *= OVERCHARGED
             return
         refill = limit * (now - then) / window

@@ -64,6 +64,9 @@ but had 3.9% of requests rejected on a 60,000 TPM endpoint that sends rate-limit
 at 600 rpm without headers, and growing by two a reply instead of one 5.06% (and nothing
 measurable gained at 100 ms)."""
 
+BOOKED_AHEAD = 1.0
+"""Seconds of the token pace requests may book ahead of time before more wait to be charged."""
+
 
 class Pacer:
     """The paces of one endpoint (token buckets) and its slow-start window.
@@ -183,6 +186,16 @@ class Pacer:
         """Wait out a server-requested pause."""
         while (pause := self.not_before - self._clock()) > 0:
             await self._sleep(pause)
+
+    async def token_room(self) -> None:
+        """Wait while the token pace is booked more than ``BOOKED_AHEAD`` seconds ahead: a
+        request reckons its charge after this, so few are charged at a scale that the
+        endpoint's headers have shown wrong since (see ``charging.ChargeLearner``)."""
+        while (bucket := self._tpm) is not None:
+            over = -bucket.level - bucket.rate * BOOKED_AHEAD
+            if over <= 0:
+                return
+            await self._sleep(over / bucket.rate)
 
     async def admit(self, tokens: int, scale: float = 1.0) -> None:
         """Wait for the request and token paces (after :meth:`pause_over`: a pause that starts

@@ -203,20 +203,22 @@ class Scheduler:
             await self._acquire()
             generation = self._pacer.generation
             delay = 0.0
-            # The estimate, scaled by how far off past estimates were (reckoned once a slot is
-            # held: the scale may have moved meanwhile): a waiter's wait is fixed when it
-            # queues, so a refund after the reply cannot give back an overcharge.
-            learned = self._pacer.learner.scale
-            scale = learned * (1.0 if on_arrival else self._token_scale)
-            charge = max(1, round(tokens * scale)) if tokens > 0 else 0
+            charge = 0
             try:
-                self._refuse_over_budget(charge, detail)
                 # A slot taken before a pause (or a cut) may not fit the window it left: a 429
                 # in the slow start shrinks it to one. Give it back and queue again, so the end
                 # of a pause is never a burst of the requests that waited through it.
                 await self._pacer.pause_over()
                 if self._in_flight > self.limit:
                     continue  # the finally gives the slot back
+                await self._pacer.token_room()
+                # The estimate, scaled by how far off past estimates were (reckoned as late as
+                # can be: the scale may have moved meanwhile): a waiter's wait is fixed when it
+                # queues, so a refund after the reply cannot give back an overcharge.
+                learned = self._pacer.learner.scale
+                scale = learned * (1.0 if on_arrival else self._token_scale)
+                charge = max(1, round(tokens * scale)) if tokens > 0 else 0
+                self._refuse_over_budget(charge, detail)
                 await self._pacer.admit(charge, learned)
                 self._check_down()
                 self.stats.requests += 1

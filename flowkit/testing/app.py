@@ -120,7 +120,7 @@ class Core:
             self.in_flight -= 1
         self.by_status[str(response.status)] += 1
         if self.config.rate_headers:
-            response.headers.update(self.window.headers())
+            response.headers.update(self.window.headers(time.monotonic()))
         return response
 
     def _check_auth(self, request: web.Request) -> None:
