@@ -5,12 +5,14 @@ from the rate-limit headers; a request over the whole budget is refused before i
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.request
 from typing import Any
 
 import pytest
 
 from flowkit.llm import Endpoint, Limits
-from flowkit.llm.charging import RULES, OverBudget, TokenCharge
+from flowkit.llm.charging import RULES, OverBudget, TokenCharge, prompt_tokens
 from flowkit.llm.client import chat
 from flowkit.llm.scheduler import Scheduler
 from flowkit.testing.server import ServerConfig, serve
@@ -96,3 +98,19 @@ def test_the_server_names_its_rules() -> None:
         "invalid ServerConfig: token_charge must be one of ['prompt_plus_max', 'max_of', "
         "'usage'], got 'prompt'"
     )
+
+
+def test_the_server_reports_its_budget_as_it_stands_at_the_reply() -> None:
+    # 100 tokens a second, a 100-token top; the reply comes 0.3 s after the charge, by which
+    # time 30 tokens came back: headers computed at the charge would say 100 - charge.
+    with serve(tpm=6000, latency=0.3, rate_headers=True, token_charge="prompt_plus_max") as srv:
+        body = {"model": "flowkit-test", "messages": [{"role": "user", "content": "hi"}]}
+        request = urllib.request.Request(
+            f"{srv.base_url}/chat/completions",
+            data=json.dumps({**body, "max_tokens": 50}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request) as reply:
+            remaining = int(reply.headers["x-ratelimit-remaining-tokens"])
+    charge = 50 + prompt_tokens("flowkit-test", body["messages"])
+    assert remaining >= 100 - charge + 25
