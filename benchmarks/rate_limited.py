@@ -8,7 +8,18 @@ nothing configured on the connection, so flowkit must learn the limit:
 
 - ``rpm-headers``: 600 requests/minute, the server sends OpenAI's ``x-ratelimit-*`` headers;
 - ``rpm``: 600 requests/minute, no headers: only 429s and their Retry-After tell;
-- ``tpm-headers``: 60,000 tokens/minute (no request cap), with the headers.
+- ``tpm-headers``: 60,000 tokens/minute (no request cap), with the headers, charged by usage;
+- ``tpm-{prompt_plus_max,max_of}[-headers]``: 150,000 tokens/minute charged as hosted endpoints
+  charge on arrival (Azure's prompt + max_tokens; OpenAI's larger of max_tokens and characters
+  / 4), with and without the headers; the connection names no rule, so flowkit charges by its
+  default (prompt_plus_max) and, with headers, learns the server's;
+- ``both-{prompt_plus_max,max_of}[-headers]``: those plus 240 requests/minute at once.
+
+Issue 33's figures: ``--rows 150 --case tpm-prompt_plus_max-headers tpm-prompt_plus_max
+tpm-max_of-headers tpm-max_of both-prompt_plus_max-headers both-max_of-headers
+both-prompt_plus_max both-max_of --no-naive --declare-rule`` (groundedness sets max_tokens:
+300); without ``--declare-rule`` the connection keeps the default rule and, with headers,
+learns the server's.
 
 Prints, per case, the rate reached (requests or tokens that succeeded per minute over the whole
 run, start included) as a fraction of the limit and the share of requests rejected, median
@@ -38,16 +49,28 @@ CASES = {
     "rpm": ServerConfig(latency=0.02, rpm=600),
     "tpm-headers": ServerConfig(latency=0.02, tpm=60_000, rate_headers=True),
 }
+for _rule in ("prompt_plus_max", "max_of"):
+    for _headers in (True, False):
+        _tail = "-headers" if _headers else ""
+        CASES[f"tpm-{_rule}{_tail}"] = ServerConfig(
+            latency=0.2, tpm=150_000, rate_headers=_headers, token_charge=_rule
+        )
+        CASES[f"both-{_rule}{_tail}"] = ServerConfig(
+            latency=0.2, tpm=150_000, rpm=240, rate_headers=_headers, token_charge=_rule
+        )
 
 
 def measured(stats: dict, config: ServerConfig, elapsed: float) -> tuple[float, float]:
-    """(rate reached / limit, share of requests rejected) from the server's own counters."""
+    """(rate reached / limit, share of requests rejected) from the server's own counters; with
+    both limits, the nearer one's fraction (the one that binds)."""
     ok = stats["by_status"].get("200", 0)
     rejected = stats["by_status"].get("429", 0) / max(1, stats["requests"])
+    fractions = []
     if config.rpm:
-        return ok / elapsed * 60.0 / config.rpm, rejected
-    tokens = stats["prompt_tokens"] + stats["completion_tokens"]
-    return tokens / elapsed * 60.0 / config.tpm, rejected
+        fractions.append(ok / elapsed * 60.0 / config.rpm)
+    if config.tpm:  # tokens as the server charged them, by its rule
+        fractions.append(stats["charged_tokens"] / elapsed * 60.0 / config.tpm)
+    return max(fractions), rejected
 
 
 def naive_client(base_url: str, rows: int, concurrency: int) -> float:
@@ -83,6 +106,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--case", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument(
+        "--declare-rule",
+        action="store_true",
+        help="the connection names the server's token_charge rule (else flowkit's default)",
+    )
+    parser.add_argument("--no-naive", action="store_true", help="skip the minimal client's figures")
+    parser.add_argument(
         "--no-slow-start",
         action="store_true",
         help="the connection sets slow_start: false: what opening at full concurrency costs",
@@ -93,6 +122,9 @@ def main() -> None:
         data = write_rows(root / "rows.jsonl", args.rows)
         for case in args.case:
             config = CASES[case]
+            # The connection names the server's rule, as flowkit's default per kind of endpoint
+            # does for OpenAI (max_of) and Azure (prompt_plus_max).
+            rule = {"token_charge": config.token_charge} if args.declare_rule else {}
             ratios, rejects = [], []
             for run in range(args.runs):
                 # A fresh server per run: its budget starts full, as a real one does after a
@@ -105,20 +137,24 @@ def main() -> None:
                         args.concurrency,
                         max_retries=50,
                         slow_start=not args.no_slow_start,
+                        **rule,
                     )
                     assert result.counts["succeeded"] == args.rows, result.counts
                     ratio, rejected = measured(srv.stats(), config, elapsed)
                 ratios.append(ratio)
                 rejects.append(rejected * 100)
-            with serve_subprocess(config) as srv:
-                elapsed = naive_client(srv.base_url, args.rows, args.concurrency)
-                naive_ratio, naive_rejected = measured(srv.stats(), config, elapsed)
+            naive = ""
+            if not args.no_naive:
+                with serve_subprocess(config) as srv:
+                    elapsed = naive_client(srv.base_url, args.rows, args.concurrency)
+                    naive_ratio, naive_rejected = measured(srv.stats(), config, elapsed)
+                naive = f"; naive client/limit {naive_ratio:.2f}, rejected {naive_rejected:.0%}"
             declared = ", slow_start: false" if args.no_slow_start else ""
+            declared += f", token_charge: {config.token_charge}" if args.declare_rule else ""
             print(
                 f"rate-limited {case}{declared} c={args.concurrency} rows={args.rows}: "
                 f"flowkit/limit {spread(ratios)}, rejected {spread(rejects)}% over {args.runs} "
-                f"runs; naive client/limit {naive_ratio:.2f}, rejected {naive_rejected:.0%}; "
-                f"{load_average()}",
+                f"runs{naive}; {load_average()}",
                 flush=True,
             )
 

@@ -17,6 +17,7 @@ from typing import Any
 import openai
 from openai._constants import RAW_RESPONSE_HEADER
 
+from flowkit.llm.charging import arrival_charge, output_cap, prompt_tokens
 from flowkit.llm.clients import aclose_clients as aclose_clients
 from flowkit.llm.clients import clients_created as clients_created
 from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
@@ -77,19 +78,20 @@ def request_params(endpoint: Endpoint, model: str, params: dict[str, Any]) -> di
     return out
 
 
-def estimate_tokens(messages: Sequence[dict[str, Any]], params: dict[str, Any]) -> int:
-    """A pre-send guess for the TPM budget: ~4 characters per token plus the output cap."""
-    chars = 0
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            chars += len(content)
-        elif isinstance(content, list):
-            chars += sum(
-                len(str(part.get("text", ""))) for part in content if isinstance(part, dict)
-            )
-    cap = params.get("max_completion_tokens") or params.get("max_tokens") or 0
-    return chars // 4 + 4 * len(messages) + int(cap) * int(params.get("n") or 1)
+def charge_of(
+    endpoint: Endpoint, model: str, messages: Sequence[dict[str, Any]], params: dict[str, Any]
+) -> tuple[int, bool, str]:
+    """(tokens, charged on arrival?, how they were counted) for a request to ``endpoint``,
+    under the connection's ``token_charge`` rule."""
+    rule = endpoint.token_charge()
+    arrival = arrival_charge(rule, model, messages, params)
+    cap = output_cap(params)
+    prompt = prompt_tokens(model, messages)
+    if arrival is None:
+        return prompt + cap, False, f"prompt {prompt:,} + output cap {cap:,}"
+    if rule == "max_of":
+        return arrival, True, f"max_of: output cap {cap:,} vs characters / 4"
+    return arrival, True, f"prompt {prompt:,} + max_tokens × n {cap:,}"
 
 
 def request_secrets(endpoint: Endpoint, params: dict[str, Any] | None = None) -> list[str]:
@@ -278,13 +280,16 @@ async def chat(
         if "choices" not in response:  # no batch answered it: asked online after all
             response = None
     if response is None:
+        tokens, on_arrival, detail = charge_of(endpoint, model, messages, kwargs)
         try:
             done = await sched.run(
                 call,
-                tokens=estimate_tokens(messages, params),
+                tokens=tokens,
                 used_tokens=_total_tokens,
                 headers=_second,
                 timeout=attempt_timeout,
+                on_arrival=on_arrival,
+                detail=detail,
             )
         except Exception as err:
             raise _explained(err, endpoint, attempt_timeout, secrets) from None

@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from flowkit.llm.charging import TokenCharge, default_rule
 from flowkit.llm.replies import MIN_CAP, default_cap
 
 OPENAI_PUBLIC_URL = "https://api.openai.com/v1"
@@ -58,6 +59,11 @@ class Limits(BaseModel):
     max_reply_bytes: int = Field(default_factory=default_cap, ge=MIN_CAP)
     """Largest reply body read, compressed or decompressed (``replies``); a bigger one is a
     failed attempt. Defaults to $FLOWKIT_MAX_REPLY_BYTES, else 32 MiB."""
+    token_charge: TokenCharge | None = None
+    """How the endpoint charges a request to its ``tpm``: ``prompt_plus_max`` (prompt + the
+    output cap × n, on arrival: Azure), ``max_of`` (the larger of the cap and characters / 4:
+    OpenAI) or ``usage`` (the reply's usage); unset, ``max_of`` for the public OpenAI API and
+    ``prompt_plus_max`` otherwise (see ``flowkit.llm.charging``)."""
     slow_start: bool = True
     """Ramp up the requests in flight while no limit is known; false (a self-hosted server
     without rate limits) starts at ``concurrency``, and overload 429s still set a pace."""
@@ -166,6 +172,11 @@ class Endpoint(BaseModel):
     def url(self) -> str:
         """The server address, whichever kind this is."""
         return (self.azure_endpoint if self.kind == "azure" else self.base_url) or OPENAI_PUBLIC_URL
+
+    def token_charge(self) -> TokenCharge:
+        """The rule this endpoint charges requests to its token budget by."""
+        rule = self.limits.token_charge
+        return rule or default_rule(self.kind, self.url == OPENAI_PUBLIC_URL)
 
     def secrets(self) -> list[str]:
         """Every credential this endpoint sends: the key, and a password in the URL (also as

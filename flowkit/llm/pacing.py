@@ -33,6 +33,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from flowkit.llm.budget import Clock, Sleep, TokenBucket
+from flowkit.llm.charging import ChargeLearner
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.ratelimits import RateHeaders
 
@@ -58,6 +59,9 @@ INITIAL_WINDOW = 4
 """Requests in flight right after an endpoint without known limits first answers: a few more
 than one make an endpoint without limits faster, more than this get rejected on rate-limited
 ones (`benchmarks/rate_limited.py` and `benchmarks/llm_bound.py` weigh the two)."""
+
+BOOKED_AHEAD = 1.0
+"""Seconds of the token pace requests may book ahead of time before more wait to be charged."""
 
 
 class Pacer:
@@ -87,6 +91,9 @@ class Pacer:
         # Requests per window from each source; the pace is the lowest known.
         self._header_rpm: float | None = None
         self._header_tpm: float | None = None
+        self._tpm_limit: int | None = None  # the token limit as the headers last said it
+        self.learner = ChargeLearner()
+        """What the endpoint really charges, against the estimates (see ``charging``)."""
         self._learned: float | None = None  # requests per window, from overload 429s
         self._learned_at = -float("inf")
         self._measured_cut = False
@@ -125,6 +132,12 @@ class Pacer:
         """The token pace in tokens per window, or None while unpaced."""
         told = self.limits.tpm * HEADER_MARGIN if self.limits.tpm else None
         known = [r for r in (told, self._header_tpm) if r]
+        return min(known) if known else None
+
+    def token_limit(self) -> int | None:
+        """The whole tokens-per-window budget, configured or advertised (the lower), if known:
+        a request charged more could never be sent."""
+        known = [t for t in (self.limits.tpm, self._tpm_limit) if t]
         return min(known) if known else None
 
     def limits_known(self) -> bool:
@@ -170,15 +183,26 @@ class Pacer:
         while (pause := self.not_before - self._clock()) > 0:
             await self._sleep(pause)
 
-    async def admit(self, tokens: int) -> None:
+    async def token_room(self) -> None:
+        """Wait while the token pace is booked more than ``BOOKED_AHEAD`` seconds ahead: a
+        request reckons its charge after this, so few are charged at a scale that the
+        endpoint's headers have shown wrong since (see ``charging.ChargeLearner``)."""
+        while (bucket := self._tpm) is not None:
+            over = -bucket.level - bucket.rate * BOOKED_AHEAD
+            if over <= 0:
+                return
+            await self._sleep(over / bucket.rate)
+
+    async def admit(self, tokens: int, scale: float = 1.0) -> None:
         """Wait for the request and token paces (after :meth:`pause_over`: a pause that starts
-        meanwhile holds the buckets too)."""
+        meanwhile holds the buckets too); ``tokens`` were reckoned at the learner's ``scale``."""
         if self._learned is not None:
             self.repace()  # the probe moves the learned rate with time
         shared = self.declared
         if shared is not None:
             await self._draw(shared, tokens)
         await _take(self._rpm, self._tpm, tokens)
+        self.learner.charged(tokens, 1, scale)
 
     async def _draw(self, shared: DeclaredBudget, tokens: int) -> None:
         """Wait for the declared budgets shared with other runs."""
@@ -186,8 +210,10 @@ class Pacer:
         # A server-requested pause that began while this request waited holds it too.
         await self.pause_over()
 
-    def charge(self, tokens: int) -> None:
-        """Charge ``tokens`` more to the token pace (a negative count gives them back)."""
+    def charge(self, tokens: int, requests: int = 0) -> None:
+        """Charge ``tokens`` more to the token pace (a negative count gives them back, with
+        ``requests``: -1 for a request the endpoint refused and so never charged)."""
+        self.learner.charged(tokens, requests)
         if self._tpm is not None and tokens:
             self._tpm.adjust(tokens)
         if self.declared is not None and self.declared.tpm is not None and tokens:
@@ -228,6 +254,16 @@ class Pacer:
                     changed = True
         if changed:
             self.repace()
+        tokens = found.tokens
+        if tokens.limit:
+            self._tpm_limit = tokens.limit
+        limit = self._tpm_limit or self.limits.tpm  # Azure sends the remaining count alone
+        if tokens.remaining is not None and limit:
+            waiting = self._tpm is not None and self._tpm.level < 0
+            now = self._clock()
+            self.learner.reading(
+                now, tokens.remaining, limit, tokens.reset, self.window, waiting=waiting
+            )
         if self._rpm is not None and found.requests.remaining is not None:
             self._rpm.sync(found.requests.remaining)
         if self._tpm is not None and found.tokens.remaining is not None:

@@ -39,6 +39,7 @@ from dataclasses import asdict
 
 from flowkit.errors import EndpointError
 from flowkit.llm.budget import Clock, Sleep
+from flowkit.llm.charging import OverBudget
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.memory import Recalled
 from flowkit.llm.pacing import Pacer
@@ -177,15 +178,22 @@ class Scheduler:
         used_tokens: Callable[[T], int | None] | None = None,
         headers: Callable[[T], Mapping[str, str] | None] | None = None,
         timeout: float | None = None,
+        on_arrival: bool = False,
+        detail: str = "",
     ) -> Attempted[T]:
         """Run ``call`` under the endpoint's limits, retrying what is worth retrying.
 
-        ``tokens`` is the estimate charged to the token pace before sending; ``used_tokens``
-        extracts the real count from the result to correct it afterwards, and ``headers`` the
-        reply's headers (for the rate-limit ones). ``timeout`` (default: the endpoint's)
-        bounds each attempt, not the waiting. Raises the last attempt's error once retries are
-        exhausted, a non-retryable error (400, 401, 404…) at once, and ``EndpointError`` once
-        the endpoint is down.
+        ``tokens`` is the estimate charged to the token pace before sending. With
+        ``on_arrival`` it is what the endpoint charges as the request arrives (see
+        ``charging``): kept whatever the reply uses, so a short reply gives nothing back.
+        Otherwise the endpoint charges by usage: ``used_tokens`` extracts the real count from
+        the result to correct the estimate afterwards. Either way the estimate is scaled by
+        what the rate-limit headers (``headers`` extracts the reply's) show the endpoint really
+        charges. ``detail`` says how ``tokens`` was counted, for the refusal of a request that
+        alone exceeds the token budget (``OverBudget``, before anything is sent).
+        ``timeout`` (default: the endpoint's) bounds each attempt, not the waiting. Raises the
+        last attempt's error once retries are exhausted, a non-retryable error (400, 401,
+        404…) at once, and ``EndpointError`` once the endpoint is down.
         """
         ceiling = timeout if timeout is not None else self.limits.timeout
         self.stats.calls += 1
@@ -195,9 +203,7 @@ class Scheduler:
             await self._acquire()
             generation = self._pacer.generation
             delay = 0.0
-            # The estimate, scaled by how far off past estimates were: a waiter's wait is fixed
-            # when it queues, so a refund after the reply cannot give back an overcharge.
-            charge = max(1, round(tokens * self._token_scale)) if tokens > 0 else 0
+            charge = 0
             try:
                 # A slot taken before a pause (or a cut) may not fit the window it left: a 429
                 # in the slow start shrinks it to one. Give it back and queue again, so the end
@@ -205,13 +211,21 @@ class Scheduler:
                 await self._pacer.pause_over()
                 if self._in_flight > self.limit:
                     continue  # the finally gives the slot back
-                await self._pacer.admit(charge)
+                await self._pacer.token_room()
+                # The estimate, scaled by how far off past estimates were (reckoned as late as
+                # can be: the scale may have moved meanwhile): a waiter's wait is fixed when it
+                # queues, so a refund after the reply cannot give back an overcharge.
+                learned = self._pacer.learner.scale
+                scale = learned * (1.0 if on_arrival else self._token_scale)
+                charge = max(1, round(tokens * scale)) if tokens > 0 else 0
+                self._refuse_over_budget(charge, detail)
+                await self._pacer.admit(charge, learned)
                 self._check_down()
                 self.stats.requests += 1
                 try:
                     value = await self._stalls.run(ceiling, call)
                 except Exception as exc:
-                    self._pacer.charge(-charge)  # providers do not bill failed calls
+                    self._pacer.charge(-charge, -1)  # providers do not bill failed calls
                     stalled = isinstance(exc, Stalled)
                     verdict = classify(exc)
                     self._on_failure(verdict, generation, stalled)
@@ -230,7 +244,10 @@ class Scheduler:
                             rng=self._rng,
                         )
                 else:
-                    self._on_success(value, generation, tokens, charge, used_tokens, headers)
+                    used = None if used_tokens is None else used_tokens(value)
+                    self._on_success(generation, tokens, charge, used, on_arrival)
+                    if headers is not None:  # last: what the server says is left beats a refund
+                        self._pacer.learn_headers(parse_rate_headers(headers(value)))
                     return Attempted(value, retry + 1)
             finally:
                 self._release()
@@ -240,6 +257,20 @@ class Scheduler:
                 await self._sleep(delay)
 
     # -- admission -----------------------------------------------------------------------
+
+    def _refuse_over_budget(self, charge: int, detail: str) -> None:
+        """A request charged more than the whole token budget would wait (or be refused)
+        forever: fail it now, naming the figures."""
+        limit = self._pacer.token_limit()
+        if limit is None or charge <= limit:
+            return
+        self.stats.errors += 1
+        how = f" ({detail})" if detail else ""
+        raise OverBudget(
+            f"request refused before sending: it costs an estimated {charge:,} tokens{how}, "
+            f"more than the {limit:,} tokens per minute {self.url or self.name} allows in all; "
+            "lower max_tokens (or n), or shorten the prompt"
+        )
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         """Forget in-flight bookkeeping left behind by a previous (finished) event loop."""
@@ -294,28 +325,29 @@ class Scheduler:
 
     def _on_success(
         self,
-        value: T,
         generation: int,
         tokens: int,
         charge: int,
-        used_tokens: Callable[[T], int | None] | None,
-        headers: Callable[[T], Mapping[str, str] | None] | None,
+        used: int | None,
+        on_arrival: bool,
     ) -> None:
         self._unfixable = 0
         self._pacer.answered(True, generation)
         self._recent.append(False)
-        used = used_tokens(value) if used_tokens is not None else None
-        if used is not None:
-            self._pacer.charge(used - charge)
-        if used is not None and tokens > 0:
+        if on_arrival or used is None:
+            self.stats.charged_tokens += charge
+        else:
+            # Charged by usage: settle to what the reply used (scaled as the headers show).
+            settled = round(used * self._pacer.learner.scale)
+            self._pacer.charge(settled - charge)
+            self.stats.charged_tokens += settled
+        if used is not None and tokens > 0 and not on_arrival:
             # A plain mean over the first replies (the first one alone sets it: the requests
             # that queued behind it are charged right), then a running average.
             self._token_samples += 1
             weight = max(TOKEN_LEARNING, 1.0 / self._token_samples)
             self._token_scale += weight * (used / tokens - self._token_scale)
         self.stats.tokens += used if used is not None else tokens
-        if headers is not None:  # last: what the server says is left beats any refund
-            self._pacer.learn_headers(parse_rate_headers(headers(value)))
 
     def _on_failure(self, verdict: Verdict, generation: int, stalled: bool) -> None:
         kind = verdict.kind

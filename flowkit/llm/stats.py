@@ -45,5 +45,8 @@ class SchedulerStats:
     """Calls that failed for good (non-retryable, or retries exhausted)."""
     tokens: int = 0
     """Tokens used by successful calls (from usage when reported, else the estimate)."""
+    charged_tokens: int = 0
+    """Tokens charged to the token pace for successful calls, as the endpoint counts them (see
+    ``charging``): on arrival, or by usage."""
     peak_in_flight: int = 0
     """Most attempts in flight at once."""

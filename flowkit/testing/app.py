@@ -15,10 +15,11 @@ import random
 import struct
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
+from flowkit.llm.charging import TokenCharge, arrival_charge
 from flowkit.testing import replies
 from flowkit.testing.batches import BatchApi
 from flowkit.testing.config import ServerConfig
@@ -46,6 +47,7 @@ class Core:
     def reset(self) -> None:
         self.requests = self.in_flight = self.max_in_flight = 0
         self.chat_completions = self.embeddings = self.prompt_tokens = self.completion_tokens = 0
+        self.charged_tokens = 0  # taken from the tpm budget by admitted requests, by its rule
         self.by_endpoint: Counter[str] = Counter()
         self.by_status: Counter[str] = Counter()
         self.by_model: Counter[str] = Counter()  # chat and embedding requests per model asked
@@ -67,6 +69,7 @@ class Core:
             "embeddings": self.embeddings,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "charged_tokens": self.charged_tokens,
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
             "distinct_prompts": len(self.prompts),
@@ -125,7 +128,7 @@ class Core:
             self.in_flight -= 1
         self.by_status[str(response.status)] += 1
         if self.config.rate_headers:
-            response.headers.update(self.window.headers())
+            response.headers.update(self.window.headers(time.monotonic()))
         return response
 
     def _check_auth(self, request: web.Request) -> None:
@@ -216,7 +219,12 @@ class Core:
         text = replies.messages_text(messages)
         key = replies.sha(text)
         prompt_tokens = sum(len(replies.content_text(m.get("content")).split()) for m in messages)
-        attempt, found, fault, rng = await self._admit(self.prompts, key, text, prompt_tokens)
+        # Charged on arrival as hosted endpoints do, or by usage (the prompt now, the rest after).
+        rule = cast(TokenCharge, self.config.token_charge)
+        on_arrival = arrival_charge(rule, model, messages, body)
+        charge = prompt_tokens if on_arrival is None else on_arrival
+        attempt, found, fault, rng = await self._admit(self.prompts, key, text, charge)
+        self.charged_tokens += charge
         if fault == "garbage":
             scripted: str | None = garbage(rng)
         elif found.get("echo") == "headers":
@@ -227,7 +235,10 @@ class Core:
             if isinstance(scripted, web.StreamResponse):
                 return scripted  # a hook's own reply, sent as it is (a malformed 200, say)
         reply = self.completion(body, model, shape, scripted, found, attempt)
-        self.window.spend(time.monotonic(), reply["usage"]["completion_tokens"], self.config.tpm)
+        if on_arrival is None:  # charged by usage: the rest now that it is known
+            completion_tokens = reply["usage"]["completion_tokens"]
+            self.window.spend(time.monotonic(), completion_tokens, self.config.tpm)
+            self.charged_tokens += completion_tokens
         if fault == "malformed":
             return malformed(reply)
         self.count_completion(reply)
@@ -323,6 +334,7 @@ class Core:
         text = "\n".join(texts)
         tokens = sum(len(t.split()) for t in texts)
         _, _, fault, rng = await self._admit(self.inputs, replies.sha(text), text, tokens)
+        self.charged_tokens += tokens
         data = []
         for index, item in enumerate(texts):
             vector = replies.embedding(garbage(rng) if fault == "garbage" else item, dim)

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from flowkit.llm.charging import RULES
+
 FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage")
 # Called on the server's event loop with the request body; returning None falls through.
 Hook = Callable[[dict[str, Any]], Any]
@@ -42,6 +44,10 @@ class ServerConfig:
     tpm: int = 0  # tokens per limit_window (prompt words at admission, completion words after)
     limit_window: float = 60.0  # the span rpm/tpm count over; a few seconds in fast tests
     rate_headers: bool = False  # send x-ratelimit-* (OpenAI's names and formats) on replies
+    # How a chat request is charged to tpm (flowkit.llm.charging): "usage" (prompt words on
+    # arrival, completion words after), "prompt_plus_max" (Azure: the prompt plus max_tokens
+    # x n on arrival) or "max_of" (OpenAI: max_tokens x n or characters / 4, the larger).
+    token_charge: str = "usage"
     seed: int = 0
     api_key: str | None = None
     embedding_dim: int = 64
@@ -84,6 +90,8 @@ class ServerConfig:
                 problems.append(f"{name} is a probability and must be <= 1, got {value!r}")
         if not problems and sum(self.fault_rates().values()) > 1:
             problems.append("the fault rates add up to more than 1")
+        if self.token_charge not in RULES:
+            problems.append(f"token_charge must be one of {list(RULES)}, got {self.token_charge!r}")
         if not self.models or not all(isinstance(m, str) and m for m in self.models):
             problems.append(f"models must be a non-empty list of names, got {self.models!r}")
         if not isinstance(self.embedding_dim, int) or not 1 <= self.embedding_dim <= 4096:

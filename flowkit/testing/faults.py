@@ -187,8 +187,13 @@ class RateWindow:
             self.tokens.refill(now)
             self.tokens.level -= tokens
 
-    def headers(self) -> dict[str, str]:
-        """The x-ratelimit-* headers for the budgets in force, in OpenAI's formats."""
+    def headers(self, now: float | None = None) -> dict[str, str]:
+        """The x-ratelimit-* headers for the budgets in force, in OpenAI's formats: as they
+        stand at ``now`` (refilled since the last charge), as a real server reports them."""
+        if now is not None:
+            for bucket in (self.requests, self.tokens):
+                if bucket is not None:
+                    bucket.refill(now)
         found: dict[str, str] = {}
         if self.requests is not None:
             found.update(self.requests.headers("requests"))

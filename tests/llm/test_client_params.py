@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flowkit.llm.client import estimate_tokens, request_params
+from flowkit.llm.charging import arrival_charge, output_cap, prompt_tokens
+from flowkit.llm.client import request_params
 from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 
 LOCAL = Endpoint(connection="l", kind="openai", model="m", base_url="http://127.0.0.1:1/v1")
@@ -47,11 +48,19 @@ def test_params_pass_through_and_extra_body_is_merged() -> None:
 
 
 def test_estimate_tokens() -> None:
+    # No tiktoken encoding for a test model: 4 characters a token, 4 tokens a message.
     messages = [{"role": "user", "content": "x" * 400}, {"role": "system", "content": None}]
-    assert estimate_tokens(messages, {}) == 100 + 8
-    assert estimate_tokens(messages, {"max_tokens": 50, "n": 2}) == 108 + 100
+    assert prompt_tokens("flowkit-test", messages) == 100 + 8
+    assert output_cap({"max_tokens": 50, "n": 2}) == 100
+    assert output_cap({"max_completion_tokens": 30, "max_tokens": 50}) == 30
     parts = [{"role": "user", "content": [{"type": "text", "text": "y" * 40}]}]
-    assert estimate_tokens(parts, {}) == 10 + 4
+    assert prompt_tokens("flowkit-test", parts) == 10 + 4
+    # Charged on arrival: the prompt plus the cap; OpenAI's larger of the cap and chars / 4.
+    assert arrival_charge("prompt_plus_max", "m", messages, {"max_tokens": 50, "n": 2}) == 208
+    assert arrival_charge("max_of", "m", messages, {"max_tokens": 50}) == 100
+    assert arrival_charge("max_of", "m", messages, {"max_tokens": 500}) == 500
+    assert arrival_charge("usage", "m", messages, {"max_tokens": 50}) is None
+    assert arrival_charge("prompt_plus_max", "m", messages, {}) is None  # no cap: by usage
 
 
 def test_streaming_is_rejected() -> None:

@@ -198,7 +198,8 @@ def test_project_file_errors_name_the_line_and_a_near_key(tmp_path: Path) -> Non
         f"{path / 'flowkit.yaml'}:5: connections.local.base_ur: unknown key 'base_ur' (did you "
         "mean 'base_url'?); known keys: api_key, api_key_env, api_version, azure_endpoint, "
         "backoff_base, backoff_max, base_url, batch, batch_max_requests, concurrency, "
-        "deployment, max_reply_bytes, max_retries, rpm, slow_start, timeout, tpm, type",
+        "deployment, max_reply_bytes, max_retries, rpm, slow_start, timeout, token_charge, tpm, "
+        "type",
         f"{path / 'flowkit.yaml'}:6: default_modle: unknown key 'default_modle' (did you mean "
         "'default_model'?); known keys: batch_prices, connections, default_connection, "
         "default_embedding_model, default_model, prices",

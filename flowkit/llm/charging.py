@@ -1,0 +1,232 @@
+"""What a request costs an endpoint's tokens-per-minute budget, counted as the endpoint counts it.
+
+Hosted endpoints charge a request **when it arrives**, before any token is generated, so the
+reply's ``usage`` comes too late and too low to pace by:
+
+- ``prompt_plus_max`` (Azure OpenAI; Cerebras and most OpenAI-compatible gateways): the prompt's
+  tokens plus ``max_tokens`` (or ``max_completion_tokens``) times ``n``;
+- ``max_of`` (OpenAI's rate-limit guide): the larger of ``max_tokens`` × ``n`` and an estimate
+  from the request's characters;
+- ``usage``: what the reply's ``usage`` says (the prompt on arrival, the completion after; what
+  self-hosted servers that count tokens at all do).
+
+A connection names its rule as ``token_charge``; unset, it is ``max_of`` for the public OpenAI
+API and ``prompt_plus_max`` for everything else (:func:`default_rule`). A request without an
+output cap is charged as ``usage`` whatever the rule (no endpoint can reserve an unknown cap).
+
+Prompt tokens are counted with tiktoken where it is installed and its encoding for the model is
+already on disk (it downloads encodings on first use, which an offline machine cannot do);
+otherwise estimated from characters: ``CHARS_PER_TOKEN`` characters a token plus
+``PER_MESSAGE`` tokens a message (the role and separators OpenAI's chat format adds). The
+flowkit test server charges with these same functions, so the pacer's estimate of a request is
+its charge exactly; a real endpoint's is learned from its headers (``ChargeLearner``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+TokenCharge = Literal["prompt_plus_max", "max_of", "usage"]
+RULES: tuple[TokenCharge, ...] = ("prompt_plus_max", "max_of", "usage")
+CHARS_PER_TOKEN = 4
+"""Characters a token in the estimate (OpenAI's rule of thumb for English text)."""
+PER_MESSAGE = 4
+"""Tokens each chat message adds for its role and separators (3 in OpenAI's count, plus one)."""
+
+
+class OverBudget(ValueError):
+    """A request that alone costs more than the endpoint's whole tokens-per-minute budget: no
+    wait would ever let it through, so it is refused before it is sent."""
+
+
+def default_rule(kind: str, public_openai: bool) -> TokenCharge:
+    """The rule an endpoint of ``kind`` charges by when its connection names none."""
+    return "max_of" if kind == "openai" and public_openai else "prompt_plus_max"
+
+
+def message_chars(messages: Sequence[dict[str, Any]]) -> int:
+    """Characters of the messages' text (a list of content parts counts its text parts)."""
+    chars = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(
+                len(str(part.get("text", ""))) for part in content if isinstance(part, dict)
+            )
+    return chars
+
+
+def prompt_tokens(model: str, messages: Sequence[dict[str, Any]]) -> int:
+    """The prompt's tokens: tiktoken's count where its encoding for ``model`` loads offline,
+    else the characters-based estimate."""
+    encode = _encoder(model)
+    if encode is None:
+        return message_chars(messages) // CHARS_PER_TOKEN + PER_MESSAGE * len(messages)
+    total = 3  # every reply is primed with <|start|>assistant<|message|>
+    for message in messages:
+        content = message.get("content")
+        text = content if isinstance(content, str) else ""
+        if isinstance(content, list):
+            text = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        total += 3 + len(encode(text)) + len(encode(str(message.get("role", ""))))
+    return total
+
+
+def output_cap(params: dict[str, Any]) -> int:
+    """The most tokens the reply may take: ``max_completion_tokens`` (or ``max_tokens``) × n;
+    0 when the request sets no cap."""
+    cap = params.get("max_completion_tokens") or params.get("max_tokens") or 0
+    return int(cap) * int(params.get("n") or 1)
+
+
+def arrival_charge(
+    rule: TokenCharge, model: str, messages: Sequence[dict[str, Any]], params: dict[str, Any]
+) -> int | None:
+    """What the endpoint takes from its budget when the request arrives, or None when it charges
+    by the reply's usage (the ``usage`` rule, or a request without an output cap)."""
+    cap = output_cap(params)
+    if rule == "usage" or not cap:
+        return None
+    if rule == "max_of":
+        return max(cap, message_chars(messages) // CHARS_PER_TOKEN)
+    return prompt_tokens(model, messages) + cap
+
+
+_encoders: dict[str, Callable[[str], list[int]] | None] = {}
+
+
+def _encoder(model: str) -> Callable[[str], list[int]] | None:
+    """tiktoken's encoder for ``model`` when tiktoken is installed, knows the model and has its
+    encoding cached on disk; None otherwise (remembered per model: asked on every request)."""
+    if model in _encoders:
+        return _encoders[model]
+    found: Callable[[str], list[int]] | None = None
+    try:
+        import tiktoken
+        import tiktoken.model
+
+        name = tiktoken.model.encoding_name_for_model(model)
+        if _cached(name):
+            found = tiktoken.get_encoding(name).encode_ordinary
+    except Exception:  # not installed, unknown model, a damaged cache: estimate instead
+        found = None
+    _encoders[model] = found
+    return found
+
+
+def _cached(encoding: str) -> bool:
+    """Whether tiktoken would load ``encoding`` from its disk cache (where tiktoken keeps it:
+    $TIKTOKEN_CACHE_DIR, $DATA_GYM_CACHE_DIR, else <tmp>/data-gym-cache, by the SHA-1 of the
+    blob's URL) rather than download it."""
+    url = f"https://openaipublic.blob.core.windows.net/encodings/{encoding}.tiktoken"
+    if encoding == "gpt2":
+        return False  # two files from another URL: not worth a guess
+    folder = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    folder = folder or os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    return os.path.exists(os.path.join(folder, hashlib.sha1(url.encode()).hexdigest()))
+
+
+LEARN_AFTER = 3
+"""Requests sent between readings that make one correction of the learned scale: fewer are
+too few to tell a wrong rule from requests landing a little before or after a reading."""
+FILL_MARGIN = 0.5
+"""A span counts only if its refill is at most this fraction of what the budget lacked."""
+SKEW = 0.005
+"""Seconds the server's and the client's moments of a reading may differ by (the reply's travel
+and handling): the refill over it must be small beside the charges a span measures."""
+OVERCHARGED = 0.9
+"""The scale's step down per reading that finds the budget whole while requests wait."""
+MAX_STEP = 4.0
+"""The most one correction may multiply or divide the scale by (a misread header is not a rule)."""
+
+
+class ChargeLearner:
+    """How the endpoint's real charge compares with the pacer's, learned from the fall of
+    ``x-ratelimit-remaining-tokens`` between two replies.
+
+    Between two readings the endpoint took ``r1 - r2 + refill`` tokens for the requests sent in
+    between, and the pacer charged them its estimates; ``scale`` (what the scheduler multiplies
+    its estimates by) moves to make the two equal, so a connection whose rule is wrong, or
+    whose endpoint's tokenizer counts otherwise, converges within a few requests. A span in
+    which the budget may have filled up (its refill beyond the top is lost) or ran dry (the
+    header stops at 0) says nothing and is skipped.
+    """
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+        self._charged = 0.0  # net tokens charged to the pace, ever
+        self._sent = 0  # requests charged, ever (refunded ones taken off)
+        self._sent_at = 1.0  # the scale the last request sent was charged at
+        self._last: tuple[float, int, float, int, float | None] | None = None
+        self._full = 0  # the most ever left: the budget's top is at least this
+        self._real = self._estimated = 0.0
+        self._requests = 0
+        self._updates = 0
+
+    def charged(self, tokens: float, requests: int, scale: float | None = None) -> None:
+        """The pace was charged ``tokens`` (refunded, if negative) for ``requests`` sent, at
+        ``scale`` (the scale when the charge was reckoned, for a request sent)."""
+        self._charged += tokens
+        self._sent += requests
+        if scale is not None:
+            self._sent_at = scale
+
+    def reading(
+        self,
+        now: float,
+        remaining: int,
+        limit: int,
+        reset: float | None,
+        window: float,
+        *,
+        waiting: bool = False,
+    ) -> None:
+        """A reply said ``remaining`` of ``limit`` tokens per ``window`` are left (full again
+        in ``reset`` seconds, when it says); ``waiting``: requests queue for the token pace."""
+        last = self._last
+        self._last = (now, remaining, self._charged, self._sent, reset)
+        self._full = max(self._full, remaining)
+        if last is None:
+            return
+        then, left, charged, sent, full_in = last
+        # What the budget lacks of whole: by the reset where the server sends it, else from
+        # the most ever seen left.
+        lacking = reset * limit / window if reset is not None else self._full - remaining
+        each = self._charged / self._sent if self._sent > 0 else 0.0
+        if waiting and self._sent > sent and lacking < each and self._sent_at == self.scale:
+            # The budget lacks less than one request while requests wait for what the pacer
+            # thinks is spent: it charges more than the endpoint does, by too much for a span
+            # to measure (the budget keeps filling up). Charge less until the spans show by how
+            # much: a step at a time, each once requests charged at the last one go out.
+            self.scale *= OVERCHARGED
+            return
+        refill = limit * (now - then) / window
+        # Whether the budget may have reached its top: judged with a margin of half the span's
+        # refill, for the reset header's rounding and the replies' travel time.
+        if full_in is not None:
+            filled = now - then >= FILL_MARGIN * full_in
+        else:
+            filled = left + refill / FILL_MARGIN >= self._full
+        estimated, requests = self._charged - charged, self._sent - sent
+        if filled or left <= 0 or remaining <= 0 or requests <= 0:
+            return
+        if limit / window * SKEW > estimated / 10:
+            return  # the refill's uncertainty would drown what the requests were charged
+        self._real += left - remaining + refill
+        self._estimated += estimated
+        self._requests += requests
+        if self._requests < LEARN_AFTER:
+            return
+        ratio = min(MAX_STEP, max(1.0 / MAX_STEP, self._real / self._estimated))
+        # The first correction in full (the requests queued behind it are charged right),
+        # then halfway each time: readings are noisy, a rule does not change.
+        self.scale *= ratio if self._updates == 0 else ratio**0.5
+        self._updates += 1
+        self._real = self._estimated = 0.0
+        self._requests = 0
