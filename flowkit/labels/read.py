@@ -103,7 +103,10 @@ def as_value(value: Any) -> float | None:
 
 def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
     """Pair the labels in ``path`` with the rows of the run in ``run_dir``."""
-    records = _records(path)
+    # The run's own labels file is appended to by `flowkit review`: a line torn by a crash may
+    # have later labels after it, and is skipped wherever it is.
+    own = path.name == "labels.jsonl" and path.parent.resolve() == run_dir.resolve()
+    records = _records(path, torn_anywhere=own)
     info = read_run_info(run_dir)
     flow = str(info.get("flow", {}).get("name", ""))
     rows = [r for r in _jsonl(run_dir / "outputs.jsonl") if r.get("status") == "ok"]
@@ -112,11 +115,14 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
     key = key or _default_key(records)
     prefixed = any(c.startswith("human_") for _, r in records for c in r)
     by_key: dict[str, int] = {}
+    repeated: dict[str, list[int]] = {}
     labels = Labels(key, {}, [], {}, {})
     for row in rows:
         line = int(row["line"])
         found = _row_key(row, own_data.get(line, {}), key, line)
         if found is not None:
+            if by_key.get(found, line) != line:
+                repeated.setdefault(found, [by_key[found]]).append(line)
             by_key[found] = line
         inputs = row.get("inputs") or {}
         answer = next(
@@ -124,11 +130,14 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
         )
         if isinstance(answer, str):
             labels.answers[line] = answer
-        threshold = as_value(inputs.get("threshold"))
+        raw_threshold = inputs.get("threshold")
+        threshold = as_value(raw_threshold)
         comparator = inputs.get("comparator")
+        if isinstance(raw_threshold, str) and threshold is not None and _is_level(raw_threshold):
+            comparator = "<"  # a severity threshold: rows at or above it are defects
         labels.pass_rule[line] = (
             3.0 if threshold is None else threshold,
-            comparator if comparator in (">", ">=") else ">",
+            comparator if comparator in (">", ">=", "<") else ">",
         )
     if key != "line" and not by_key:
         raise UsageError(
@@ -172,6 +181,13 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
     unmatched: dict[int, str] = {}
     for (row_key, annotator, output), (number, value, _) in latest.items():
         matched = by_key.get(row_key)
+        if row_key in repeated:
+            rows_named = ", ".join(str(n) for n in repeated[row_key][:5])
+            raise DataError(
+                f"{display(path)}:{number}: {key}={row_key!r} names several rows of the run "
+                f"(lines {rows_named}), so the label cannot say which",
+                hint="pass --key with a column unique to each row, or label rows by `line`",
+            )
         if matched is None:
             unmatched.setdefault(number, row_key)
             continue
@@ -223,12 +239,17 @@ def _data_rows(info: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {n - 1: r for n, r in _records(Path(name)) if isinstance(r, dict)}
 
 
-def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
+def _is_level(text: str) -> bool:
+    return " ".join(re.sub(r"[_\-]", " ", text).lower().split()) in DEFAULT_LEVELS
+
+
+def _records(path: Path, torn_anywhere: bool = False) -> list[tuple[int, dict[str, Any]]]:
     """(line number from 1, object) of a JSONL file; a torn last line (a crash mid-write) is
-    skipped, any other bad line is an error."""
+    skipped, any other bad line is an error (with ``torn_anywhere``, for a file flowkit
+    appends to after a crash, every undecodable line is skipped)."""
     if not path.is_file():
         raise UsageError(f"no labels file {display(path)!r}")
-    lines = path.read_text("utf-8").split("\n")
+    lines = path.read_text("utf-8-sig").split("\n")
     out = []
     for number, text in enumerate(lines, 1):
         if not text.strip():
@@ -236,7 +257,7 @@ def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as err:
-            if number == len(lines):  # no newline after it: a write cut short
+            if number == len(lines) or torn_anywhere:  # a write cut short
                 continue
             raise DataError(f"{display(path)}:{number}: not a JSON object ({err.msg})") from None
         if not isinstance(value, dict):

@@ -35,6 +35,8 @@ def majority(votes: dict[str, float]) -> float:
 
 def _passes(value: float, rule: tuple[float, str]) -> float:
     threshold, comparator = rule
+    if comparator == "<":  # a severity: a row passes below the threshold level
+        return float(value < threshold)
     return float(value >= threshold if comparator == ">=" else value > threshold)
 
 
@@ -55,7 +57,7 @@ def estimates(output: Output, labels: Labels) -> dict[str, dict[str, Estimate]]:
     """``mean`` (scores only) and ``pass_rate``: each ``judge``, ``labels`` and ``corrected``."""
     labelled = sorted(line for line in output.human if line in output.judge)
     rest = sorted(line for line in output.judge if line not in output.human)
-    if not labelled:
+    if len(labelled) < 2:  # one label has no spread: its "interval" would be a single point
         return {}
     human = {line: majority(output.human[line]) for line in labelled}
     out = {}

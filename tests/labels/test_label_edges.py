@@ -1,0 +1,106 @@
+"""Labels at the edges: a torn line in RUN/labels.jsonl with labels after it, a single label,
+a key that names several rows, a severity threshold, a labels file with a byte-order mark, and
+a review POST whose body is not JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+import flowkit
+from flowkit.errors import DataError
+from flowkit.labels.read import read_labels
+from flowkit.labels.store import RUN_LABELS, append
+from flowkit.labels.summary import agree, corrected_metrics
+from flowkit.review.rows import open_review
+from flowkit.review.server import make_app
+from tests.support import python_flow, write, write_jsonl
+
+SEVERITY_FLOW = """
+name: harm
+inputs: {v: {type: integer}, threshold: {type: string, default: medium}}
+outputs: {score: ${j.output}}
+nodes:
+  - {name: j, type: python, source: j.py, function: j, inputs: {v: ${inputs.v}}}
+"""
+
+
+def _run(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
+    flow = python_flow(tmp_path, "def f(x):\n    return x\n")
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    return flowkit.run(flow, data, runs_root=tmp_path / "runs", name="r").run_dir
+
+
+def test_a_torn_line_followed_by_later_labels_is_skipped(tmp_path: Path) -> None:
+    run_dir = _run(tmp_path, [{"x": 1 + i % 5} for i in range(10)])
+    path = run_dir / RUN_LABELS
+    path.write_text('{"label_id": "a", "line": 1, "y": 2}\n{"label_id": "b", "li')  # a crash
+    append(path, [{"label_id": "c", "line": 2, "y": 3}])  # the review goes on
+    labels = read_labels(path, run_dir, "line")
+    assert labels.outputs["y"].human == {1: {"": 2.0}, 2: {"": 3.0}}
+    review = open_review(run_dir, "y", "random", 0, None, False, "")
+    assert review.state()["labelled"] == {"1": 2.0, "2": 3.0}
+
+
+def test_a_torn_line_in_a_people_file_is_still_an_error(tmp_path: Path) -> None:
+    run_dir = _run(tmp_path, [{"x": 1 + i % 5} for i in range(10)])
+    path = tmp_path / "people.jsonl"
+    path.write_text('{"line": 1, "y": 2}\n{"line": 2, "y\n{"line": 3, "y": 3}\n')
+    with pytest.raises(DataError, match=r"people\.jsonl:2"):
+        read_labels(path, run_dir)
+
+
+def test_one_label_gives_no_corrected_figure(tmp_path: Path) -> None:
+    run_dir = _run(tmp_path, [{"x": 1 + i % 5} for i in range(10)])
+    people = write_jsonl(tmp_path / "people.jsonl", [{"line": 3, "y": 5}])
+    labels = read_labels(people, run_dir)
+    assert corrected_metrics(labels) == {}  # not 5 [5, 5]: one label says nothing of spread
+    figures = agree(labels)["outputs"]["y"]
+    assert figures["n"] == 1 and "ci" not in figures and "corrected_mean" not in figures
+
+
+def test_a_key_naming_several_rows_is_refused(tmp_path: Path) -> None:
+    run_dir = _run(tmp_path, [{"x": 1 + i % 5, "id": f"q{i // 2}"} for i in range(10)])
+    people = write_jsonl(tmp_path / "people.jsonl", [{"id": "q1", "y": 4}])
+    with pytest.raises(DataError, match=r"id='q1' names several rows of the run \(lines 2, 3\)"):
+        read_labels(people, run_dir)
+    by_line = write_jsonl(tmp_path / "by_line.jsonl", [{"line": 2, "y": 4}, {"line": 3, "y": 1}])
+    assert read_labels(by_line, run_dir, "line").outputs["y"].human == {2: {"": 4.0}, 3: {"": 1.0}}
+
+
+def test_a_severity_passes_below_its_threshold(tmp_path: Path) -> None:
+    flow = write(tmp_path / "harm.yaml", SEVERITY_FLOW)
+    write(tmp_path / "j.py", "def j(v):\n    return v\n")
+    data = write_jsonl(tmp_path / "d.jsonl", [{"v": i % 4} for i in range(8)])
+    run_dir = flowkit.run(flow, data, runs_root=tmp_path / "runs", name="r").run_dir
+    words = ["very low", "low", "medium", "high"]
+    people = write_jsonl(
+        tmp_path / "people.jsonl", [{"line": i, "score": words[i % 4]} for i in range(8)]
+    )
+    figures = corrected_metrics(read_labels(people, run_dir))
+    assert figures["harm.pass_rate.labels_only"] == 0.5  # very low and low pass; medium, high not
+
+
+def test_a_labels_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    run_dir = _run(tmp_path, [{"x": 1 + i % 5} for i in range(10)])
+    people = tmp_path / "people.jsonl"
+    people.write_bytes(b'\xef\xbb\xbf{"line": 1, "y": 2}\n{"line": 2, "y": 3}\n')
+    assert read_labels(people, run_dir).outputs["y"].human == {1: {"": 2.0}, 2: {"": 3.0}}
+
+
+def test_a_post_that_is_not_a_json_object_is_a_400(tmp_path: Path) -> None:
+    run_dir = _run(tmp_path, [{"x": 1 + i % 5} for i in range(10)])
+    review = open_review(run_dir, "y", "random", 0, None, False, "me")
+
+    async def go() -> None:
+        async with TestClient(TestServer(make_app(review, "tok"))) as client:
+            for route in ("/api/label", "/api/undo"):
+                for body in ("not json", json.dumps([1, 2])):
+                    reply = await client.post(route, params={"token": "tok"}, data=body)
+                    assert reply.status == 400, (route, body)
+
+    asyncio.run(go())
