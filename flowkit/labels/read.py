@@ -46,11 +46,14 @@ class Output:
     """Row line → the judge's value, for rows whose value is readable."""
     human: dict[int, dict[str, float]] = field(default_factory=dict)
     """Row line → annotator → label."""
+    severity: bool = False
+    """On a severity scale (very low = 0 … high = 3): never pass/fail, even when only its two
+    lowest levels occur."""
 
     @property
     def binary(self) -> bool:
         values = {*self.judge.values(), *(v for a in self.human.values() for v in a.values())}
-        return values <= {0.0, 1.0}
+        return not self.severity and values <= {0.0, 1.0}
 
 
 @dataclass
@@ -144,6 +147,8 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
             f"no row of the run has a {key!r} column to match the labels by",
             hint="pass --key COLUMN, or label rows by `line`",
         )
+    severity_run = any(rule[1] == "<" for rule in labels.pass_rule.values())
+    worded: set[str] = set()  # outputs with a label that is a severity word
     seen: set[str] = set()
     latest: dict[tuple[str, str, str], tuple[int, float, str | None]] = {}
     for number, record in records:
@@ -176,6 +181,8 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
                 number_value = as_value(value)
             except ValueError as err:
                 raise DataError(f"{display(path)}:{number}: label {column!r}: {err}") from None
+            if isinstance(value, str) and _is_level(value):
+                worded.add(output)
             if number_value is not None:
                 latest[(row_key, annotator, output)] = (number, number_value, label_id)
     unmatched: dict[int, str] = {}
@@ -196,9 +203,13 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
         slot.human.setdefault(matched, {})[annotator] = value
     labels.unmatched = sorted(unmatched.items())
     for name, slot in labels.outputs.items():
-        for row in rows:
+        raw = [(r.get("outputs") or {}).get(name) for r in rows]
+        truth = all(isinstance(v, bool) or _is_truth_word(v) for v in raw if v is not None)
+        slot.severity = name in worded or any(isinstance(v, str) and _is_level(v) for v in raw)
+        slot.severity = slot.severity or (severity_run and not truth)
+        for row, value in zip(rows, raw, strict=True):
             try:
-                judged = as_value((row.get("outputs") or {}).get(name))
+                judged = as_value(value)
             except ValueError:
                 judged = None  # an unreadable judge value is the run's `invalid`, not a label's
             if judged is not None:
@@ -239,8 +250,16 @@ def _data_rows(info: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {n - 1: r for n, r in _records(Path(name)) if isinstance(r, dict)}
 
 
+def _word(text: str) -> str:
+    return " ".join(re.sub(r"[_\-]", " ", text).lower().split())
+
+
 def _is_level(text: str) -> bool:
-    return " ".join(re.sub(r"[_\-]", " ", text).lower().split()) in DEFAULT_LEVELS
+    return _word(text) in DEFAULT_LEVELS
+
+
+def _is_truth_word(value: Any) -> bool:
+    return isinstance(value, str) and _word(value) in _TRUE | _FALSE
 
 
 def _records(path: Path, torn_anywhere: bool = False) -> list[tuple[int, dict[str, Any]]]:

@@ -104,3 +104,19 @@ def test_a_post_that_is_not_a_json_object_is_a_400(tmp_path: Path) -> None:
                     assert reply.status == 400, (route, body)
 
     asyncio.run(go())
+
+
+def test_a_severity_seen_only_at_its_two_lowest_levels_is_no_pass_fail(tmp_path: Path) -> None:
+    flow = write(tmp_path / "harm.yaml", SEVERITY_FLOW)
+    write(tmp_path / "j.py", "def j(v):\n    return v\n")
+    data = write_jsonl(tmp_path / "d.jsonl", [{"v": 0} for _ in range(8)])  # all "very low"
+    run_dir = flowkit.run(flow, data, runs_root=tmp_path / "runs", name="r").run_dir
+    people = write_jsonl(
+        tmp_path / "people.jsonl",
+        [{"line": i, "score": ["very low", "low"][i % 2]} for i in range(4)],
+    )
+    labels = read_labels(people, run_dir)
+    assert agree(labels)["outputs"]["score"]["scale"] == "ordinal"
+    figures = corrected_metrics(labels)
+    assert figures["harm.mean.labels_only"] == 0.5
+    assert figures["harm.pass_rate.labels_only"] == 1.0  # "low" is below "medium": a pass
