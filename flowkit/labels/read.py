@@ -136,7 +136,7 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
         raw_threshold = inputs.get("threshold")
         threshold = as_value(raw_threshold)
         comparator = inputs.get("comparator")
-        if isinstance(raw_threshold, str) and threshold is not None and _is_level(raw_threshold):
+        if isinstance(raw_threshold, str) and threshold is not None and is_level(raw_threshold):
             comparator = "<"  # a severity threshold: rows at or above it are defects
         labels.pass_rule[line] = (
             3.0 if threshold is None else threshold,
@@ -181,7 +181,7 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
                 number_value = as_value(value)
             except ValueError as err:
                 raise DataError(f"{display(path)}:{number}: label {column!r}: {err}") from None
-            if isinstance(value, str) and _is_level(value):
+            if isinstance(value, str) and is_level(value):
                 worded.add(output)
             if number_value is not None:
                 latest[(row_key, annotator, output)] = (number, number_value, label_id)
@@ -204,8 +204,8 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
     labels.unmatched = sorted(unmatched.items())
     for name, slot in labels.outputs.items():
         raw = [(r.get("outputs") or {}).get(name) for r in rows]
-        truth = all(isinstance(v, bool) or _is_truth_word(v) for v in raw if v is not None)
-        slot.severity = name in worded or any(isinstance(v, str) and _is_level(v) for v in raw)
+        truth = all(isinstance(v, bool) or is_truth_word(v) for v in raw if v is not None)
+        slot.severity = name in worded or any(isinstance(v, str) and is_level(v) for v in raw)
         slot.severity = slot.severity or (severity_run and not truth)
         for row, value in zip(rows, raw, strict=True):
             try:
@@ -254,11 +254,11 @@ def _word(text: str) -> str:
     return " ".join(re.sub(r"[_\-]", " ", text).lower().split())
 
 
-def _is_level(text: str) -> bool:
+def is_level(text: str) -> bool:
     return _word(text) in DEFAULT_LEVELS
 
 
-def _is_truth_word(value: Any) -> bool:
+def is_truth_word(value: Any) -> bool:
     return isinstance(value, str) and _word(value) in _TRUE | _FALSE
 
 

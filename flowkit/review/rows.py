@@ -19,9 +19,10 @@ from typing import Any
 
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.labels.estimates import labels_needed, ppi_mean
-from flowkit.labels.read import as_value, read_labels, run_rows
+from flowkit.labels.read import as_value, is_level, is_truth_word, read_labels, run_rows
 from flowkit.labels.store import RUN_LABELS
 from flowkit.labels.summary import majority
+from flowkit.metrics.scores import DEFAULT_LEVELS
 from flowkit.runs.folder import read_run_info
 
 DRAWS = ("random", "score", "disagreement")
@@ -142,13 +143,28 @@ def open_review(
             hint=f"scored outputs: {one_of(numeric)}",
         )
     judge = {line: float(_number(o[output]) or 0.0) for line, o in rows.items()}
-    binary = set(judge.values()) <= {0.0, 1.0}
-    levels = [0.0, 1.0] if binary else _levels(judge.values())
+    if _severity(records, output):  # very low … high, even if the judge said only the lowest
+        binary, levels = False, [float(i) for i in range(len(DEFAULT_LEVELS))]
+    else:
+        binary = set(judge.values()) <= {0.0, 1.0}
+        levels = [0.0, 1.0] if binary else _levels(judge.values())
     order = _draw(draw, judge, rows, numeric, seed)
     uniform = draw == "random"
     return Review(
         run_dir, output, binary, levels, order, uniform, records, width, hide_judge, annotator
     )
+
+
+def _severity(records: dict[int, dict[str, Any]], output: str) -> bool:
+    """Whether ``output`` is on a severity scale: its values are severity words, or the flow's
+    threshold is one and the output is no pass/fail verdict."""
+    raw = [(r.get("outputs") or {}).get(output) for r in records.values()]
+    if any(isinstance(v, str) and is_level(v) for v in raw):
+        return True
+    thresholds = [(r.get("inputs") or {}).get("threshold") for r in records.values()]
+    if not any(isinstance(t, str) and is_level(t) for t in thresholds):
+        return False
+    return not all(isinstance(v, bool) or is_truth_word(v) for v in raw if v is not None)
 
 
 def _levels(values: Any) -> list[float]:

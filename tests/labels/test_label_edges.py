@@ -120,3 +120,13 @@ def test_a_severity_seen_only_at_its_two_lowest_levels_is_no_pass_fail(tmp_path:
     figures = corrected_metrics(labels)
     assert figures["harm.mean.labels_only"] == 0.5
     assert figures["harm.pass_rate.labels_only"] == 1.0  # "low" is below "medium": a pass
+
+
+def test_review_offers_every_severity_level_not_pass_fail(tmp_path: Path) -> None:
+    flow = write(tmp_path / "harm.yaml", SEVERITY_FLOW)
+    write(tmp_path / "j.py", "def j(v):\n    return v\n")
+    data = write_jsonl(tmp_path / "d.jsonl", [{"v": i % 2} for i in range(8)])  # 0 and 1 only
+    run_dir = flowkit.run(flow, data, runs_root=tmp_path / "runs", name="r").run_dir
+    review = open_review(run_dir, None, "random", 0, None, False, "me")
+    # with y/n, "pass" would write 1 ("low") and "fail" 0 ("very low"): inverted
+    assert not review.binary and review.levels == [0.0, 1.0, 2.0, 3.0]
