@@ -104,18 +104,26 @@ def as_value(value: Any) -> float | None:
     )
 
 
-def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
-    """Pair the labels in ``path`` with the rows of the run in ``run_dir``."""
+def read_labels(
+    path: Path,
+    run_dir: Path,
+    key: str | None = None,
+    rows: list[dict[str, Any]] | None = None,
+) -> Labels:
+    """Pair the labels in ``path`` with the rows of the run in ``run_dir``; ``rows``, the
+    run's succeeded outputs.jsonl records when the caller has them already (the review page
+    reads its labels on every keystroke, and a large run's outputs.jsonl takes seconds)."""
     # The run's own labels file is appended to by `flowkit review`: a line torn by a crash may
     # have later labels after it, and is skipped wherever it is.
     own = path.name == "labels.jsonl" and path.parent.resolve() == run_dir.resolve()
     records = _records(path, torn_anywhere=own)
     info = read_run_info(run_dir)
     flow = str(info.get("flow", {}).get("name", ""))
-    rows = [r for r in _jsonl(run_dir / "outputs.jsonl") if r.get("status") == "ok"]
+    if rows is None:
+        rows = [r for r in _jsonl(run_dir / "outputs.jsonl") if r.get("status") == "ok"]
     names = {n for r in rows for n in (r.get("outputs") or {})}
-    own_data = _data_rows(info)
     key = key or _default_key(records)
+    own_data = {} if key == "line" else _data_rows(info)
     prefixed = any(c.startswith("human_") for _, r in records for c in r)
     by_key: dict[str, int] = {}
     repeated: dict[str, list[int]] = {}

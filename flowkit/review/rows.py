@@ -77,7 +77,7 @@ class Review:
         labelled: dict[int, float] = {}
         budget: dict[str, Any] = {"width": self.width}
         if self.labels_path.is_file():
-            labels = read_labels(self.labels_path, self.run_dir, "line")
+            labels = read_labels(self.labels_path, self.run_dir, "line", [*self.rows.values()])
             found = labels.outputs.get(self.output)
             if found is not None:
                 labelled = {
