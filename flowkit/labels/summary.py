@@ -24,6 +24,7 @@ from flowkit.labels import agreement as ag
 from flowkit.labels.bias import count_tokens, length_bias
 from flowkit.labels.estimates import Estimate, mean_estimate, ppi_mean
 from flowkit.labels.read import Labels, Output, read_labels
+from flowkit.metrics.scores import DEFAULT_LEVELS
 from flowkit.runs.folder import write_json
 
 
@@ -50,7 +51,24 @@ def scale(kind: str, output: Output, labels: Labels) -> Callable[[int, float], f
     output; whether a score passes the row's rule (threshold, comparator) for its pass rate."""
     if kind == "mean" or output.binary:
         return lambda line, value: value
-    return lambda line, value: _passes(value, labels.pass_rule.get(line, (3.0, ">")))
+
+    def rule(line: int) -> tuple[float, str]:
+        found = labels.pass_rule.get(line, (3.0, ">"))
+        if output.severity and found[1] != "<":  # no severity threshold known (a suite's row)
+            return (float(DEFAULT_LEVELS.index("medium")), "<")  # the harm flows' default
+        return found
+
+    return lambda line, value: _passes(value, rule(line))
+
+
+def _within(estimate: Estimate, low: float, high: float) -> Estimate:
+    """The estimate with its interval cut to what the quantity can be (a rate in [0, 1])."""
+    return Estimate(
+        estimate.value,
+        max(estimate.lo, low),
+        min(estimate.hi, high),
+        estimate.n,
+    )
 
 
 def estimates(output: Output, labels: Labels) -> dict[str, dict[str, Estimate]]:
@@ -66,11 +84,16 @@ def estimates(output: Output, labels: Labels) -> dict[str, dict[str, Estimate]]:
         y = np.array([of(line, human[line]) for line in labelled])
         f = np.array([of(line, output.judge[line]) for line in labelled])
         fu = np.array([of(line, output.judge[line]) for line in rest])
-        out[kind] = {
+        found = {
             "judge": mean_estimate(np.concatenate([f, fu])),
             "labels": mean_estimate(y),
             "corrected": ppi_mean(y, f, fu),
         }
+        if kind == "pass_rate" or output.binary:
+            found = {k: _within(e, 0.0, 1.0) for k, e in found.items()}
+        elif output.severity:
+            found = {k: _within(e, 0.0, len(DEFAULT_LEVELS) - 1.0) for k, e in found.items()}
+        out[kind] = found
     return out
 
 

@@ -141,3 +141,35 @@ def test_review_state_does_not_reread_the_run(tmp_path: Path) -> None:
     (run_dir / "outputs.jsonl").rename(tmp_path / "moved.jsonl")
     (tmp_path / "d.jsonl").rename(tmp_path / "moved-data.jsonl")
     assert review.state()["labelled"] == {"1": 2.0}
+
+
+def test_a_severity_word_output_without_a_threshold_passes_below_medium(tmp_path: Path) -> None:
+    """A suite's row carries no harm flow's threshold: the harm flows' default (medium) holds,
+    not a 1-5 score's (above 3), which failed every row."""
+    flow = write(
+        tmp_path / "suite.yaml",
+        "name: suite\ninputs: {v: {type: integer}}\noutputs: {violence: ${j.output}}\n"
+        "nodes:\n  - {name: j, type: python, source: j.py, function: j,"
+        " inputs: {v: ${inputs.v}}}\n",
+    )
+    write(tmp_path / "j.py", "def j(v):\n    return ['very low', 'low'][v % 2]\n")
+    data = write_jsonl(tmp_path / "d.jsonl", [{"v": i} for i in range(12)])
+    run_dir = flowkit.run(flow, data, runs_root=tmp_path / "runs", name="r").run_dir
+    words = ["low", "very low", "medium", "very low"]
+    people = write_jsonl(
+        tmp_path / "people.jsonl", [{"line": i, "violence": words[i]} for i in range(4)]
+    )
+    figures = corrected_metrics(read_labels(people, run_dir))
+    assert figures["violence.pass_rate.labels_only"] == 0.75
+    assert figures["violence.pass_rate.judge_ci"] == [1.0, 1.0]
+
+
+def test_a_pass_rate_interval_stays_within_zero_and_one(tmp_path: Path) -> None:
+    run_dir = _run(tmp_path, [{"x": i % 2} for i in range(8)])  # a 0/1 verdict
+    people = write_jsonl(
+        tmp_path / "people.jsonl", [{"line": i, "y": ["pass", "fail", "pass"][i]} for i in range(3)]
+    )
+    figures = corrected_metrics(read_labels(people, run_dir))
+    for name in ("corrected_ci", "labels_only_ci", "judge_ci"):
+        lo, hi = figures[f"y.pass_rate.{name}"]
+        assert 0.0 <= lo <= hi <= 1.0, (name, lo, hi)
