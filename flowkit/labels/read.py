@@ -252,10 +252,13 @@ def _row_key(row: dict[str, Any], data: dict[str, Any], key: str, line: int) -> 
 def _data_rows(info: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """The run's data rows by line, when its data file is JSONL and still where it was (a key
     column such as ``id`` is often not an input of the flow)."""
-    name = (info.get("data") or {}).get("path")
-    if not isinstance(name, str) or not name.endswith(".jsonl") or not os.path.isfile(name):
-        return {}
-    return {n - 1: r for n, r in _records(Path(name)) if isinstance(r, dict)}
+    # run.json's data path is as the run was given it (relative to where it ran); its
+    # invocation keeps the absolute one, which still works from another directory.
+    names = [(info.get("invocation") or {}).get("data"), (info.get("data") or {}).get("path")]
+    for name in names:
+        if isinstance(name, str) and name.endswith(".jsonl") and os.path.isfile(name):
+            return {n - 1: r for n, r in _records(Path(name)) if isinstance(r, dict)}
+    return {}
 
 
 def _word(text: str) -> str:

@@ -173,3 +173,20 @@ def test_a_pass_rate_interval_stays_within_zero_and_one(tmp_path: Path) -> None:
     for name in ("corrected_ci", "labels_only_ci", "judge_ci"):
         lo, hi = figures[f"y.pass_rate.{name}"]
         assert 0.0 <= lo <= hi <= 1.0, (name, lo, hi)
+
+
+def test_ids_from_the_data_file_are_found_from_another_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`id` is no input of the flow, so it is read from the run's data file, whose path the
+    run kept as given (relative): `flowkit agree` from elsewhere must still find it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    flow = python_flow(work, "def f(x):\n    return x\n")
+    write_jsonl(work / "d.jsonl", [{"x": 1 + i % 5, "id": f"q{i}"} for i in range(10)])
+    monkeypatch.chdir(work)
+    run_dir = flowkit.run(flow, "d.jsonl", runs_root=work / "runs", name="r").run_dir
+    people = write_jsonl(tmp_path / "people.jsonl", [{"id": "q3", "y": 4}, {"id": "q5", "y": 1}])
+    monkeypatch.chdir(tmp_path)
+    labels = read_labels(people, run_dir)
+    assert labels.outputs["y"].human == {3: {"": 4.0}, 5: {"": 1.0}}
