@@ -153,7 +153,8 @@ def read_labels(
     if key != "line" and not by_key:
         raise UsageError(
             f"no row of the run has a {key!r} column to match the labels by",
-            hint="pass --key COLUMN, or label rows by `line`",
+            hint="pass --key COLUMN, or label rows by `line`"
+            + ("" if own_data else " (the run's data file is not found from here)"),
         )
     severity_run = any(rule[1] == "<" for rule in labels.pass_rule.values())
     worded: set[str] = set()  # outputs with a label that is a severity word
