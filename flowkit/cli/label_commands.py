@@ -136,6 +136,12 @@ def agree(
         note = labels.unmatched_note()
         if note:
             err_console.print(f"warning: {note}", highlight=False)
+        if not labels.outputs and not labels.unmatched:
+            raise UsageError(
+                f"{path} holds no labels",
+                hint="a label is a JSON line with a key and a value per labelled output, "
+                'e.g. {"id": "q1", "score": 4}',
+            )
     if swapped:
         from flowkit.labels.bias import swap_probe
 
@@ -236,6 +242,11 @@ def add_labels(run_dir: Path, labels_file: str, key: str | None) -> dict[str, An
     from flowkit.labels.summary import add_to_metrics
 
     added, note = add_to_metrics(run_dir, Path(labels_file), key)
+    if not added and not note:
+        err_console.print(
+            f"warning: {labels_file} gives no corrected figure (it needs two labelled rows)",
+            highlight=False,
+        )
     for name, value in added.items():
         if name.endswith(".corrected"):
             lo, hi = added[f"{name}_ci"]

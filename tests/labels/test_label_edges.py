@@ -190,3 +190,14 @@ def test_ids_from_the_data_file_are_found_from_another_directory(
     monkeypatch.chdir(tmp_path)
     labels = read_labels(people, run_dir)
     assert labels.outputs["y"].human == {3: {"": 4.0}, 5: {"": 1.0}}
+
+
+def test_agree_on_a_file_with_no_labels_says_so(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from flowkit.cli.main import main
+
+    run_dir = _run(tmp_path, [{"x": 1 + i % 5} for i in range(10)])
+    empty = write(tmp_path / "empty.jsonl", "")
+    result = CliRunner().invoke(main, ["agree", str(run_dir), "--labels", str(empty)])
+    assert result.exit_code == 2 and "holds no labels" in result.output
