@@ -127,10 +127,13 @@ def open_review(
     info = read_run_info(run_dir)
     records = run_rows(run_dir)
     rows = {line: dict(r.get("outputs") or {}) for line, r in records.items()}
+    # A scored output: a number (or pass/fail, a severity) on every row where it has a value;
+    # a row whose judge answer was unreadable (None, the run's `invalid`) does not disqualify it.
     numeric = [
         n
         for n in dict.fromkeys(k for o in rows.values() for k in o)
-        if all(_number(o.get(n)) is not None for o in rows.values())
+        if any(o.get(n) is not None for o in rows.values())
+        and all(o.get(n) is None or _number(o.get(n)) is not None for o in rows.values())
     ]
     if output is None:
         preferred = [n for n in ("score", "result") if n in numeric]
@@ -142,13 +145,16 @@ def open_review(
             f"--output {output!r} is not a scored output of the run{did_you_mean(output, numeric)}",
             hint=f"scored outputs: {one_of(numeric)}",
         )
-    judge = {line: float(_number(o[output]) or 0.0) for line, o in rows.items()}
+    judge = {
+        line: value for line, o in rows.items() if (value := _number(o.get(output))) is not None
+    }
     if _severity(records, output):  # very low … high, even if the judge said only the lowest
         binary, levels = False, [float(i) for i in range(len(DEFAULT_LEVELS))]
     else:
         binary = set(judge.values()) <= {0.0, 1.0}
         levels = [0.0, 1.0] if binary else _levels(judge.values())
-    order = _draw(draw, judge, rows, numeric, seed)
+    # rows without a judge value last: the corrected figures cannot use their labels
+    order = _draw(draw, judge, rows, numeric, seed) + sorted(set(rows) - set(judge))
     uniform = draw == "random"
     return Review(
         run_dir, output, binary, levels, order, uniform, records, width, hide_judge, annotator

@@ -201,3 +201,14 @@ def test_agree_on_a_file_with_no_labels_says_so(tmp_path: Path) -> None:
     empty = write(tmp_path / "empty.jsonl", "")
     result = CliRunner().invoke(main, ["agree", str(run_dir), "--labels", str(empty)])
     assert result.exit_code == 2 and "holds no labels" in result.output
+
+
+def test_a_run_with_an_unreadable_judge_answer_can_still_be_reviewed(tmp_path: Path) -> None:
+    """One invalid score (None) made the run "have no output to label"."""
+    flow = python_flow(tmp_path, "def f(x):\n    return None if x == 0 else x\n")
+    data = write_jsonl(tmp_path / "d.jsonl", [{"x": i % 6} for i in range(12)])
+    run_dir = flowkit.run(flow, data, runs_root=tmp_path / "runs", name="r").run_dir
+    review = open_review(run_dir, None, "random", 0, None, False, "me")
+    assert review.output == "y" and review.levels == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert sorted(review.order) == list(range(12))
+    assert review.order[-2:] == [0, 6]  # no judge value: their labels cannot correct anything
