@@ -217,7 +217,7 @@ def run(
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
     parsed_gates = [parse_gate(g) for g in gates]
-    check_labels(labels_file, labels_key, parsed_gates)
+    check_labels(labels_file, labels_key, parsed_gates, resume_run)
     from flowkit.pfcompat.cli import finish_mapping, habits_of
 
     habits = habits_of(
@@ -299,6 +299,10 @@ def run(
         sys.exit(1)
     if labels_file is not None:
         result.metrics.update(add_labels(result.run_dir, labels_file, labels_key))
+    elif resume_run is not None and (result.run_dir / "labels.jsonl").is_file():
+        # a resumed run rewrites metrics.json: its own labels correct it again
+        own = str(result.run_dir / "labels.jsonl")
+        result.metrics.update(add_labels(result.run_dir, own, "line"))
     check_gates(parsed_gates, result.metrics, err_console)
     exit_if_valueless(result)
 

@@ -212,3 +212,33 @@ def test_a_run_with_an_unreadable_judge_answer_can_still_be_reviewed(tmp_path: P
     assert review.output == "y" and review.levels == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert sorted(review.order) == list(range(12))
     assert review.order[-2:] == [0, 6]  # no judge value: their labels cannot correct anything
+
+
+def test_a_resumed_run_keeps_its_corrected_figures_and_gates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--resume rewrites metrics.json: the run's own labels (RUN/labels.jsonl) correct it
+    again, and a gate may name the corrected figures without --labels."""
+    from click.testing import CliRunner
+
+    from flowkit.cli.main import main
+
+    flow = python_flow(tmp_path, "def f(x):\n    return x\n", "aggregate")
+    write(
+        tmp_path / "m.py",
+        "def f(x):\n    return x\n\n\ndef aggregate(ys):\n    return {'mean': sum(ys) / len(ys)}\n",
+    )
+    write_jsonl(tmp_path / "d.jsonl", [{"x": 1 + i % 5} for i in range(10)])
+    write_jsonl(tmp_path / "people.jsonl", [{"line": i, "y": 1 + i % 3} for i in range(4)])
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    first = runner.invoke(
+        main, ["run", str(flow), "--data", "d.jsonl", "--name", "r", "--labels", "people.jsonl"]
+    )
+    assert first.exit_code == 0, first.output
+    before = json.loads((tmp_path / "runs/r/metrics.json").read_text())
+    assert "y.mean.corrected" in before
+    again = runner.invoke(main, ["run", "--resume", "r", "--gate", "y.mean.corrected>=1", "-q"])
+    assert again.exit_code == 0, again.output
+    after = json.loads((tmp_path / "runs/r/metrics.json").read_text())
+    assert after["y.mean.corrected"] == before["y.mean.corrected"]
