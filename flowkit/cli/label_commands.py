@@ -136,6 +136,12 @@ def agree(
         note = labels.unmatched_note()
         if note:
             err_console.print(f"warning: {note}", highlight=False)
+        if not labels.outputs and not labels.unmatched:
+            raise UsageError(
+                f"{path} holds no labels",
+                hint="a label is a JSON line with a key and a value per labelled output, "
+                'e.g. {"id": "q1", "score": 4}',
+            )
     if swapped:
         from flowkit.labels.bias import swap_probe
 
@@ -217,13 +223,20 @@ def _print_swap(probe: dict[str, Any]) -> None:
     )
 
 
-def check_labels(labels_file: str | None, key: str | None, gates: list[Gate]) -> None:
-    """`run --labels` is read after the rows run: refuse what cannot work before the first."""
+def check_labels(
+    labels_file: str | None, key: str | None, gates: list[Gate], resume_run: str | None = None
+) -> None:
+    """`run --labels` is read after the rows run: refuse what cannot work before the first.
+    A resumed run that has labels of its own (RUN/labels.jsonl) is corrected by them."""
     from flowkit.labels.read import GATED
+    from flowkit.labels.store import RUN_LABELS
+    from flowkit.runs.folder import resolve_run_dir
 
     if labels_file is None:
         if key is not None:
             raise UsageError("--key goes with --labels FILE")
+        if resume_run is not None and (resolve_run_dir(resume_run) / RUN_LABELS).is_file():
+            return
         for gate in gates:
             if gate.metric.endswith(GATED):
                 raise UsageError(f"--gate {gate}: {gate.metric!r} needs --labels FILE")
@@ -236,6 +249,11 @@ def add_labels(run_dir: Path, labels_file: str, key: str | None) -> dict[str, An
     from flowkit.labels.summary import add_to_metrics
 
     added, note = add_to_metrics(run_dir, Path(labels_file), key)
+    if not added and not note:
+        err_console.print(
+            f"warning: {labels_file} gives no corrected figure (it needs two labelled rows)",
+            highlight=False,
+        )
     for name, value in added.items():
         if name.endswith(".corrected"):
             lo, hi = added[f"{name}_ci"]

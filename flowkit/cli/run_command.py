@@ -246,7 +246,7 @@ def run(
         summary_file=summary_file,
         junit=junit,
     )
-    check_labels(labels_file, labels_key, checks.gates)
+    check_labels(labels_file, labels_key, checks.gates, resume_run)
     from flowkit.pfcompat.cli import finish_mapping, habits_of
 
     habits = habits_of(
@@ -333,6 +333,10 @@ def run(
     report_end(result, verbose)
     if labels_file is not None:
         result.metrics.update(add_labels(result.run_dir, labels_file, labels_key))
+    elif resume_run is not None and (result.run_dir / "labels.jsonl").is_file():
+        # a resumed run rewrites metrics.json: its own labels correct it again
+        own = str(result.run_dir / "labels.jsonl")
+        result.metrics.update(add_labels(result.run_dir, own, "line"))
     check_run(result, checks)
 
 

@@ -46,11 +46,14 @@ class Output:
     """Row line → the judge's value, for rows whose value is readable."""
     human: dict[int, dict[str, float]] = field(default_factory=dict)
     """Row line → annotator → label."""
+    severity: bool = False
+    """On a severity scale (very low = 0 … high = 3): never pass/fail, even when only its two
+    lowest levels occur."""
 
     @property
     def binary(self) -> bool:
         values = {*self.judge.values(), *(v for a in self.human.values() for v in a.values())}
-        return values <= {0.0, 1.0}
+        return not self.severity and values <= {0.0, 1.0}
 
 
 @dataclass
@@ -101,22 +104,36 @@ def as_value(value: Any) -> float | None:
     )
 
 
-def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
-    """Pair the labels in ``path`` with the rows of the run in ``run_dir``."""
-    records = _records(path)
+def read_labels(
+    path: Path,
+    run_dir: Path,
+    key: str | None = None,
+    rows: list[dict[str, Any]] | None = None,
+) -> Labels:
+    """Pair the labels in ``path`` with the rows of the run in ``run_dir``; ``rows``, the
+    run's succeeded outputs.jsonl records when the caller has them already (the review page
+    reads its labels on every keystroke, and a large run's outputs.jsonl takes seconds)."""
+    # The run's own labels file is appended to by `flowkit review`: a line torn by a crash may
+    # have later labels after it, and is skipped wherever it is.
+    own = path.name == "labels.jsonl" and path.parent.resolve() == run_dir.resolve()
+    records = _records(path, torn_anywhere=own)
     info = read_run_info(run_dir)
     flow = str(info.get("flow", {}).get("name", ""))
-    rows = [r for r in _jsonl(run_dir / "outputs.jsonl") if r.get("status") == "ok"]
+    if rows is None:
+        rows = [r for r in _jsonl(run_dir / "outputs.jsonl") if r.get("status") == "ok"]
     names = {n for r in rows for n in (r.get("outputs") or {})}
-    own_data = _data_rows(info)
     key = key or _default_key(records)
+    own_data = {} if key == "line" else _data_rows(info)
     prefixed = any(c.startswith("human_") for _, r in records for c in r)
     by_key: dict[str, int] = {}
+    repeated: dict[str, list[int]] = {}
     labels = Labels(key, {}, [], {}, {})
     for row in rows:
         line = int(row["line"])
         found = _row_key(row, own_data.get(line, {}), key, line)
         if found is not None:
+            if by_key.get(found, line) != line:
+                repeated.setdefault(found, [by_key[found]]).append(line)
             by_key[found] = line
         inputs = row.get("inputs") or {}
         answer = next(
@@ -124,17 +141,23 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
         )
         if isinstance(answer, str):
             labels.answers[line] = answer
-        threshold = as_value(inputs.get("threshold"))
+        raw_threshold = inputs.get("threshold")
+        threshold = as_value(raw_threshold)
         comparator = inputs.get("comparator")
+        if isinstance(raw_threshold, str) and threshold is not None and is_level(raw_threshold):
+            comparator = "<"  # a severity threshold: rows at or above it are defects
         labels.pass_rule[line] = (
             3.0 if threshold is None else threshold,
-            comparator if comparator in (">", ">=") else ">",
+            comparator if comparator in (">", ">=", "<") else ">",
         )
     if key != "line" and not by_key:
         raise UsageError(
             f"no row of the run has a {key!r} column to match the labels by",
-            hint="pass --key COLUMN, or label rows by `line`",
+            hint="pass --key COLUMN, or label rows by `line`"
+            + ("" if own_data else " (the run's data file is not found from here)"),
         )
+    severity_run = any(rule[1] == "<" for rule in labels.pass_rule.values())
+    worded: set[str] = set()  # outputs with a label that is a severity word
     seen: set[str] = set()
     latest: dict[tuple[str, str, str], tuple[int, float, str | None]] = {}
     for number, record in records:
@@ -167,11 +190,20 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
                 number_value = as_value(value)
             except ValueError as err:
                 raise DataError(f"{display(path)}:{number}: label {column!r}: {err}") from None
+            if isinstance(value, str) and is_level(value):
+                worded.add(output)
             if number_value is not None:
                 latest[(row_key, annotator, output)] = (number, number_value, label_id)
     unmatched: dict[int, str] = {}
     for (row_key, annotator, output), (number, value, _) in latest.items():
         matched = by_key.get(row_key)
+        if row_key in repeated:
+            rows_named = ", ".join(str(n) for n in repeated[row_key][:5])
+            raise DataError(
+                f"{display(path)}:{number}: {key}={row_key!r} names several rows of the run "
+                f"(lines {rows_named}), so the label cannot say which",
+                hint="pass --key with a column unique to each row, or label rows by `line`",
+            )
         if matched is None:
             unmatched.setdefault(number, row_key)
             continue
@@ -180,9 +212,13 @@ def read_labels(path: Path, run_dir: Path, key: str | None = None) -> Labels:
         slot.human.setdefault(matched, {})[annotator] = value
     labels.unmatched = sorted(unmatched.items())
     for name, slot in labels.outputs.items():
-        for row in rows:
+        raw = [(r.get("outputs") or {}).get(name) for r in rows]
+        truth = all(isinstance(v, bool) or is_truth_word(v) for v in raw if v is not None)
+        slot.severity = name in worded or any(isinstance(v, str) and is_level(v) for v in raw)
+        slot.severity = slot.severity or (severity_run and not truth)
+        for row, value in zip(rows, raw, strict=True):
             try:
-                judged = as_value((row.get("outputs") or {}).get(name))
+                judged = as_value(value)
             except ValueError:
                 judged = None  # an unreadable judge value is the run's `invalid`, not a label's
             if judged is not None:
@@ -217,18 +253,34 @@ def _row_key(row: dict[str, Any], data: dict[str, Any], key: str, line: int) -> 
 def _data_rows(info: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """The run's data rows by line, when its data file is JSONL and still where it was (a key
     column such as ``id`` is often not an input of the flow)."""
-    name = (info.get("data") or {}).get("path")
-    if not isinstance(name, str) or not name.endswith(".jsonl") or not os.path.isfile(name):
-        return {}
-    return {n - 1: r for n, r in _records(Path(name)) if isinstance(r, dict)}
+    # run.json's data path is as the run was given it (relative to where it ran); its
+    # invocation keeps the absolute one, which still works from another directory.
+    names = [(info.get("invocation") or {}).get("data"), (info.get("data") or {}).get("path")]
+    for name in names:
+        if isinstance(name, str) and name.endswith(".jsonl") and os.path.isfile(name):
+            return {n - 1: r for n, r in _records(Path(name)) if isinstance(r, dict)}
+    return {}
 
 
-def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
+def _word(text: str) -> str:
+    return " ".join(re.sub(r"[_\-]", " ", text).lower().split())
+
+
+def is_level(text: str) -> bool:
+    return _word(text) in DEFAULT_LEVELS
+
+
+def is_truth_word(value: Any) -> bool:
+    return isinstance(value, str) and _word(value) in _TRUE | _FALSE
+
+
+def _records(path: Path, torn_anywhere: bool = False) -> list[tuple[int, dict[str, Any]]]:
     """(line number from 1, object) of a JSONL file; a torn last line (a crash mid-write) is
-    skipped, any other bad line is an error."""
+    skipped, any other bad line is an error (with ``torn_anywhere``, for a file flowkit
+    appends to after a crash, every undecodable line is skipped)."""
     if not path.is_file():
         raise UsageError(f"no labels file {display(path)!r}")
-    lines = path.read_text("utf-8").split("\n")
+    lines = path.read_text("utf-8-sig").split("\n")
     out = []
     for number, text in enumerate(lines, 1):
         if not text.strip():
@@ -236,7 +288,7 @@ def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as err:
-            if number == len(lines):  # no newline after it: a write cut short
+            if number == len(lines) or torn_anywhere:  # a write cut short
                 continue
             raise DataError(f"{display(path)}:{number}: not a JSON object ({err.msg})") from None
         if not isinstance(value, dict):

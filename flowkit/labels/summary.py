@@ -24,6 +24,7 @@ from flowkit.labels import agreement as ag
 from flowkit.labels.bias import count_tokens, length_bias
 from flowkit.labels.estimates import Estimate, mean_estimate, ppi_mean
 from flowkit.labels.read import Labels, Output, read_labels
+from flowkit.metrics.scores import DEFAULT_LEVELS
 from flowkit.runs.folder import write_json
 
 
@@ -35,6 +36,8 @@ def majority(votes: dict[str, float]) -> float:
 
 def _passes(value: float, rule: tuple[float, str]) -> float:
     threshold, comparator = rule
+    if comparator == "<":  # a severity: a row passes below the threshold level
+        return float(value < threshold)
     return float(value >= threshold if comparator == ">=" else value > threshold)
 
 
@@ -48,14 +51,31 @@ def scale(kind: str, output: Output, labels: Labels) -> Callable[[int, float], f
     output; whether a score passes the row's rule (threshold, comparator) for its pass rate."""
     if kind == "mean" or output.binary:
         return lambda line, value: value
-    return lambda line, value: _passes(value, labels.pass_rule.get(line, (3.0, ">")))
+
+    def rule(line: int) -> tuple[float, str]:
+        found = labels.pass_rule.get(line, (3.0, ">"))
+        if output.severity and found[1] != "<":  # no severity threshold known (a suite's row)
+            return (float(DEFAULT_LEVELS.index("medium")), "<")  # the harm flows' default
+        return found
+
+    return lambda line, value: _passes(value, rule(line))
+
+
+def _within(estimate: Estimate, low: float, high: float) -> Estimate:
+    """The estimate with its interval cut to what the quantity can be (a rate in [0, 1])."""
+    return Estimate(
+        estimate.value,
+        max(estimate.lo, low),
+        min(estimate.hi, high),
+        estimate.n,
+    )
 
 
 def estimates(output: Output, labels: Labels) -> dict[str, dict[str, Estimate]]:
     """``mean`` (scores only) and ``pass_rate``: each ``judge``, ``labels`` and ``corrected``."""
     labelled = sorted(line for line in output.human if line in output.judge)
     rest = sorted(line for line in output.judge if line not in output.human)
-    if not labelled:
+    if len(labelled) < 2:  # one label has no spread: its "interval" would be a single point
         return {}
     human = {line: majority(output.human[line]) for line in labelled}
     out = {}
@@ -64,11 +84,16 @@ def estimates(output: Output, labels: Labels) -> dict[str, dict[str, Estimate]]:
         y = np.array([of(line, human[line]) for line in labelled])
         f = np.array([of(line, output.judge[line]) for line in labelled])
         fu = np.array([of(line, output.judge[line]) for line in rest])
-        out[kind] = {
+        found = {
             "judge": mean_estimate(np.concatenate([f, fu])),
             "labels": mean_estimate(y),
             "corrected": ppi_mean(y, f, fu),
         }
+        if kind == "pass_rate" or output.binary:
+            found = {k: _within(e, 0.0, 1.0) for k, e in found.items()}
+        elif output.severity:
+            found = {k: _within(e, 0.0, len(DEFAULT_LEVELS) - 1.0) for k, e in found.items()}
+        out[kind] = found
     return out
 
 

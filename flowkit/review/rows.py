@@ -19,9 +19,10 @@ from typing import Any
 
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.labels.estimates import labels_needed, ppi_mean
-from flowkit.labels.read import as_value, read_labels, run_rows
+from flowkit.labels.read import as_value, is_level, is_truth_word, read_labels, run_rows
 from flowkit.labels.store import RUN_LABELS
 from flowkit.labels.summary import majority
+from flowkit.metrics.scores import DEFAULT_LEVELS
 from flowkit.runs.folder import read_run_info
 
 DRAWS = ("random", "score", "disagreement")
@@ -76,7 +77,7 @@ class Review:
         labelled: dict[int, float] = {}
         budget: dict[str, Any] = {"width": self.width}
         if self.labels_path.is_file():
-            labels = read_labels(self.labels_path, self.run_dir, "line")
+            labels = read_labels(self.labels_path, self.run_dir, "line", [*self.rows.values()])
             found = labels.outputs.get(self.output)
             if found is not None:
                 labelled = {
@@ -126,10 +127,13 @@ def open_review(
     info = read_run_info(run_dir)
     records = run_rows(run_dir)
     rows = {line: dict(r.get("outputs") or {}) for line, r in records.items()}
+    # A scored output: a number (or pass/fail, a severity) on every row where it has a value;
+    # a row whose judge answer was unreadable (None, the run's `invalid`) does not disqualify it.
     numeric = [
         n
         for n in dict.fromkeys(k for o in rows.values() for k in o)
-        if all(_number(o.get(n)) is not None for o in rows.values())
+        if any(o.get(n) is not None for o in rows.values())
+        and all(o.get(n) is None or _number(o.get(n)) is not None for o in rows.values())
     ]
     if output is None:
         preferred = [n for n in ("score", "result") if n in numeric]
@@ -141,14 +145,32 @@ def open_review(
             f"--output {output!r} is not a scored output of the run{did_you_mean(output, numeric)}",
             hint=f"scored outputs: {one_of(numeric)}",
         )
-    judge = {line: float(_number(o[output]) or 0.0) for line, o in rows.items()}
-    binary = set(judge.values()) <= {0.0, 1.0}
-    levels = [0.0, 1.0] if binary else _levels(judge.values())
-    order = _draw(draw, judge, rows, numeric, seed)
+    judge = {
+        line: value for line, o in rows.items() if (value := _number(o.get(output))) is not None
+    }
+    if _severity(records, output):  # very low … high, even if the judge said only the lowest
+        binary, levels = False, [float(i) for i in range(len(DEFAULT_LEVELS))]
+    else:
+        binary = set(judge.values()) <= {0.0, 1.0}
+        levels = [0.0, 1.0] if binary else _levels(judge.values())
+    # rows without a judge value last: the corrected figures cannot use their labels
+    order = _draw(draw, judge, rows, numeric, seed) + sorted(set(rows) - set(judge))
     uniform = draw == "random"
     return Review(
         run_dir, output, binary, levels, order, uniform, records, width, hide_judge, annotator
     )
+
+
+def _severity(records: dict[int, dict[str, Any]], output: str) -> bool:
+    """Whether ``output`` is on a severity scale: its values are severity words, or the flow's
+    threshold is one and the output is no pass/fail verdict."""
+    raw = [(r.get("outputs") or {}).get(output) for r in records.values()]
+    if any(isinstance(v, str) and is_level(v) for v in raw):
+        return True
+    thresholds = [(r.get("inputs") or {}).get("threshold") for r in records.values()]
+    if not any(isinstance(t, str) and is_level(t) for t in thresholds):
+        return False
+    return not all(isinstance(v, bool) or is_truth_word(v) for v in raw if v is not None)
 
 
 def _levels(values: Any) -> list[float]:

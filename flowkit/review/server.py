@@ -81,9 +81,19 @@ async def _write(request: web.Request, record: dict[str, Any]) -> web.Response:
     return web.json_response(review.state())
 
 
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise web.HTTPBadRequest(text="the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="the body is not a JSON object")
+    return body
+
+
 async def _label(request: web.Request) -> web.Response:
     review = request.app[_REVIEW]
-    body = await request.json()
+    body = await _body(request)
     line, value = body.get("line"), body.get("value")
     if line not in review.rows or not isinstance(value, (int, float)) or isinstance(value, bool):
         raise web.HTTPBadRequest(text="a label needs a row line and a number")
@@ -100,7 +110,7 @@ async def _label(request: web.Request) -> web.Response:
 
 
 async def _undo(request: web.Request) -> web.Response:
-    body = await request.json()
+    body = await _body(request)
     return await _write(request, {"label_id": body.get("label_id"), "undo": True})
 
 

@@ -195,6 +195,36 @@ def test_a_killed_server_loses_no_label_and_the_page_sends_the_rest(
     assert [u["label_id"] for u in undone] == [kept[-1]["label_id"]]
 
 
+def test_a_server_restarted_with_another_token_drops_no_queued_label(
+    browser: Any, fresh_run: Path
+) -> None:
+    """Labels typed while the server was down, sent to one restarted with a new token (a
+    403), stay queued in the page until a server with the page's token takes them."""
+    from playwright.sync_api import expect
+
+    port = _free_port()
+    server = Server(fresh_run, port, "first")
+    page = browser.new_page()
+    page.goto(server.url)
+    before = _label(page, 2, 0)
+    expect(page.locator("#saved")).to_have_text("all saved")
+    server.kill()
+    during = _label(page, 3, 2)
+    other = Server(fresh_run, port, "second")  # `flowkit review` again: a new token
+    try:
+        expect(page.locator("#saved")).to_contain_text("3 not saved", timeout=15000)
+        expect(page.locator("#saved")).to_contain_text("--token first")
+    finally:
+        other.stop()
+    assert sorted(r["line"] for r in _labels(fresh_run)) == sorted(before)
+    again = Server(fresh_run, port, "first")
+    try:
+        expect(page.locator("#saved")).to_have_text("all saved", timeout=15000)
+    finally:
+        again.stop()
+    assert sorted(r["line"] for r in _labels(fresh_run)) == sorted(before + during)
+
+
 def test_hidden_judges_show_once_the_row_is_labelled(browser: Any, fresh_run: Path) -> None:
     from playwright.sync_api import expect
 
