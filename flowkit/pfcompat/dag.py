@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from flowkit.errors import did_you_mean, display
 from flowkit.flow.refs import RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import YamlSyntaxError, YDict, YList, line_of, read_yaml
+from flowkit.kinds.llm import PARAM_INPUT
 from flowkit.pfcompat import variants
 from flowkit.pfcompat.rules import (
     FLOW_KEYS,
@@ -56,7 +57,6 @@ INPUT_TYPES = {
 REQUEST_PARAMS = (
     "temperature",
     "top_p",
-    "n",
     "stop",
     "max_tokens",
     "presence_penalty",
@@ -70,7 +70,8 @@ REQUEST_PARAMS = (
     "response_format",
     "seed",
 )
-"""The chat tool's parameters: every other llm node input is a template variable."""
+"""The chat tool's parameters (`promptflow.tools.openai.chat`'s signature: it has no `n`, so an
+input `n` is a template variable): every other llm node input is a template variable."""
 MODEL_PARAMS = ("deployment_name", "model")
 DROPPED_PARAMS = ("stream",)
 EMBEDDING_TOOL = "promptflow.tools.embedding.embedding"
@@ -301,12 +302,16 @@ class _Translation:
         if aggregation(raw):
             self.error(raw, "aggregation", name, "an llm node cannot be an aggregation node")
         path = self._code(raw, name, source)
-        params = {k: v for k, v in inputs.items() if k in REQUEST_PARAMS}
+        params = {k: v for k, v in inputs.items() if k in REQUEST_PARAMS and not _is_ref(v)}
         variables = {
             k: v
             for k, v in inputs.items()
             if k not in REQUEST_PARAMS and k not in MODEL_PARAMS and k not in DROPPED_PARAMS
         }
+        # A parameter given by a reference (`temperature: ${inputs.t}`) is read per row.
+        variables.update(
+            {PARAM_INPUT + k: v for k, v in inputs.items() if k in REQUEST_PARAMS and _is_ref(v)}
+        )
         items: dict[str, Any] = {
             "type": "llm",
             "prompt": str(source.get("path")) if path else "missing.jinja2",
@@ -337,6 +342,10 @@ class _Translation:
             )
         items: dict[str, Any] = {"type": "embedding", "inputs": {"text": inputs.get("input")}}
         return _with_endpoint(items, "model", inputs, inputs.get("connection"))
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("${") and value.endswith("}")
 
 
 def _with_endpoint(

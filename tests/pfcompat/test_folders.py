@@ -340,3 +340,41 @@ def test_list_and_object_inputs_and_strings_from_any_json(workdir: Path) -> None
     assert cli("run", folder, "--data", workdir / "d.jsonl", "-q").exit_code == 0
     out = read_jsonl(last_run(workdir) / "outputs.jsonl")[0]["outputs"]["out"]
     assert out == [2, ["k"], str([" x "]), 3, False]
+
+
+def test_llm_parameters_given_by_reference_are_read_per_row_and_n_is_a_variable(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    """`temperature: ${inputs.t}` sends the row's number (not the text of the reference), and
+    `n`, which Prompt Flow's chat tool does not take, is a template variable as there."""
+    folder = workdir / "per_row"
+    write(
+        folder / "flow.dag.yaml",
+        """
+        inputs:
+          t: {type: double}
+          n: {type: int}
+        outputs:
+          reply: {type: string, reference: "${ask.output}"}
+        nodes:
+        - name: ask
+          type: llm
+          source: {type: code, path: ask.jinja2}
+          inputs:
+            deployment_name: gpt-4o-mini
+            temperature: ${inputs.t}
+            max_tokens: 5
+            n: ${inputs.n}
+          connection: open_ai_connection
+          api: chat
+        """,
+    )
+    write(folder / "ask.jinja2", "user:\nWrite {{ n }} words.\n")
+    write_jsonl(folder / "data.jsonl", [{"t": 0.3, "n": 2}, {"t": "0.9", "n": 5}])
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code == 0, result.output
+    run = last_run(workdir)
+    for line, (temperature, n) in enumerate([(0.3, 2), (0.9, 5)]):
+        asked = _trace(run, line)["ask"]["llm"]
+        assert asked["request"]["params"] == {"temperature": temperature, "max_tokens": 5}
+        assert asked["messages"] == [{"role": "user", "content": f"Write {n} words."}]
