@@ -23,6 +23,7 @@ are validation errors at their line that name the feature.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -288,12 +289,27 @@ class _Translation:
             if path is not None:
                 self.error(raw, "source", name, tool)
             tool = ToolInfo("_missing_tool")
+        inputs = {
+            k: self._literal(raw, name, k, v, tool.value_types.get(k)) for k, v in inputs.items()
+        }
         items.update(source=str(source.get("path")), function=tool.name, inputs=inputs)
         if aggregate:
             items["metrics"] = "logged"
         else:
             items["blocking"] = True  # a tool calls a model or a service: a thread, not inline
         return items
+
+    def _literal(self, raw: YDict, name: str | None, key: str, value: Any, kind: str | None) -> Any:
+        """A literal python node input converted to the tool's declared type, as Prompt Flow's
+        `_convert_literal_input_types` does (`k: "2"` for `k: int` is 2); references as given."""
+        if kind is None or _is_ref(value):
+            return value
+        try:
+            return _parse_value(kind, value)
+        except (TypeError, ValueError):
+            where = raw.get("inputs") if isinstance(raw.get("inputs"), dict) else raw
+            self.error(where, key, name, f"input {key!r} of value {value!r} is not of type {kind}")
+            return value
 
     def llm(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
         api = raw.get("api", "chat")
@@ -320,7 +336,18 @@ class _Translation:
             "output": "text",
             "role_markers": "promptflow",
         }
-        return _with_endpoint(items, "model_default", inputs, raw.get("connection"))
+        picked = {k: v for k, v in inputs.items() if k in MODEL_PARAMS and _is_ref(v)}
+        for key, ref in picked.items():
+            where = raw.get("inputs") if isinstance(raw.get("inputs"), dict) else raw
+            self.note(
+                where,
+                key,
+                name,
+                f"{key}: {ref} (a model per row) is not read; the node's model is flowkit's "
+                "(--model, --connections NODE.model=..., flowkit.yaml)",
+            )
+        fixed = {k: v for k, v in inputs.items() if k not in picked}
+        return _with_endpoint(items, "model_default", fixed, raw.get("connection"))
 
     def prompt(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
         path = self._code(raw, name, source)
@@ -342,6 +369,33 @@ class _Translation:
             )
         items: dict[str, Any] = {"type": "embedding", "inputs": {"text": inputs.get("input")}}
         return _with_endpoint(items, "model", inputs, inputs.get("connection"))
+
+
+def _parse_value(kind: str, value: Any) -> Any:
+    """Prompt Flow's `ValueType.parse`."""
+    if kind == "int":
+        return int(value)
+    if kind == "double":
+        return float(value)
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ValueError(value)
+    if kind == "string":
+        return str(value)
+    if kind == "list":
+        value = json.loads(value) if isinstance(value, str) else value
+        if not isinstance(value, list):
+            raise ValueError(value)
+        return value
+    if kind == "object" and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _is_ref(value: Any) -> bool:

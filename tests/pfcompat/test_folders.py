@@ -378,3 +378,82 @@ def test_llm_parameters_given_by_reference_are_read_per_row_and_n_is_a_variable(
         asked = _trace(run, line)["ask"]["llm"]
         assert asked["request"]["params"] == {"temperature": temperature, "max_tokens": 5}
         assert asked["messages"] == [{"role": "user", "content": f"Write {n} words."}]
+
+
+def test_literal_python_inputs_take_the_tools_declared_types(workdir: Path) -> None:
+    """Prompt Flow converts a python node's literal inputs to the tool's types (`k: "2"` for
+    `k: int`, `flag: "false"` for a bool default); references are passed as they are."""
+    folder = workdir / "literal_types"
+    write(
+        folder / "flow.dag.yaml",
+        """
+        inputs:
+          text: {type: string}
+        outputs:
+          got: {type: object, reference: "${kinds.output}"}
+        nodes:
+        - name: kinds
+          type: python
+          source: {type: code, path: kinds.py}
+          inputs: {text: "${inputs.text}", k: "2", ratio: 1, flag: "False", items: "[1, 2]",
+                   blob: '{"a": 1}', name: 7}
+        """,
+    )
+    write(
+        folder / "kinds.py",
+        """
+        from typing import Optional
+        from promptflow import tool
+
+        @tool
+        def kinds(text: str, k: int, ratio: Optional[float], items: list, blob, name: str,
+                  flag=True):
+            return {"text": text[:k], "ratio": repr(ratio), "flag": flag, "items": items,
+                    "blob": blob, "name": name}
+        """,
+    )
+    write_jsonl(folder / "data.jsonl", [{"text": "hello"}])
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code == 0, result.output
+    got = read_jsonl(last_run(workdir) / "outputs.jsonl")[0]["outputs"]["got"]
+    assert got == {
+        "text": "he",
+        "ratio": "1.0",
+        "flag": False,
+        "items": [1, 2],
+        "blob": {"a": 1},
+        "name": "7",
+    }
+    write(folder / "flow.dag.yaml", (folder / "flow.dag.yaml").read_text().replace('"2"', "two"))
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code != 0
+    assert "input 'k' of value 'two' is not of type int" in result.output
+
+
+def test_a_model_given_by_reference_is_a_note_not_the_model_sent(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    folder = workdir / "model_ref"
+    write(
+        folder / "flow.dag.yaml",
+        """
+        inputs:
+          m: {type: string}
+        outputs:
+          reply: {type: string, reference: "${ask.output}"}
+        nodes:
+        - name: ask
+          type: llm
+          source: {type: code, path: ask.jinja2}
+          inputs: {deployment_name: "${inputs.m}"}
+          connection: open_ai_connection
+          api: chat
+        """,
+    )
+    write(folder / "ask.jinja2", "user:\nHello.\n")
+    write_jsonl(folder / "data.jsonl", [{"m": "per-row-model"}])
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code == 0, result.output
+    assert "deployment_name: ${inputs.m} (a model per row) is not read" in result.output
+    asked = _trace(last_run(workdir), 0)["ask"]["llm"]
+    assert asked["request"]["model"] == "flowkit-test"
