@@ -17,6 +17,8 @@ The node as written is the variant `default`; a variant replaces the prompt (`pr
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,6 +47,21 @@ class Choice:
 
 CHOSEN: ContextVar[Choice | None] = ContextVar("flowkit_variant", default=None)
 """The variant the flows loaded in this context take (set by `flowkit run --variant`)."""
+
+
+@contextlib.contextmanager
+def chosen_variant(text: str | None) -> Iterator[None]:
+    """Loads inside take the variant ``text`` (`${node.variant}`, as a run records it)."""
+    if not text:
+        yield
+        return
+    from flowkit.pfcompat.variants import parse_choice
+
+    token = CHOSEN.set(parse_choice(text))
+    try:
+        yield
+    finally:
+        CHOSEN.reset(token)
 
 
 def declared(raw: Any) -> dict[str, list[str]]:

@@ -23,7 +23,6 @@ are validation errors at their line that name the feature.
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +41,14 @@ from flowkit.pfcompat.rules import (
     output_ref,
 )
 from flowkit.pfcompat.toolscan import ToolInfo, find_tool
+from flowkit.pfcompat.values import (
+    DROPPED_PARAMS,
+    MODEL_BY_REF,
+    MODEL_PARAMS,
+    REQUEST_PARAMS,
+    is_ref,
+    literal_input,
+)
 from flowkit.pfcompat.variants import tuned_nodes
 
 if TYPE_CHECKING:
@@ -55,26 +62,6 @@ INPUT_TYPES = {
     "list": "list",
     "object": "json",
 }
-REQUEST_PARAMS = (
-    "temperature",
-    "top_p",
-    "stop",
-    "max_tokens",
-    "presence_penalty",
-    "frequency_penalty",
-    "logit_bias",
-    "user",
-    "function_call",
-    "functions",
-    "tool_choice",
-    "tools",
-    "response_format",
-    "seed",
-)
-"""The chat tool's parameters (`promptflow.tools.openai.chat`'s signature: it has no `n`, so an
-input `n` is a template variable): every other llm node input is a template variable."""
-MODEL_PARAMS = ("deployment_name", "model")
-DROPPED_PARAMS = ("stream",)
 EMBEDDING_TOOL = "promptflow.tools.embedding.embedding"
 SHIM = "flowkit:pfcompat/shim"
 """The shim's folder as a flow's `python_path` names it."""
@@ -300,12 +287,8 @@ class _Translation:
         return items
 
     def _literal(self, raw: YDict, name: str | None, key: str, value: Any, kind: str | None) -> Any:
-        """A literal python node input converted to the tool's declared type, as Prompt Flow's
-        `_convert_literal_input_types` does (`k: "2"` for `k: int` is 2); references as given."""
-        if kind is None or _is_ref(value):
-            return value
         try:
-            return _parse_value(kind, value)
+            return literal_input(value, kind)
         except (TypeError, ValueError):
             where = raw.get("inputs") if isinstance(raw.get("inputs"), dict) else raw
             self.error(where, key, name, f"input {key!r} of value {value!r} is not of type {kind}")
@@ -318,7 +301,7 @@ class _Translation:
         if aggregation(raw):
             self.error(raw, "aggregation", name, "an llm node cannot be an aggregation node")
         path = self._code(raw, name, source)
-        params = {k: v for k, v in inputs.items() if k in REQUEST_PARAMS and not _is_ref(v)}
+        params = {k: v for k, v in inputs.items() if k in REQUEST_PARAMS and not is_ref(v)}
         variables = {
             k: v
             for k, v in inputs.items()
@@ -326,7 +309,7 @@ class _Translation:
         }
         # A parameter given by a reference (`temperature: ${inputs.t}`) is read per row.
         variables.update(
-            {PARAM_INPUT + k: v for k, v in inputs.items() if k in REQUEST_PARAMS and _is_ref(v)}
+            {PARAM_INPUT + k: v for k, v in inputs.items() if k in REQUEST_PARAMS and is_ref(v)}
         )
         items: dict[str, Any] = {
             "type": "llm",
@@ -336,16 +319,10 @@ class _Translation:
             "output": "text",
             "role_markers": "promptflow",
         }
-        picked = {k: v for k, v in inputs.items() if k in MODEL_PARAMS and _is_ref(v)}
+        picked = {k: v for k, v in inputs.items() if k in MODEL_PARAMS and is_ref(v)}
+        where = raw.get("inputs") if isinstance(raw.get("inputs"), dict) else raw
         for key, ref in picked.items():
-            where = raw.get("inputs") if isinstance(raw.get("inputs"), dict) else raw
-            self.note(
-                where,
-                key,
-                name,
-                f"{key}: {ref} (a model per row) is not read; the node's model is flowkit's "
-                "(--model, --connections NODE.model=..., flowkit.yaml)",
-            )
+            self.note(where, key, name, MODEL_BY_REF.format(key=key, ref=ref))
         fixed = {k: v for k, v in inputs.items() if k not in picked}
         return _with_endpoint(items, "model_default", fixed, raw.get("connection"))
 
@@ -369,37 +346,6 @@ class _Translation:
             )
         items: dict[str, Any] = {"type": "embedding", "inputs": {"text": inputs.get("input")}}
         return _with_endpoint(items, "model", inputs, inputs.get("connection"))
-
-
-def _parse_value(kind: str, value: Any) -> Any:
-    """Prompt Flow's `ValueType.parse`."""
-    if kind == "int":
-        return int(value)
-    if kind == "double":
-        return float(value)
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        raise ValueError(value)
-    if kind == "string":
-        return str(value)
-    if kind == "list":
-        value = json.loads(value) if isinstance(value, str) else value
-        if not isinstance(value, list):
-            raise ValueError(value)
-        return value
-    if kind == "object" and isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _is_ref(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith("${") and value.endswith("}")
 
 
 def _with_endpoint(
