@@ -18,6 +18,7 @@ The node as written is the variant `default`; a variant replaces the prompt (`pr
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -64,6 +65,10 @@ def chosen_variant(text: str | None) -> Iterator[None]:
         CHOSEN.reset(token)
 
 
+_NAME = re.compile(r"^[^.{}\s]+$")
+"""A variant name `--variant '${node.NAME}'` can write."""
+
+
 def declared(raw: Any) -> dict[str, list[str]]:
     """Per node of a native flow mapping, the variant ids it declares (`default` first)."""
     out: dict[str, list[str]] = {}
@@ -88,10 +93,13 @@ def applied(ctx: LoadContext, raw: YDict, file: str, name: str | None) -> YDict 
         return None
     for vid, spec in variants.items():
         bad = sorted(set(spec) - set(VARIANT_KEYS)) if isinstance(spec, dict) else None
-        if vid == DEFAULT or bad is None or bad:
+        unnamable = not isinstance(vid, str) or not _NAME.match(vid)
+        if vid == DEFAULT or unnamable or bad is None or bad:
             why = "a variant sets prompt or messages, model, params and description"
             if vid == DEFAULT:
                 why = "'default' names the node as written"
+            elif unnamable:  # `--variant '${node.ID}'` could not name it
+                why = "a variant's name has no '.', braces or spaces"
             elif bad:
                 why += f", not {', '.join(map(repr, bad))}"
             ctx.report(file, line_of(variants, vid), name, f"variant {vid!r}: {why}")
