@@ -42,6 +42,7 @@ from flowkit.pfcompat.rules import (
 )
 from flowkit.pfcompat.toolscan import ToolInfo, find_tool
 from flowkit.pfcompat.values import (
+    CHAT_PARAM_TYPES,
     DROPPED_PARAMS,
     MODEL_BY_REF,
     MODEL_PARAMS,
@@ -276,9 +277,7 @@ class _Translation:
             if path is not None:
                 self.error(raw, "source", name, tool)
             tool = ToolInfo("_missing_tool")
-        inputs = {
-            k: self._literal(raw, name, k, v, tool.value_types.get(k)) for k, v in inputs.items()
-        }
+        inputs = self._literals(raw, name, inputs, tool.value_types, text=False)
         items.update(source=str(source.get("path")), function=tool.name, inputs=inputs)
         if aggregate:
             items["metrics"] = "logged"
@@ -286,13 +285,15 @@ class _Translation:
             items["blocking"] = True  # a tool calls a model or a service: a thread, not inline
         return items
 
-    def _literal(self, raw: YDict, name: str | None, key: str, value: Any, kind: str | None) -> Any:
-        try:
-            return literal_input(value, kind)
-        except (TypeError, ValueError):
-            where = raw.get("inputs") if isinstance(raw.get("inputs"), dict) else raw
-            self.error(where, key, name, f"input {key!r} of value {value!r} is not of type {kind}")
-            return value
+    def _literals(self, raw: YDict, name: str | None, given: dict, kinds: dict, text: bool) -> dict:
+        where, out = raw.get("inputs") if isinstance(raw.get("inputs"), dict) else raw, {}
+        for key, value in given.items():
+            try:
+                out[key] = literal_input(value, kinds.get(key), text)
+            except (TypeError, ValueError):
+                out[key], why = value, f"of value {value!r} is not of type {kinds[key]}"
+                self.error(where, key, name, f"input {key!r} {why}")
+        return out
 
     def llm(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
         api = raw.get("api", "chat")
@@ -301,7 +302,8 @@ class _Translation:
         if aggregation(raw):
             self.error(raw, "aggregation", name, "an llm node cannot be an aggregation node")
         path = self._code(raw, name, source)
-        params = {k: v for k, v in inputs.items() if k in REQUEST_PARAMS and not is_ref(v)}
+        literal = {k: v for k, v in inputs.items() if k in REQUEST_PARAMS and not is_ref(v)}
+        params = self._literals(raw, name, literal, CHAT_PARAM_TYPES, text=True)
         variables = {
             k: v
             for k, v in inputs.items()

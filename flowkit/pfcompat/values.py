@@ -24,6 +24,25 @@ REQUEST_PARAMS = (
 )
 """The chat tool's parameters (`promptflow.tools.openai.chat`'s signature: it has no `n`, so an
 input `n` is a template variable): every other llm node input is a template variable."""
+CHAT_PARAM_TYPES = {
+    "temperature": "double",
+    "top_p": "double",
+    "stop": "list",
+    "max_tokens": "int",
+    "presence_penalty": "double",
+    "frequency_penalty": "double",
+    "logit_bias": "object",
+    "function_call": "object",
+    "functions": "list",
+    "tool_choice": "object",
+    "tools": "list",
+    "response_format": "object",
+    "seed": "int",
+}
+"""The types of the chat tool's parameters (its signature), which Prompt Flow converts a literal
+to: `max_tokens: "128"` is sent as 128, `response_format: '{"type": "json_object"}'` as JSON."""
+
+
 MODEL_BY_REF = (
     "{key}: {ref} (a model per row) is not read; the node's model is flowkit's "
     "(--model, --connections NODE.model=..., flowkit.yaml)"
@@ -32,10 +51,12 @@ MODEL_PARAMS = ("deployment_name", "model")
 DROPPED_PARAMS = ("stream",)
 
 
-def literal_input(value: Any, kind: str | None) -> Any:
-    """A python node's input: a literal converted to the tool's declared type (`k: "2"` for
-    `k: int` is 2; ValueError when it cannot be), a reference as given."""
-    if kind is None or is_ref(value):
+def literal_input(value: Any, kind: str | None, text_only: bool = False) -> Any:
+    """A node's input: a literal converted to the tool's declared type (`k: "2"` for `k: int` is
+    2; ValueError when it cannot be), a reference as given. ``text_only``: only text is converted,
+    a number stays as the YAML writes it (chat parameters: see `number-types` in
+    docs/prompt-flow-differences.md)."""
+    if kind is None or is_ref(value) or (text_only and not isinstance(value, str)):
         return value
     return parse_value(kind, value)
 

@@ -457,3 +457,49 @@ def test_a_model_given_by_reference_is_a_note_not_the_model_sent(
     assert "deployment_name: ${inputs.m} (a model per row) is not read" in result.output
     asked = _trace(last_run(workdir), 0)["ask"]["llm"]
     assert asked["request"]["model"] == "flowkit-test"
+
+
+def test_chat_parameters_written_as_text_are_sent_as_their_type(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    """Prompt Flow converts a literal to the chat tool's parameter type: `max_tokens: "128"` is
+    128 and `response_format` written as JSON text is an object (an API refuses the text)."""
+    folder = workdir / "text_params"
+    write(
+        folder / "flow.dag.yaml",
+        """
+        inputs:
+          q: {type: string}
+        outputs:
+          a: {type: string, reference: "${ask.output}"}
+        nodes:
+        - name: ask
+          type: llm
+          source: {type: code, path: ask.jinja2}
+          inputs:
+            max_tokens: "128"
+            temperature: "0.3"
+            top_p: 1
+            stop: '["END"]'
+            response_format: '{"type": "json_object"}'
+            q: ${inputs.q}
+          connection: open_ai_connection
+          api: chat
+        """,
+    )
+    write(folder / "ask.jinja2", "user:\n{{ q }}\n")
+    write_jsonl(folder / "data.jsonl", [{"q": "hi"}])
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code == 0, result.output
+    params = _trace(last_run(workdir), 0)["ask"]["llm"]["request"]["params"]
+    assert params == {
+        "max_tokens": 128,
+        "temperature": 0.3,
+        "top_p": 1,
+        "stop": ["END"],
+        "response_format": {"type": "json_object"},
+    }
+    write(folder / "flow.dag.yaml", (folder / "flow.dag.yaml").read_text().replace('"128"', "many"))
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code != 0
+    assert "input 'max_tokens' of value 'many' is not of type int" in result.output
