@@ -13,7 +13,7 @@ import click
 
 from flowkit import __version__
 from flowkit.cli.group import FlowkitGroup
-from flowkit.cli.options import _Number, _parse_maps
+from flowkit.cli.options import _Number, _parse_maps, label_options
 from flowkit.cli.terminal import console, err_console, styled
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.pfcompat.variant_options import take_variants, variant_options
@@ -128,13 +128,7 @@ def main() -> None:
     metavar="METRIC<OP>VALUE",
     help="A CI gate such as 'groundedness.mean>=4'; exit 1 when it does not hold.",
 )
-@click.option(
-    "--labels",
-    "labels_file",
-    type=click.Path(dir_okay=False),
-    help="People's labels (JSONL): add corrected metrics (….corrected) to metrics.json.",
-)
-@click.option("--key", "labels_key", help="With --labels: the column matching labels to rows.")
+@label_options  # --labels FILE, --key COLUMN (flowkit.cli.options)
 @click.option(
     "--backend",
     default="local",

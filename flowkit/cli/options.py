@@ -59,3 +59,16 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
             )
         out[name.strip()] = ref.strip()
     return out
+
+
+def label_options(command: Any) -> Any:
+    """`flowkit run`'s `--labels FILE` and `--key COLUMN` (flowkit.cli.label_commands)."""
+    command = click.option(
+        "--key", "labels_key", help="With --labels: the column matching labels to rows."
+    )(command)
+    return click.option(
+        "--labels",
+        "labels_file",
+        type=click.Path(dir_okay=False),
+        help="People's labels (JSONL): add corrected metrics (….corrected) to metrics.json.",
+    )(command)
