@@ -27,6 +27,7 @@ from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flows
 from flowkit.flow.reload import fresh
 from flowkit.flow.settings import with_settings
+from flowkit.flow.variants import CHOSEN, chosen_variant
 from flowkit.llm.config import Settings  # at run time: help() shows the parameter's type
 from flowkit.runs.config import Backend, BatchFallback, RunConfig, Trace, recorded_config
 from flowkit.runs.folder import (
@@ -230,6 +231,8 @@ def _start(
             "target": config.target,
             "target_dir": flow.target.base if flow.target else None,
             "embedding_model": config.embedding_model,
+            # `--variant`: a resume loads the flow with the same variant.
+            "variant": str(CHOSEN.get()) if CHOSEN.get() is not None else None,
         },
         "judging": judging(job.bound),
     }
@@ -310,46 +313,47 @@ def _resume(
     info.setdefault("config", config.model_dump(mode="json"))
     if concurrency is not None:
         config = RunConfig.of(**{**config.model_dump(), "concurrency": concurrency})
-    flow = load_flows(inv["flows"])
-    if config.target:
-        flow = with_target(flow, config.target, Path(inv["data"]), inv.get("target_dir"))
-    flow, mapping = with_settings(flow, config.mapping)
-    data_path = Path(inv["data"])
-    if not data_path.is_file() or data_fingerprint(data_path) != inv["data_fingerprint"]:
-        raise UsageError(
-            f"{where}: data file {inv['data']} is missing or changed since the run",
-            hint="restore the data the run read, or start a new run",
-        )
-    prior = Path(config.prior_run) if config.prior_run else None
-    recorded = inv.get("prior_fingerprint")
-    if prior is not None and recorded is not None and prior_fingerprint(prior) != recorded:
-        raise UsageError(
-            f"{where}: earlier run {config.prior_run} changed since the run (its outputs are "
-            "this run's data)",
-            hint="restore that run's folder, or start a new run",
-        )
-    job = make_job(
-        flow, data_path, Mapping(flow, mapping or None, prior), config, settings, on_progress
-    )
-    now = judging(job.bound)
-    # A run.json from before "judging" was recorded has only the flow hash to go by.
-    changed = changes(info["judging"], now) if "judging" in info else {}
-    flow_changed = flow.content_hash != info["flow"]["hash"]
-    if (changed or flow_changed) and not allow_changes:
-        raise refusal(where, flow.name, changed, config.use_cache)
-    previous = {k: info.get(k) for k in ("status", "started", "ended", "counts")}
-    record: dict[str, Any] = {"previous": previous, "at": iso(time.time())}
-    if changed or flow_changed:
-        record["changes"] = {"nodes": changed, "flow": flow_changed}
-        notice = rerun_notice(flow.name, changed, config.use_cache)
-        info["notices"] = [*info.get("notices", []), notice]
-        info["flow"] = {**info["flow"], "hash": flow.content_hash}
-        info["judging"] = now
-        job.keep_rows = False
-    info["resumes"] = [*info.get("resumes", []), record]
-    for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
-        info.pop(stale, None)
-    return execute(job, RunWriter(run_dir, info, resuming=True, lock=lock), kept=run_dir)
+    # `--variant`: the flow loads (here and in workers) with the variant the run was started with.
+    with chosen_variant(inv.get("variant")):
+        flow = load_flows(inv["flows"])
+        if config.target:
+            flow = with_target(flow, config.target, Path(inv["data"]), inv.get("target_dir"))
+        flow, mapping = with_settings(flow, config.mapping)
+        data_path = Path(inv["data"])
+        if not data_path.is_file() or data_fingerprint(data_path) != inv["data_fingerprint"]:
+            raise UsageError(
+                f"{where}: data file {inv['data']} is missing or changed since the run",
+                hint="restore the data the run read, or start a new run",
+            )
+        prior = Path(config.prior_run) if config.prior_run else None
+        recorded = inv.get("prior_fingerprint")
+        if prior is not None and recorded is not None and prior_fingerprint(prior) != recorded:
+            raise UsageError(
+                f"{where}: earlier run {config.prior_run} changed since the run (its outputs are "
+                "this run's data)",
+                hint="restore that run's folder, or start a new run",
+            )
+        mapped = Mapping(flow, mapping or None, prior)
+        job = make_job(flow, data_path, mapped, config, settings, on_progress)
+        now = judging(job.bound)
+        # A run.json from before "judging" was recorded has only the flow hash to go by.
+        changed = changes(info["judging"], now) if "judging" in info else {}
+        flow_changed = flow.content_hash != info["flow"]["hash"]
+        if (changed or flow_changed) and not allow_changes:
+            raise refusal(where, flow.name, changed, config.use_cache)
+        previous = {k: info.get(k) for k in ("status", "started", "ended", "counts")}
+        record: dict[str, Any] = {"previous": previous, "at": iso(time.time())}
+        if changed or flow_changed:
+            record["changes"] = {"nodes": changed, "flow": flow_changed}
+            notice = rerun_notice(flow.name, changed, config.use_cache)
+            info["notices"] = [*info.get("notices", []), notice]
+            info["flow"] = {**info["flow"], "hash": flow.content_hash}
+            info["judging"] = now
+            job.keep_rows = False
+        info["resumes"] = [*info.get("resumes", []), record]
+        for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
+            info.pop(stale, None)
+        return execute(job, RunWriter(run_dir, info, resuming=True, lock=lock), kept=run_dir)
 
 
 def with_target(

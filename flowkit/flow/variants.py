@@ -17,6 +17,9 @@ The node as written is the variant `default`; a variant replaces the prompt (`pr
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +50,25 @@ CHOSEN: ContextVar[Choice | None] = ContextVar("flowkit_variant", default=None)
 """The variant the flows loaded in this context take (set by `flowkit run --variant`)."""
 
 
+@contextlib.contextmanager
+def chosen_variant(text: str | None) -> Iterator[None]:
+    """Loads inside take the variant ``text`` (`${node.variant}`, as a run records it)."""
+    if not text:
+        yield
+        return
+    from flowkit.pfcompat.variants import parse_choice
+
+    token = CHOSEN.set(parse_choice(text))
+    try:
+        yield
+    finally:
+        CHOSEN.reset(token)
+
+
+_NAME = re.compile(r"^[^.{}\s]+$")
+"""A variant name `--variant '${node.NAME}'` can write."""
+
+
 def declared(raw: Any) -> dict[str, list[str]]:
     """Per node of a native flow mapping, the variant ids it declares (`default` first)."""
     out: dict[str, list[str]] = {}
@@ -71,10 +93,13 @@ def applied(ctx: LoadContext, raw: YDict, file: str, name: str | None) -> YDict 
         return None
     for vid, spec in variants.items():
         bad = sorted(set(spec) - set(VARIANT_KEYS)) if isinstance(spec, dict) else None
-        if vid == DEFAULT or bad is None or bad:
+        unnamable = not isinstance(vid, str) or not _NAME.match(vid)
+        if vid == DEFAULT or unnamable or bad is None or bad:
             why = "a variant sets prompt or messages, model, params and description"
             if vid == DEFAULT:
                 why = "'default' names the node as written"
+            elif unnamable:  # `--variant '${node.ID}'` could not name it
+                why = "a variant's name has no '.', braces or spaces"
             elif bad:
                 why += f", not {', '.join(map(repr, bad))}"
             ctx.report(file, line_of(variants, vid), name, f"variant {vid!r}: {why}")

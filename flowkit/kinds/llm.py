@@ -25,6 +25,24 @@ if TYPE_CHECKING:
     from flowkit.flow.loader import LoadContext
 
 
+PARAM_INPUT = "__param_"
+"""A node input named `__param_X` is the request parameter X, read per row: Prompt Flow's
+`temperature: ${inputs.t}` on an llm node (literal parameters stay in ``params``)."""
+
+
+def row_params(inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the template's variables, the request parameters this row's inputs give)."""
+    if not any(k.startswith(PARAM_INPUT) for k in inputs):
+        return inputs, {}
+    variables = {k: v for k, v in inputs.items() if not k.startswith(PARAM_INPUT)}
+    params = {
+        k[len(PARAM_INPUT) :]: v
+        for k, v in inputs.items()
+        if k.startswith(PARAM_INPUT) and v is not None
+    }
+    return variables, params
+
+
 @dataclass(frozen=True, slots=True)
 class LlmImpl:
     """The compiled prompt; the endpoint is the run's (``BoundNode.endpoint``)."""
@@ -176,9 +194,10 @@ async def _ask(
     from flowkit.llm.client import chat
 
     impl: LlmImpl = node.impl
+    inputs, given = row_params(inputs)
     messages = impl.template.render(inputs)
     endpoint = node.model_endpoint()
-    params = dict(node.spec.params)
+    params = {**node.spec.params, **given}
     usage: dict[str, int] = {}
     asked = 0
     batches: list[dict[str, Any]] = []

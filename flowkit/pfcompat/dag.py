@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from flowkit.errors import did_you_mean, display
 from flowkit.flow.refs import RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import YamlSyntaxError, YDict, YList, line_of, read_yaml
+from flowkit.kinds.llm import PARAM_INPUT
 from flowkit.pfcompat import variants
 from flowkit.pfcompat.includes import Includes
 from flowkit.pfcompat.rules import (
@@ -41,6 +42,15 @@ from flowkit.pfcompat.rules import (
     output_ref,
 )
 from flowkit.pfcompat.toolscan import ToolInfo, find_tool
+from flowkit.pfcompat.values import (
+    CHAT_PARAM_TYPES,
+    DROPPED_PARAMS,
+    MODEL_BY_REF,
+    MODEL_PARAMS,
+    REQUEST_PARAMS,
+    is_ref,
+    literal_input,
+)
 from flowkit.pfcompat.variants import tuned_nodes
 
 if TYPE_CHECKING:
@@ -54,26 +64,6 @@ INPUT_TYPES = {
     "list": "list",
     "object": "json",
 }
-REQUEST_PARAMS = (
-    "temperature",
-    "top_p",
-    "n",
-    "stop",
-    "max_tokens",
-    "presence_penalty",
-    "frequency_penalty",
-    "logit_bias",
-    "user",
-    "function_call",
-    "functions",
-    "tool_choice",
-    "tools",
-    "response_format",
-    "seed",
-)
-"""The chat tool's parameters: every other llm node input is a template variable."""
-MODEL_PARAMS = ("deployment_name", "model")
-DROPPED_PARAMS = ("stream",)
 EMBEDDING_TOOL = "promptflow.tools.embedding.embedding"
 SHIM = "flowkit:pfcompat/shim"
 """The shim's folder as a flow's `python_path` names it."""
@@ -298,12 +288,23 @@ class _Translation:
             if path is not None:
                 self.error(raw, "source", name, tool)
             tool = ToolInfo("_missing_tool")
+        inputs = self._literals(raw, name, inputs, tool.value_types, text=False)
         items.update(source=str(source.get("path")), function=tool.name, inputs=inputs)
         if aggregate:
             items["metrics"] = "logged"
         else:
             items["blocking"] = True  # a tool calls a model or a service: a thread, not inline
         return items
+
+    def _literals(self, raw: YDict, name: str | None, given: dict, kinds: dict, text: bool) -> dict:
+        where, out = raw.get("inputs") if isinstance(raw.get("inputs"), dict) else raw, {}
+        for key, value in given.items():
+            try:
+                out[key] = literal_input(value, kinds.get(key), text)
+            except (TypeError, ValueError):
+                out[key], why = value, f"of value {value!r} is not of type {kinds[key]}"
+                self.error(where, key, name, f"input {key!r} {why}")
+        return out
 
     def llm(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
         api = raw.get("api", "chat")
@@ -312,12 +313,17 @@ class _Translation:
         if aggregation(raw):
             self.error(raw, "aggregation", name, "an llm node cannot be an aggregation node")
         path = self._code(raw, name, source)
-        params = {k: v for k, v in inputs.items() if k in REQUEST_PARAMS}
+        literal = {k: v for k, v in inputs.items() if k in REQUEST_PARAMS and not is_ref(v)}
+        params = self._literals(raw, name, literal, CHAT_PARAM_TYPES, text=True)
         variables = {
             k: v
             for k, v in inputs.items()
             if k not in REQUEST_PARAMS and k not in MODEL_PARAMS and k not in DROPPED_PARAMS
         }
+        # A parameter given by a reference (`temperature: ${inputs.t}`) is read per row.
+        variables.update(
+            {PARAM_INPUT + k: v for k, v in inputs.items() if k in REQUEST_PARAMS and is_ref(v)}
+        )
         items: dict[str, Any] = {
             "type": "llm",
             "prompt": str(source.get("path")) if path else "missing.jinja2",
@@ -326,7 +332,12 @@ class _Translation:
             "output": "text",
             "role_markers": "promptflow",
         }
-        return _with_endpoint(items, "model_default", inputs, raw.get("connection"))
+        picked = {k: v for k, v in inputs.items() if k in MODEL_PARAMS and is_ref(v)}
+        where = raw.get("inputs") if isinstance(raw.get("inputs"), dict) else raw
+        for key, ref in picked.items():
+            self.note(where, key, name, MODEL_BY_REF.format(key=key, ref=ref))
+        fixed = {k: v for k, v in inputs.items() if k not in picked}
+        return _with_endpoint(items, "model_default", fixed, raw.get("connection"))
 
     def prompt(self, raw: YDict, name: str | None, source: Any, inputs: dict[str, Any]) -> dict:
         path = self._code(raw, name, source)

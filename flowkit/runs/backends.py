@@ -49,6 +49,8 @@ class WorkerJob:
     """The driver's flow content hash: a worker that loads anything else must not run it."""
     target: Any = None
     """``--target``'s wrapping (flowkit.flow.target.Target), done again in the worker."""
+    variant: str | None = None
+    """``--variant`` (`${node.variant}`): the worker loads the flow with it, as the driver did."""
 
 
 @dataclass
@@ -102,7 +104,10 @@ def _load(job: WorkerJob) -> Flow:
     # edited flow afresh, not keep running the version it first saw.
     cached = (job.flows, job.flow_hash)
     if cached not in _flows:
-        flow = load_flows(list(job.flows))
+        from flowkit.flow.variants import chosen_variant
+
+        with chosen_variant(job.variant):
+            flow = load_flows(list(job.flows))
         if job.target is not None:
             from flowkit.flow.target import with_target
 

@@ -244,10 +244,17 @@ def _run_rows(
     if job.config.backend == "local":
         run_rows(lambda: _drive(executor, rows, collector))
         return
+    from flowkit.flow.variants import CHOSEN
     from flowkit.runs.backends import WorkerJob, run_distributed
 
+    chosen = CHOSEN.get()
     worker_job = WorkerJob(
-        job.flow.sources, job.config, writer.run_id, job.flow.content_hash, job.flow.target
+        job.flow.sources,
+        job.config,
+        writer.run_id,
+        job.flow.content_hash,
+        job.flow.target,
+        str(chosen) if chosen is not None else None,
     )
     run_distributed(executor, rows, worker_job)
 

@@ -127,6 +127,10 @@ def test_unknown_variants_are_usage_errors(workdir: Path) -> None:
             "    type: llm\n    prompt: p.jinja2\n    variants:\n      default: {model: m}\n",
             "variant 'default': 'default' names the node as written",
         ),
+        (  # --variant '${n.a.b}' could not name it, and --variants all stopped at it
+            "    type: llm\n    prompt: p.jinja2\n    variants:\n      a.b: {model: m}\n",
+            "variant 'a.b': a variant's name has no '.', braces or spaces",
+        ),
     ],
 )
 def test_faults_in_variants_are_errors_at_their_line(

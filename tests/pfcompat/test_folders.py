@@ -340,3 +340,166 @@ def test_list_and_object_inputs_and_strings_from_any_json(workdir: Path) -> None
     assert cli("run", folder, "--data", workdir / "d.jsonl", "-q").exit_code == 0
     out = read_jsonl(last_run(workdir) / "outputs.jsonl")[0]["outputs"]["out"]
     assert out == [2, ["k"], str([" x "]), 3, False]
+
+
+def test_llm_parameters_given_by_reference_are_read_per_row_and_n_is_a_variable(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    """`temperature: ${inputs.t}` sends the row's number (not the text of the reference), and
+    `n`, which Prompt Flow's chat tool does not take, is a template variable as there."""
+    folder = workdir / "per_row"
+    write(
+        folder / "flow.dag.yaml",
+        """
+        inputs:
+          t: {type: double}
+          n: {type: int}
+        outputs:
+          reply: {type: string, reference: "${ask.output}"}
+        nodes:
+        - name: ask
+          type: llm
+          source: {type: code, path: ask.jinja2}
+          inputs:
+            deployment_name: gpt-4o-mini
+            temperature: ${inputs.t}
+            max_tokens: 5
+            n: ${inputs.n}
+          connection: open_ai_connection
+          api: chat
+        """,
+    )
+    write(folder / "ask.jinja2", "user:\nWrite {{ n }} words.\n")
+    write_jsonl(folder / "data.jsonl", [{"t": 0.3, "n": 2}, {"t": "0.9", "n": 5}])
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code == 0, result.output
+    run = last_run(workdir)
+    for line, (temperature, n) in enumerate([(0.3, 2), (0.9, 5)]):
+        asked = _trace(run, line)["ask"]["llm"]
+        assert asked["request"]["params"] == {"temperature": temperature, "max_tokens": 5}
+        assert asked["messages"] == [{"role": "user", "content": f"Write {n} words."}]
+
+
+def test_literal_python_inputs_take_the_tools_declared_types(workdir: Path) -> None:
+    """Prompt Flow converts a python node's literal inputs to the tool's types (`k: "2"` for
+    `k: int`, `flag: "false"` for a bool default); references are passed as they are."""
+    folder = workdir / "literal_types"
+    write(
+        folder / "flow.dag.yaml",
+        """
+        inputs:
+          text: {type: string}
+        outputs:
+          got: {type: object, reference: "${kinds.output}"}
+        nodes:
+        - name: kinds
+          type: python
+          source: {type: code, path: kinds.py}
+          inputs: {text: "${inputs.text}", k: "2", ratio: 1, flag: "False", items: "[1, 2]",
+                   blob: '{"a": 1}', name: 7}
+        """,
+    )
+    write(
+        folder / "kinds.py",
+        """
+        from typing import Optional
+        from promptflow import tool
+
+        @tool
+        def kinds(text: str, k: int, ratio: Optional[float], items: list, blob, name: str,
+                  flag=True):
+            return {"text": text[:k], "ratio": repr(ratio), "flag": flag, "items": items,
+                    "blob": blob, "name": name}
+        """,
+    )
+    write_jsonl(folder / "data.jsonl", [{"text": "hello"}])
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code == 0, result.output
+    got = read_jsonl(last_run(workdir) / "outputs.jsonl")[0]["outputs"]["got"]
+    assert got == {
+        "text": "he",
+        "ratio": "1.0",
+        "flag": False,
+        "items": [1, 2],
+        "blob": {"a": 1},
+        "name": "7",
+    }
+    write(folder / "flow.dag.yaml", (folder / "flow.dag.yaml").read_text().replace('"2"', "two"))
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code != 0
+    assert "input 'k' of value 'two' is not of type int" in result.output
+
+
+def test_a_model_given_by_reference_is_a_note_not_the_model_sent(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    folder = workdir / "model_ref"
+    write(
+        folder / "flow.dag.yaml",
+        """
+        inputs:
+          m: {type: string}
+        outputs:
+          reply: {type: string, reference: "${ask.output}"}
+        nodes:
+        - name: ask
+          type: llm
+          source: {type: code, path: ask.jinja2}
+          inputs: {deployment_name: "${inputs.m}"}
+          connection: open_ai_connection
+          api: chat
+        """,
+    )
+    write(folder / "ask.jinja2", "user:\nHello.\n")
+    write_jsonl(folder / "data.jsonl", [{"m": "per-row-model"}])
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code == 0, result.output
+    assert "deployment_name: ${inputs.m} (a model per row) is not read" in result.output
+    asked = _trace(last_run(workdir), 0)["ask"]["llm"]
+    assert asked["request"]["model"] == "flowkit-test"
+
+
+def test_chat_parameters_written_as_text_are_sent_as_their_type(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    """Prompt Flow converts a literal to the chat tool's parameter type: `max_tokens: "128"` is
+    128 and `response_format` written as JSON text is an object (an API refuses the text)."""
+    folder = workdir / "text_params"
+    write(
+        folder / "flow.dag.yaml",
+        """
+        inputs:
+          q: {type: string}
+        outputs:
+          a: {type: string, reference: "${ask.output}"}
+        nodes:
+        - name: ask
+          type: llm
+          source: {type: code, path: ask.jinja2}
+          inputs:
+            max_tokens: "128"
+            temperature: "0.3"
+            top_p: 1
+            stop: '["END"]'
+            response_format: '{"type": "json_object"}'
+            q: ${inputs.q}
+          connection: open_ai_connection
+          api: chat
+        """,
+    )
+    write(folder / "ask.jinja2", "user:\n{{ q }}\n")
+    write_jsonl(folder / "data.jsonl", [{"q": "hi"}])
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code == 0, result.output
+    params = _trace(last_run(workdir), 0)["ask"]["llm"]["request"]["params"]
+    assert params == {
+        "max_tokens": 128,
+        "temperature": 0.3,
+        "top_p": 1,
+        "stop": ["END"],
+        "response_format": {"type": "json_object"},
+    }
+    write(folder / "flow.dag.yaml", (folder / "flow.dag.yaml").read_text().replace('"128"', "many"))
+    result = cli("run", folder, "--data", folder / "data.jsonl", "-q", "--no-cache")
+    assert result.exit_code != 0
+    assert "input 'max_tokens' of value 'many' is not of type int" in result.output

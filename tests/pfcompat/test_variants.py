@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextvars
+import json
 from pathlib import Path
 
 from click.testing import CliRunner, Result
@@ -90,3 +92,41 @@ def test_every_variant_runs_as_its_own_run_with_metrics_side_by_side(workdir: Pa
     ]
     assert ["chars", "3", "9"] in cells, result.output
     assert "flowkit compare runs/cmp-shout-variant_0 runs/cmp-shout-variant_1" in result.output
+
+
+def test_a_variant_run_resumes_and_runs_on_process_workers_with_its_variant(
+    workdir: Path,
+) -> None:
+    """The variant is part of what the run is: `--resume` (which takes no --variant) and a
+    joblib worker process (which loads the flow itself) load the flow with it."""
+    flow = folder(workdir)
+    data = workdir / "data.jsonl"
+    # Each command in a fresh context, as each is its own process for a user.
+    started = contextvars.Context().run(
+        cli, "run", flow, "--data", data, "-q", "-n", "part", "--variant", "${shout.variant_1}"
+    )
+    assert started.exit_code == 0, started.output
+    outputs = workdir / "runs" / "part" / "outputs.jsonl"
+    kept = [r for r in read_jsonl(outputs) if r["line"] == 0]
+    outputs.write_text(json.dumps(kept[0]) + "\n", encoding="utf-8")  # as if interrupted
+    resumed = contextvars.Context().run(cli, "run", "--resume", "part", "-q")
+    assert resumed.exit_code == 0, resumed.output
+    rows = sorted(read_jsonl(outputs), key=lambda r: r["line"])
+    assert [r["outputs"]["y"] for r in rows] == ["ababab", "ccc"]
+    on_workers = contextvars.Context().run(
+        cli,
+        "run",
+        flow,
+        "--data",
+        data,
+        "-q",
+        "-n",
+        "procs",
+        "--variant",
+        "${shout.variant_1}",
+        "--backend",
+        "loky",
+    )
+    assert on_workers.exit_code == 0, on_workers.output
+    rows = sorted(read_jsonl(workdir / "runs" / "procs" / "outputs.jsonl"), key=lambda r: r["line"])
+    assert [r["outputs"]["y"] for r in rows] == ["ababab", "ccc"]
