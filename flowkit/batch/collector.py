@@ -4,7 +4,7 @@ answered.
 The run's rows all start at once; each chat call the cache does not answer comes here
 (``chat``) instead of going to the endpoint, and its row waits. When every running row waits on
 such a call (quiescence: nothing more can become ready), the calls waiting to be sent go out as
-one batch per endpoint (split where the provider's limits say). So calls that become ready
+one batch per endpoint and model (split where the provider's limits say). So calls that become ready
 together share a batch, and a flow of two chained llm nodes costs two batches: one per wave of
 the DAG. A batch's replies are checked as online replies are and handed back to the calls, which
 then return through ``flowkit.llm.client.chat`` (usage, cache) as an online reply would.
@@ -164,9 +164,12 @@ class BatchCollector:
     async def _send(self, calls: list[_Call]) -> None:
         for call in calls:
             self._queue.pop(call.custom_id, None)
-        by_endpoint: dict[tuple[str, ...], list[_Call]] = {}
+        # One batch per endpoint and model: OpenAI's batch input file may only hold requests
+        # to a single model (a file that mixes them fails validation).
+        by_endpoint: dict[tuple[Any, ...], list[_Call]] = {}
         for call in calls:
-            by_endpoint.setdefault(call.endpoint.identity(), []).append(call)
+            key = (*call.endpoint.identity(), str(call.body.get("model")))
+            by_endpoint.setdefault(key, []).append(call)
         try:
             for group in by_endpoint.values():
                 await self._submit(group)
