@@ -226,6 +226,8 @@ class BatchCollector:
             self._pollers[record.nonce] = asyncio.create_task(self._collect(record, endpoint))
 
     async def _collect(self, record: BatchRecord, endpoint: Endpoint) -> None:
+        import openai
+
         from flowkit.llm.session import current_session
 
         try:
@@ -258,14 +260,19 @@ class BatchCollector:
             counts = batch.request_counts.model_dump() if batch.request_counts else {}
             if record.status is None:
                 self.records.done(record.nonce, batch.status, counts)
-            record.status = batch.status
+            status: str = batch.status
+            record.status = status
+        except openai.NotFoundError as err:
+            # The provider does not know the batch (or its output file) for this key: its
+            # calls failed in it, each to be sent again, instead of every resume failing on it.
+            status, found = f"not found at the provider ({err.message})", {}
         except Exception as err:
             self._fail_all(err)
             return
         finally:
             self.progress.running -= 1
             self.progress.running_counts.pop(record.nonce, None)
-        self._answer(record, batch.status, found)
+        self._answer(record, status, found)
 
     def _answer(
         self,

@@ -132,3 +132,24 @@ def test_a_batch_made_by_a_create_whose_reply_was_lost_is_found_not_made_again(
     assert result.counts["succeeded"] == 4
     records = BatchRecords(result.run_dir).read()
     assert [r.batch_id is not None and r.status == "completed" for r in records] == [True, True]
+
+
+def test_a_resume_whose_batches_the_provider_forgot_sends_their_failed_calls_again(
+    llm_server: LocalServer, chained: Path, workdir: Path
+) -> None:
+    # A run's recorded batches unknown at the provider (another key or project, a provider
+    # that forgot them): the resume sends their calls again instead of failing on a 404 each
+    # time, and `flowkit batches` says so instead of a traceback.
+    llm_server.configure(batch_fail_rate=1.0)
+    try:
+        first = flowkit.run(chained, questions(workdir, 3), batch=True, name="gone")
+    finally:
+        llm_server.configure(batch_fail_rate=0.0)
+    assert first.counts["failed"] == 3
+    llm_server.reset()  # the server forgets every batch
+    listed = CliRunner().invoke(main, ["batches", "gone"])
+    assert listed.exit_code == 0, listed.output
+    assert "not found" in listed.stdout
+    result = flowkit.resume(first.run_dir)
+    assert result.counts["succeeded"] == 3
+    assert llm_server.stats()["batch_paid_twice"] == 0
