@@ -33,6 +33,7 @@ from flowkit.batch.records import NONCE_KEY, BatchRecord, BatchRecords
 from flowkit.batch.wire import (
     CHAT_URL,
     MAX_BYTES,
+    Outcome,
     call_id,
     outcomes,
     request_line,
@@ -251,12 +252,12 @@ class BatchCollector:
                     break
                 waited = time.monotonic() - started
                 await asyncio.sleep(min(max(waited / 10, self.poll[0]), self.poll[1]))
-            found: dict[str, tuple[dict[str, Any] | None, str | None]] = {}
+            found: dict[str, Outcome] = {}
             for file_id in (batch.output_file_id, batch.error_file_id):
                 if file_id:
                     content = await client.files.content(file_id)
                     for outcome in outcomes(content.text):
-                        found[outcome.custom_id] = (outcome.body, outcome.error)
+                        found[outcome.custom_id] = outcome
             counts = batch.request_counts.model_dump() if batch.request_counts else {}
             if record.status is None:
                 self.records.done(record.nonce, batch.status, counts)
@@ -278,13 +279,15 @@ class BatchCollector:
         self,
         record: BatchRecord,
         status: str,
-        found: dict[str, tuple[dict[str, Any] | None, str | None]],
+        found: dict[str, Outcome],
     ) -> None:
         from flowkit.llm.client import MalformedReply, checked_completion
 
         for custom_id in record.custom_ids:
             self._held.pop(custom_id, None)
-            body, error = found.get(custom_id, (None, f"batch {status}: no line for this call"))
+            missing = Outcome(custom_id, None, f"batch {status}: no line for this call")
+            outcome = found.get(custom_id, missing)
+            body, error = outcome.body, outcome.error
             if body is not None:
                 try:
                     self._answers[custom_id] = checked_completion(body)
@@ -298,7 +301,7 @@ class BatchCollector:
                 mark = {"id": record.batch_id, "errors": call.errors}
                 self._resolve(call, {**self._answers[custom_id], MARK: mark})
             else:
-                self._failed(call, f"batch {record.batch_id}: {error}")
+                self._failed(call, f"batch {record.batch_id}: {error}", final=outcome.final)
         self._show()
 
     def _unheld(self, record: BatchRecord) -> None:
@@ -319,9 +322,10 @@ class BatchCollector:
             if not future.done():
                 future.set_result(dict(reply))  # each its own: ``chat`` takes the mark out
 
-    def _failed(self, call: _Call, error: str) -> None:
+    def _failed(self, call: _Call, error: str, *, final: bool = False) -> None:
+        """``final``: the request was refused as it is (a 400): not sent in a batch again."""
         call.errors.append(error)
-        if len(call.errors) <= call.endpoint.limits.max_retries:
+        if not final and len(call.errors) <= call.endpoint.limits.max_retries:
             self._queue[call.custom_id] = call  # into the next batch
             self._flush_later()
             return
@@ -331,9 +335,12 @@ class BatchCollector:
             return
         del self._calls[call.custom_id]
         tries = len(call.errors)
-        err = BatchCallFailed(
-            f"no batch answered the call in {tries} tries: " + "; ".join(call.errors)
+        what = (
+            "the batch refused the call"
+            if final
+            else f"no batch answered the call in {tries} tries"
         )
+        err = BatchCallFailed(f"{what}: " + "; ".join(call.errors))
         for future in call.futures:
             if not future.done():
                 future.set_exception(err)
