@@ -261,8 +261,8 @@ class BatchCollector:
             counts = batch.request_counts.model_dump() if batch.request_counts else {}
             if record.status is None:
                 self.records.done(record.nonce, batch.status, counts)
-            status: str = batch.status
-            record.status = status
+            record.status = batch.status
+            status: str = batch.status + _why(batch)
         except openai.NotFoundError as err:
             # The provider does not know the batch (or its output file) for this key: its
             # calls failed in it, each to be sent again, instead of every resume failing on it.
@@ -379,6 +379,14 @@ class BatchCollector:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+
+
+def _why(batch: Any) -> str:
+    """What the provider says of a batch that failed (at validation, as ``token_limit_exceeded``
+    when the queue of a model is full): the reason each of its calls failed, to be read."""
+    errors = getattr(getattr(batch, "errors", None), "data", None) or []
+    said = [f"{e.code or 'error'}: {e.message or 'no message'}" for e in errors]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 async def find_by_nonce(client: Any, record: BatchRecord, records: BatchRecords) -> str | None:
