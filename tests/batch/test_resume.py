@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import flowkit
-from flowkit.batch.records import FILE, BatchRecords
+from flowkit.batch.records import FILE, BatchRecord, BatchRecords
 from flowkit.cli.main import main
 from flowkit.runs.folder import read_run_info
 from flowkit.testing.server import LocalServer
@@ -153,3 +153,18 @@ def test_a_resume_whose_batches_the_provider_forgot_sends_their_failed_calls_aga
     result = flowkit.resume(first.run_dir)
     assert result.counts["succeeded"] == 3
     assert llm_server.stats()["batch_paid_twice"] == 0
+
+
+def test_a_damaged_line_in_batches_jsonl_is_skipped_not_a_traceback(tmp_path: Path) -> None:
+    records = BatchRecords(tmp_path)
+    record = _record("n1")
+    records.submitting(record)
+    records.created("n1", "batch_1")
+    with records.path.open("a", encoding="utf-8") as out:
+        out.write('[1, 2]\n{"event": "submit", "nonce": "x"}\n"text"\n{"event": "created"\n')
+    (read,) = records.read()
+    assert (read.nonce, read.batch_id, read.custom_ids) == ("n1", "batch_1", ["fk-a"])
+
+
+def _record(nonce: str) -> BatchRecord:
+    return BatchRecord(nonce, "openai", "file-1", ["fk-a"])
