@@ -52,6 +52,10 @@ SETTLE = 2.0
 """Seconds without a new call after which waiting calls go out even though some row still runs
 (a row in a slow function must not hold a batch back for ever)."""
 
+CLOCK_SKEW = 3600.0
+"""Seconds this machine's clock (a record's time) may be ahead of the provider's (a batch's
+``created_at``) without a batch looked for by its nonce being missed, and paid for twice."""
+
 MARK = "flowkit_batch"
 """The key a batched reply carries its batch and the errors met on the way under (``chat``
 moves it to ``ChatResult.batch``; it never reaches a trace as part of the reply)."""
@@ -397,7 +401,7 @@ async def find_by_nonce(client: Any, record: BatchRecord, records: BatchRecords)
         if (batch.metadata or {}).get(NONCE_KEY) == record.nonce:
             records.created(record.nonce, batch.id)
             return str(batch.id)
-        if batch.created_at < record.submitted_at - 60:
+        if batch.created_at < record.submitted_at - CLOCK_SKEW:
             break  # newest first: older batches cannot be this one
     return None
 

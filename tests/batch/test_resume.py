@@ -168,3 +168,35 @@ def test_a_damaged_line_in_batches_jsonl_is_skipped_not_a_traceback(tmp_path: Pa
 
 def _record(nonce: str) -> BatchRecord:
     return BatchRecord(nonce, "openai", "file-1", ["fk-a"])
+
+
+def test_a_batch_is_found_by_its_nonce_when_this_clock_is_ahead_of_the_providers(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    # The record's time is this machine's, a batch's created_at the provider's: a clock a few
+    # minutes ahead must not stop the search before the batch (which would be paid twice).
+    import asyncio
+
+    import openai
+
+    from flowkit.batch.collector import find_by_nonce
+    from flowkit.batch.records import NONCE_KEY
+
+    async def made_then_found() -> str | None:
+        client = openai.AsyncOpenAI(base_url=llm_server.base_url, api_key="sk-local-test")
+        line = b'{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{}}\n'
+        upload = await client.files.create(file=("in.jsonl", line), purpose="batch")
+        for nonce in ("mine", "another"):  # another batch made after this one
+            await client.batches.create(
+                input_file_id=upload.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                metadata={NONCE_KEY: nonce},
+            )
+        record = _record("mine")
+        record.submitted_at = time.time() + 300  # this clock five minutes ahead
+        found = await find_by_nonce(client, record, BatchRecords(tmp_path))
+        await client.close()
+        return found
+
+    assert asyncio.run(made_then_found()) == "batch_000002"
