@@ -4,7 +4,7 @@ answered.
 The run's rows all start at once; each chat call the cache does not answer comes here
 (``chat``) instead of going to the endpoint, and its row waits. When every running row waits on
 such a call (quiescence: nothing more can become ready), the calls waiting to be sent go out as
-one batch per endpoint (split where the provider's limits say). So calls that become ready
+one batch per endpoint and model (split where the provider's limits say). So calls that become ready
 together share a batch, and a flow of two chained llm nodes costs two batches: one per wave of
 the DAG. A batch's replies are checked as online replies are and handed back to the calls, which
 then return through ``flowkit.llm.client.chat`` (usage, cache) as an online reply would.
@@ -33,6 +33,7 @@ from flowkit.batch.records import NONCE_KEY, BatchRecord, BatchRecords
 from flowkit.batch.wire import (
     CHAT_URL,
     MAX_BYTES,
+    Outcome,
     call_id,
     outcomes,
     request_line,
@@ -50,6 +51,10 @@ scheduler does not pace: a transient 5xx while a batch runs for hours must not l
 SETTLE = 2.0
 """Seconds without a new call after which waiting calls go out even though some row still runs
 (a row in a slow function must not hold a batch back for ever)."""
+
+CLOCK_SKEW = 3600.0
+"""Seconds this machine's clock (a record's time) may be ahead of the provider's (a batch's
+``created_at``) without a batch looked for by its nonce being missed, and paid for twice."""
 
 MARK = "flowkit_batch"
 """The key a batched reply carries its batch and the errors met on the way under (``chat``
@@ -164,9 +169,12 @@ class BatchCollector:
     async def _send(self, calls: list[_Call]) -> None:
         for call in calls:
             self._queue.pop(call.custom_id, None)
-        by_endpoint: dict[tuple[str, ...], list[_Call]] = {}
+        # One batch per endpoint and model: OpenAI's batch input file may only hold requests
+        # to a single model (a file that mixes them fails validation).
+        by_endpoint: dict[tuple[Any, ...], list[_Call]] = {}
         for call in calls:
-            by_endpoint.setdefault(call.endpoint.identity(), []).append(call)
+            key = (*call.endpoint.identity(), str(call.body.get("model")))
+            by_endpoint.setdefault(key, []).append(call)
         try:
             for group in by_endpoint.values():
                 await self._submit(group)
@@ -223,6 +231,8 @@ class BatchCollector:
             self._pollers[record.nonce] = asyncio.create_task(self._collect(record, endpoint))
 
     async def _collect(self, record: BatchRecord, endpoint: Endpoint) -> None:
+        import openai
+
         from flowkit.llm.session import current_session
 
         try:
@@ -246,35 +256,42 @@ class BatchCollector:
                     break
                 waited = time.monotonic() - started
                 await asyncio.sleep(min(max(waited / 10, self.poll[0]), self.poll[1]))
-            found: dict[str, tuple[dict[str, Any] | None, str | None]] = {}
+            found: dict[str, Outcome] = {}
             for file_id in (batch.output_file_id, batch.error_file_id):
                 if file_id:
                     content = await client.files.content(file_id)
                     for outcome in outcomes(content.text):
-                        found[outcome.custom_id] = (outcome.body, outcome.error)
+                        found[outcome.custom_id] = outcome
             counts = batch.request_counts.model_dump() if batch.request_counts else {}
             if record.status is None:
                 self.records.done(record.nonce, batch.status, counts)
             record.status = batch.status
+            status: str = batch.status + _why(batch)
+        except openai.NotFoundError as err:
+            # The provider does not know the batch (or its output file) for this key: its
+            # calls failed in it, each to be sent again, instead of every resume failing on it.
+            status, found = f"not found at the provider ({err.message})", {}
         except Exception as err:
             self._fail_all(err)
             return
         finally:
             self.progress.running -= 1
             self.progress.running_counts.pop(record.nonce, None)
-        self._answer(record, batch.status, found)
+        self._answer(record, status, found)
 
     def _answer(
         self,
         record: BatchRecord,
         status: str,
-        found: dict[str, tuple[dict[str, Any] | None, str | None]],
+        found: dict[str, Outcome],
     ) -> None:
         from flowkit.llm.client import MalformedReply, checked_completion
 
         for custom_id in record.custom_ids:
             self._held.pop(custom_id, None)
-            body, error = found.get(custom_id, (None, f"batch {status}: no line for this call"))
+            missing = Outcome(custom_id, None, f"batch {status}: no line for this call")
+            outcome = found.get(custom_id, missing)
+            body, error = outcome.body, outcome.error
             if body is not None:
                 try:
                     self._answers[custom_id] = checked_completion(body)
@@ -288,7 +305,7 @@ class BatchCollector:
                 mark = {"id": record.batch_id, "errors": call.errors}
                 self._resolve(call, {**self._answers[custom_id], MARK: mark})
             else:
-                self._failed(call, f"batch {record.batch_id}: {error}")
+                self._failed(call, f"batch {record.batch_id}: {error}", final=outcome.final)
         self._show()
 
     def _unheld(self, record: BatchRecord) -> None:
@@ -309,9 +326,10 @@ class BatchCollector:
             if not future.done():
                 future.set_result(dict(reply))  # each its own: ``chat`` takes the mark out
 
-    def _failed(self, call: _Call, error: str) -> None:
+    def _failed(self, call: _Call, error: str, *, final: bool = False) -> None:
+        """``final``: the request was refused as it is (a 400): not sent in a batch again."""
         call.errors.append(error)
-        if len(call.errors) <= call.endpoint.limits.max_retries:
+        if not final and len(call.errors) <= call.endpoint.limits.max_retries:
             self._queue[call.custom_id] = call  # into the next batch
             self._flush_later()
             return
@@ -321,9 +339,12 @@ class BatchCollector:
             return
         del self._calls[call.custom_id]
         tries = len(call.errors)
-        err = BatchCallFailed(
-            f"no batch answered the call in {tries} tries: " + "; ".join(call.errors)
+        what = (
+            "the batch refused the call"
+            if final
+            else f"no batch answered the call in {tries} tries"
         )
+        err = BatchCallFailed(f"{what}: " + "; ".join(call.errors))
         for future in call.futures:
             if not future.done():
                 future.set_exception(err)
@@ -364,6 +385,14 @@ class BatchCollector:
                 await task
 
 
+def _why(batch: Any) -> str:
+    """What the provider says of a batch that failed (at validation, as ``token_limit_exceeded``
+    when the queue of a model is full): the reason each of its calls failed, to be read."""
+    errors = getattr(getattr(batch, "errors", None), "data", None) or []
+    said = [f"{e.code or 'error'}: {e.message or 'no message'}" for e in errors]
+    return f" ({'; '.join(said)})" if said else ""
+
+
 async def find_by_nonce(client: Any, record: BatchRecord, records: BatchRecords) -> str | None:
     """The id of the batch created from ``record`` by a process that died before writing it
     down (the nonce is in the batch's metadata), now written down; None when it was never
@@ -372,7 +401,7 @@ async def find_by_nonce(client: Any, record: BatchRecord, records: BatchRecords)
         if (batch.metadata or {}).get(NONCE_KEY) == record.nonce:
             records.created(record.nonce, batch.id)
             return str(batch.id)
-        if batch.created_at < record.submitted_at - 60:
+        if batch.created_at < record.submitted_at - CLOCK_SKEW:
             break  # newest first: older batches cannot be this one
     return None
 

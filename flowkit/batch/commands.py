@@ -32,6 +32,8 @@ def batch_table(run_dir: Path, *, cancel: bool = False) -> list[dict[str, Any]]:
 async def _look(
     records: list[Any], run_dir: Path, settings: Any, cancel: bool
 ) -> list[dict[str, Any]]:
+    import openai
+
     from flowkit.llm.session import current_session
 
     rows = []
@@ -50,7 +52,12 @@ async def _look(
             "failed": 0,
         }
         if record.batch_id is not None:
-            batch = await client.batches.retrieve(record.batch_id)
+            try:
+                batch = await client.batches.retrieve(record.batch_id)
+            except openai.NotFoundError:  # another key or project, a provider that forgot it
+                row["status"] = "not found"
+                rows.append(row)
+                continue
             if cancel and batch.status not in TERMINAL and batch.status != "cancelling":
                 batch = await client.batches.cancel(record.batch_id)
             counts = batch.request_counts

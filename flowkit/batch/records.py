@@ -48,22 +48,24 @@ class BatchRecords:
         for raw in self.path.read_text(encoding="utf-8").splitlines():
             try:
                 event = json.loads(raw)
-            except ValueError:
-                continue  # a line cut by a kill: its batch is found again by its nonce
-            nonce = event.get("nonce")
-            if event.get("event") == "submit":
-                found[nonce] = BatchRecord(
-                    nonce,
-                    event["connection"],
-                    event["input_file_id"],
-                    event["custom_ids"],
-                    submitted_at=event.get("at", 0.0),
-                )
-            elif nonce in found and event.get("event") == "created":
-                found[nonce].batch_id = event["batch_id"]
-            elif nonce in found and event.get("event") == "done":
-                found[nonce].status = event["status"]
-                found[nonce].extra = {k: event[k] for k in ("counts",) if k in event}
+                nonce = event.get("nonce")
+                if event.get("event") == "submit":
+                    found[nonce] = BatchRecord(
+                        nonce,
+                        event["connection"],
+                        event["input_file_id"],
+                        list(event["custom_ids"]),
+                        submitted_at=event.get("at", 0.0),
+                    )
+                elif nonce in found and event.get("event") == "created":
+                    found[nonce].batch_id = event["batch_id"]
+                elif nonce in found and event.get("event") == "done":
+                    found[nonce].status = event["status"]
+                    found[nonce].extra = {k: event[k] for k in ("counts",) if k in event}
+            except (ValueError, AttributeError, KeyError, TypeError):
+                # A line cut by a kill (its batch is found again by its nonce), or one damaged
+                # by hand: skipped, as a line the file does not hold.
+                continue
         return list(found.values())
 
     def _append(self, event: dict[str, Any]) -> None:

@@ -55,6 +55,9 @@ class Outcome:
     custom_id: str
     body: dict[str, Any] | None
     error: str | None
+    final: bool = False
+    """The request itself was refused (a 4xx other than 408, 409 and 429, as a bad parameter):
+    asking again, in a batch or online, gets the same answer."""
 
 
 def outcomes(text: str) -> Iterator[Outcome]:
@@ -72,4 +75,5 @@ def outcomes(text: str) -> Iterator[Outcome]:
             continue
         error = line.get("error") or (body or {}).get("error") or {}
         code = error.get("code") or (f"HTTP {status}" if status else "error")
-        yield Outcome(custom_id, None, f"{code}: {error.get('message') or 'no message'}")
+        final = isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 429)
+        yield Outcome(custom_id, None, f"{code}: {error.get('message') or 'no message'}", final)

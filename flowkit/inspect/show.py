@@ -127,11 +127,12 @@ def _progress_line(stats: Stats | None, total: int | None, started: float) -> st
     if stats is None:
         return f"progress: 0 rows done after {elapsed:.0f}s (waiting on the first row)"
     done = f"{stats.rows}/{total}" if total else str(stats.rows)
-    return (
+    line = (
         f"progress: rows {done} · ok {stats.succeeded} · failed {stats.failed + stats.bad_input}"
         f" · invalid {stats.invalid} · {stats.rows / max(elapsed, 1e-9):,.0f} rows/s"
         f" · {elapsed:.0f}s"
     )
+    return f"{line} · {stats.waiting}" if stats.waiting else line  # a batch run's batches
 
 
 def metrics_table(metrics: dict[str, Any], info: dict[str, Any] | None = None) -> Table:

@@ -9,9 +9,10 @@ batched call gets the reply an online one would. What goes wrong on purpose: a s
 file with a 500; a ``[[fault: malformed]]`` (or ``fault-once``) prompt answered with a 200
 whose body is no chat completion; the first ``batch_expiring`` batches expire with
 ``batch_expire_done`` of their lines finished; an input file that breaks the rules (bad JSON,
-a missing field, another URL, a custom_id twice, more than ``batch_max_requests`` lines) fails
-the batch at validation; the first ``batch_create_lost`` creates make their batch but answer a
-500, as when the reply is lost on the way.
+a missing field, another URL, a model other than the first line's, a custom_id twice, more
+than ``batch_max_requests`` lines) fails the batch at validation; the first
+``batch_create_lost`` creates make their batch but answer a 500, as when the reply is lost on
+the way.
 
 The counters (``snapshot``) say what was paid: ``batch_lines`` answered, and ``batch_prompts``,
 how many times each prompt was answered in a batch.
@@ -270,6 +271,9 @@ class BatchApi:
                 return f"line {number} lacks custom_id, method, url or body"
             if line["url"] != batch["endpoint"] or line["method"] != "POST":
                 return f"line {number}: every line must be a POST to {batch['endpoint']}"
+            model = line["body"].get("model") if isinstance(line["body"], dict) else None
+            if lines and model != lines[0]["body"].get("model"):
+                return f"line {number}: every line must ask the same model as the first"
             if line["custom_id"] in seen:
                 return f"line {number}: custom_id {line['custom_id']!r} is used twice"
             seen.add(line["custom_id"])

@@ -103,3 +103,48 @@ def test_a_reply_that_is_no_chat_completion_is_asked_again_in_the_next_batch(
             ": the endpoint answered 200 but not with a chat completion: "
             "'choices' is missing or null"
         )
+
+
+REFUSED = """
+name: refused
+inputs: {q: {type: string}}
+outputs: {a: "${a.output}"}
+nodes:
+  - name: a
+    type: llm
+    params: {n: 500}
+    messages: [{role: user, content: "Rate: {{ q }}"}]
+    inputs: {q: "${inputs.q}"}
+"""
+
+
+def test_a_call_the_batch_refuses_with_a_400_is_not_sent_again(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    # A bad parameter gets a 400 in every batch: sending it again costs a batch (hours) a try.
+    flow = write(tmp_path / "refused.yaml", REFUSED)
+    result = flowkit.run(flow, questions(tmp_path, 2), runs_root=tmp_path / "r", batch=True)
+    assert llm_server.stats()["batches_created"] == 1
+    assert result.counts["failed"] == 2
+    row = next(iter(result.rows()))
+    assert row["error"]["type"] == "BatchCallFailed"
+    assert row["error"]["message"].startswith("the batch refused the call: batch batch_")
+    assert "'n' must be an integer in 1..128" in row["error"]["message"]
+
+
+def test_a_batch_that_fails_at_validation_says_why_in_each_calls_error(
+    llm_server: LocalServer, chained: Path, tmp_path: Path
+) -> None:
+    # OpenAI fails a whole batch at validation (token_limit_exceeded when a model's queue is
+    # full, a file over the limits) and says why in its errors: the reason reaches the rows.
+    llm_server.configure(batch_max_requests=1)
+    try:
+        result = flowkit.run(chained, questions(tmp_path, 2), runs_root=tmp_path / "r", batch=True)
+    finally:
+        llm_server.configure(batch_max_requests=50_000)
+    row = next(iter(result.rows()))
+    assert row["error"]["type"] == "BatchCallFailed"
+    assert (
+        "batch failed (invalid_input: a batch may hold 1 requests at most)"
+        in (row["error"]["message"])
+    )

@@ -43,3 +43,13 @@ def test_the_progress_line_shows_the_running_batch(
     assert seen[0].startswith("batches 1 (1 running) · calls 4: 0 answered, 0 failed")
     assert any(re.search(r"batches 1 \(1 running\) .* · ~\d+s left$", line) for line in seen)
     assert seen[-1].startswith("batches 2 (0 running) · calls 8: 8 answered, 0 failed")
+
+
+def test_the_progress_line_without_a_terminal_shows_the_batches_too() -> None:
+    # A nightly suite runs in CI, where the progress is a plain line every few seconds.
+    from flowkit.inspect.show import _progress_line
+
+    stats = Stats()
+    stats.waiting = Progress(batches=1, running=1, calls=4).describe()
+    line = _progress_line(stats, 4, 0.0)
+    assert line.endswith(" · batches 1 (1 running) · calls 4: 0 answered, 0 failed")

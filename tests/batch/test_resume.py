@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import flowkit
-from flowkit.batch.records import FILE, BatchRecords
+from flowkit.batch.records import FILE, BatchRecord, BatchRecords
 from flowkit.cli.main import main
 from flowkit.runs.folder import read_run_info
 from flowkit.testing.server import LocalServer
@@ -132,3 +132,71 @@ def test_a_batch_made_by_a_create_whose_reply_was_lost_is_found_not_made_again(
     assert result.counts["succeeded"] == 4
     records = BatchRecords(result.run_dir).read()
     assert [r.batch_id is not None and r.status == "completed" for r in records] == [True, True]
+
+
+def test_a_resume_whose_batches_the_provider_forgot_sends_their_failed_calls_again(
+    llm_server: LocalServer, chained: Path, workdir: Path
+) -> None:
+    # A run's recorded batches unknown at the provider (another key or project, a provider
+    # that forgot them): the resume sends their calls again instead of failing on a 404 each
+    # time, and `flowkit batches` says so instead of a traceback.
+    llm_server.configure(batch_fail_rate=1.0)
+    try:
+        first = flowkit.run(chained, questions(workdir, 3), batch=True, name="gone")
+    finally:
+        llm_server.configure(batch_fail_rate=0.0)
+    assert first.counts["failed"] == 3
+    llm_server.reset()  # the server forgets every batch
+    listed = CliRunner().invoke(main, ["batches", "gone"])
+    assert listed.exit_code == 0, listed.output
+    assert "not found" in listed.stdout
+    result = flowkit.resume(first.run_dir)
+    assert result.counts["succeeded"] == 3
+    assert llm_server.stats()["batch_paid_twice"] == 0
+
+
+def test_a_damaged_line_in_batches_jsonl_is_skipped_not_a_traceback(tmp_path: Path) -> None:
+    records = BatchRecords(tmp_path)
+    record = _record("n1")
+    records.submitting(record)
+    records.created("n1", "batch_1")
+    with records.path.open("a", encoding="utf-8") as out:
+        out.write('[1, 2]\n{"event": "submit", "nonce": "x"}\n"text"\n{"event": "created"\n')
+    (read,) = records.read()
+    assert (read.nonce, read.batch_id, read.custom_ids) == ("n1", "batch_1", ["fk-a"])
+
+
+def _record(nonce: str) -> BatchRecord:
+    return BatchRecord(nonce, "openai", "file-1", ["fk-a"])
+
+
+def test_a_batch_is_found_by_its_nonce_when_this_clock_is_ahead_of_the_providers(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    # The record's time is this machine's, a batch's created_at the provider's: a clock a few
+    # minutes ahead must not stop the search before the batch (which would be paid twice).
+    import asyncio
+
+    import openai
+
+    from flowkit.batch.collector import find_by_nonce
+    from flowkit.batch.records import NONCE_KEY
+
+    async def made_then_found() -> str | None:
+        client = openai.AsyncOpenAI(base_url=llm_server.base_url, api_key="sk-local-test")
+        line = b'{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{}}\n'
+        upload = await client.files.create(file=("in.jsonl", line), purpose="batch")
+        for nonce in ("mine", "another"):  # another batch made after this one
+            await client.batches.create(
+                input_file_id=upload.id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+                metadata={NONCE_KEY: nonce},
+            )
+        record = _record("mine")
+        record.submitted_at = time.time() + 300  # this clock five minutes ahead
+        found = await find_by_nonce(client, record, BatchRecords(tmp_path))
+        await client.close()
+        return found
+
+    assert asyncio.run(made_then_found()) == "batch_000002"

@@ -106,3 +106,33 @@ def test_a_built_in_judge_gives_the_same_metrics_in_batches(
     )
     assert batched.metrics == online.metrics and online.metrics["groundedness.count"] > 0
     assert outputs(batched) == outputs(online)
+
+
+TWO_MODELS = """
+name: two_models
+inputs: {q: {type: string}}
+outputs: {a: "${a.output}", b: "${b.output}"}
+nodes:
+  - name: a
+    type: llm
+    model: gpt-4o-mini
+    messages: [{role: user, content: "Rate A: {{ q }}"}]
+    inputs: {q: "${inputs.q}"}
+  - name: b
+    type: llm
+    model: flowkit-test
+    messages: [{role: user, content: "Rate B: {{ q }}"}]
+    inputs: {q: "${inputs.q}"}
+"""
+
+
+def test_a_wave_of_two_models_is_one_batch_per_model(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    # OpenAI's batch input file may hold requests to one model only: a mixed file fails.
+    flow = write(tmp_path / "two_models.yaml", TWO_MODELS)
+    result = flowkit.run(flow, questions(tmp_path, 5), runs_root=tmp_path / "r", batch=True)
+    assert result.counts["succeeded"] == 5
+    stats = llm_server.stats()
+    assert stats["batches_created"] == 2 and stats["batch_statuses"] == {"completed": 2}
+    assert sorted(len(r.custom_ids) for r in BatchRecords(result.run_dir).read()) == [5, 5]
