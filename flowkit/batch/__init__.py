@@ -9,6 +9,7 @@ its lower price, with the run's waves, records and resume.
   the provider's limits per batch.
 - ``records``: ``batches.jsonl`` in the run folder, each batch written down before it is
   created, so that no batch is lost and no call paid twice across kills and resumes.
+- ``lookup``: the provider's side: a batch found by its record's nonce, why one failed.
 - ``commands``: what ``flowkit batches RUN`` lists and cancels.
 
 Imports point down to ``flowkit.llm`` (the session's clients, the reply checks); ``flowkit.runs``

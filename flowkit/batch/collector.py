@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from flowkit.batch.lookup import API_RETRIES, TERMINAL, find_by_nonce, why_failed
 from flowkit.batch.progress import Progress
 from flowkit.batch.records import NONCE_KEY, BatchRecord, BatchRecords
 from flowkit.batch.wire import (
@@ -44,17 +45,9 @@ if TYPE_CHECKING:
     from flowkit.llm.endpoint import Endpoint
 
 Fallback = Literal["none", "online"]
-TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
-API_RETRIES = 5
-"""The SDK's own retries (with its backoff) for the batch API's calls, which flowkit's
-scheduler does not pace: a transient 5xx while a batch runs for hours must not lose the run."""
 SETTLE = 2.0
 """Seconds without a new call after which waiting calls go out even though some row still runs
 (a row in a slow function must not hold a batch back for ever)."""
-
-CLOCK_SKEW = 3600.0
-"""Seconds this machine's clock (a record's time) may be ahead of the provider's (a batch's
-``created_at``) without a batch looked for by its nonce being missed, and paid for twice."""
 
 MARK = "flowkit_batch"
 """The key a batched reply carries its batch and the errors met on the way under (``chat``
@@ -266,7 +259,7 @@ class BatchCollector:
             if record.status is None:
                 self.records.done(record.nonce, batch.status, counts)
             record.status = batch.status
-            status: str = batch.status + _why(batch)
+            status: str = batch.status + why_failed(batch)
         except openai.NotFoundError as err:
             # The provider does not know the batch (or its output file) for this key: its
             # calls failed in it, each to be sent again, instead of every resume failing on it.
@@ -383,27 +376,6 @@ class BatchCollector:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-
-
-def _why(batch: Any) -> str:
-    """What the provider says of a batch that failed (at validation, as ``token_limit_exceeded``
-    when the queue of a model is full): the reason each of its calls failed, to be read."""
-    errors = getattr(getattr(batch, "errors", None), "data", None) or []
-    said = [f"{e.code or 'error'}: {e.message or 'no message'}" for e in errors]
-    return f" ({'; '.join(said)})" if said else ""
-
-
-async def find_by_nonce(client: Any, record: BatchRecord, records: BatchRecords) -> str | None:
-    """The id of the batch created from ``record`` by a process that died before writing it
-    down (the nonce is in the batch's metadata), now written down; None when it was never
-    created."""
-    async for batch in client.batches.list(limit=100):
-        if (batch.metadata or {}).get(NONCE_KEY) == record.nonce:
-            records.created(record.nonce, batch.id)
-            return str(batch.id)
-        if batch.created_at < record.submitted_at - CLOCK_SKEW:
-            break  # newest first: older batches cannot be this one
-    return None
 
 
 def collector_for(

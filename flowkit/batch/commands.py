@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from flowkit.batch.collector import API_RETRIES, TERMINAL, find_by_nonce
+from flowkit.batch.lookup import API_RETRIES, TERMINAL, find_by_nonce
 from flowkit.batch.records import BatchRecords
 
 

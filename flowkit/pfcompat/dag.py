@@ -22,7 +22,6 @@ are validation errors at their line that name the feature.
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,8 +36,8 @@ from flowkit.pfcompat.rules import (
     FLOW_KEYS,
     NODE_KEYS,
     aggregation,
-    distribution,
     input_ref,
+    missing_requirements,
     output_ref,
 )
 from flowkit.pfcompat.toolscan import ToolInfo, find_tool
@@ -164,27 +163,9 @@ class _Translation:
         )
 
     def _requirements(self, env: Any) -> None:
-        if not isinstance(env, dict) or not env.get("python_requirements_txt"):
-            return
-        path = self.folder / str(env["python_requirements_txt"])
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
-            return
-        missing = []
-        for line in lines:
-            package = distribution(line)
-            if package is None or package.lower().startswith("promptflow"):
-                continue
-            try:
-                importlib.metadata.distribution(package)  # names are normalised (PEP 503)
-            except importlib.metadata.PackageNotFoundError:
-                missing.append(package)
-        if missing:
-            self.notices.append(
-                f"{path.name} lists packages that are not installed: {', '.join(missing)} "
-                f"(pip install {' '.join(missing)}); promptflow lines are not needed"
-            )
+        notice = missing_requirements(self.folder, env)
+        if notice:
+            self.notices.append(notice)
 
     def inputs(self, raw: Any) -> YDict:
         out: dict[str, Any] = {}

@@ -4,7 +4,9 @@ and how a requirements line names a distribution."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
+from pathlib import Path
 from typing import Any
 
 FLOW_KEYS = {"$schema", "name", "description", "inputs", "outputs", "nodes", "node_variants"}
@@ -56,3 +58,30 @@ def distribution(line: str) -> str | None:
         return None
     found = _REQUIREMENT.match(spec)
     return found[0] if found else None
+
+
+def missing_requirements(folder: Path, env: Any) -> str | None:
+    """A notice naming what the flow's `python_requirements_txt` lists but is not installed
+    (Prompt Flow's own packages are not needed); None when nothing is missing."""
+    if not isinstance(env, dict) or not env.get("python_requirements_txt"):
+        return None
+    path = folder / str(env["python_requirements_txt"])
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    missing = []
+    for line in lines:
+        package = distribution(line)
+        if package is None or package.lower().startswith("promptflow"):
+            continue
+        try:
+            importlib.metadata.distribution(package)  # names are normalised (PEP 503)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(package)
+    if not missing:
+        return None
+    return (
+        f"{path.name} lists packages that are not installed: {', '.join(missing)} "
+        f"(pip install {' '.join(missing)}); promptflow lines are not needed"
+    )

@@ -4,6 +4,7 @@
   ``flowkit.run`` to the job, the workers, run.json and a resume.
 - ``job``: checks before the folder exists, streaming rows through the engine, aggregating,
   and closing the folder with a true status.
+- ``cost``: what the model calls cost, per node and in all, at the list or the batch price.
 - ``environment``: the environment variables a run sets, set for it and restored after.
 - ``result``: ``RunResult``, what a run returns (rows, ``to_pandas()``, notebook display).
 - ``folder``: the run folder (run.json, outputs.jsonl, traces.jsonl, metrics.json) and reading

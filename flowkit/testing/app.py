@@ -21,6 +21,7 @@ from aiohttp import web
 
 from flowkit.llm.charging import TokenCharge, arrival_charge
 from flowkit.testing import replies
+from flowkit.testing.asks import checked_messages, int_param, model_of, read_body, reply_shape
 from flowkit.testing.batches import BatchApi
 from flowkit.testing.config import ServerConfig
 from flowkit.testing.faults import (
@@ -208,12 +209,12 @@ class Core:
         return attempt, found, fault, rng
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await _read_body(request)
+        body = await read_body(request)
         if self.config.record_requests:  # the model asked, also when an Azure route names it
             model = request.match_info.get("deployment") or body.get("model")
             self.recorded.append({**body, "model": model})
         messages = checked_messages(body)
-        model = _model(request, body)
+        model = model_of(request, body)
         self.by_model[model] += 1
         shape = reply_shape(body)
         text = replies.messages_text(messages)
@@ -323,11 +324,11 @@ class Core:
         return None
 
     async def _embed(self, request: web.Request) -> web.Response:
-        body = await _read_body(request)
-        model = _model(request, body)
+        body = await read_body(request)
+        model = model_of(request, body)
         self.by_model[model] += 1
         texts = replies.embedding_inputs(body.get("input"))
-        dim = _int_param(body, "dimensions", self.config.embedding_dim, 1, 4096)
+        dim = int_param(body, "dimensions", self.config.embedding_dim, 1, 4096)
         fmt = body.get("encoding_format") or "float"
         if fmt not in ("float", "base64"):
             raise ApiError(400, f"encoding_format must be 'float' or 'base64', got {fmt!r}")
@@ -353,51 +354,3 @@ class Core:
         self.embeddings += 1
         self.prompt_tokens += tokens
         return json_response(reply)
-
-
-async def _read_body(request: web.Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.read())
-    except ValueError as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "request body must be a JSON object")
-    return body
-
-
-def checked_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The request's messages; an ApiError (400) for what is not a chat request."""
-    messages = body.get("messages")
-    if (
-        not isinstance(messages, list)
-        or not messages
-        or not all(isinstance(m, dict) and "role" in m for m in messages)
-    ):
-        raise ApiError(400, "'messages' must be a non-empty list of {role, content} objects")
-    if body.get("stream"):
-        raise ApiError(400, "the flowkit test server does not support stream=true")
-    return messages
-
-
-def reply_shape(body: dict[str, Any]) -> tuple[int, int | None, int]:
-    """(n, the token limit, top_logprobs) as asked; an ApiError (400) for a bad value."""
-    n = _int_param(body, "n", 1, 1, 128)
-    limit = body.get("max_completion_tokens") or body.get("max_tokens")
-    limit = _int_param({"max_tokens": limit}, "max_tokens", 0, 1, 10**6) or None
-    return n, limit, _int_param(body, "top_logprobs", 0, 0, 20)
-
-
-def _model(request: web.Request, body: dict[str, Any]) -> str:
-    model = request.match_info.get("deployment") or body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ApiError(400, "'model' is required")
-    return model
-
-
-def _int_param(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ApiError(400, f"'{name}' must be an integer in {low}..{high}, got {value!r}")
-    return value

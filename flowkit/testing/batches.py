@@ -284,7 +284,7 @@ class BatchApi:
 
     async def _answer(self, line: dict[str, Any]) -> dict[str, Any]:
         """One line's output (or error-file) record."""
-        from flowkit.testing.app import checked_messages, reply_shape
+        from flowkit.testing.asks import checked_messages, reply_shape
 
         request_id = f"req_{next(self._ids):06d}"
         body = line["body"]
