@@ -2,7 +2,7 @@
 
 - ``group``: the command group: a user error ends as `error: …` and its exit code, and the
   commands of the other modules load only when named (a run never imports them);
-- ``main``: the commands that load or run flows (run, validate, list);
+- ``main``: the command that runs flows (run); ``flow_commands``: validate and list;
   ``options``: how `run` parses its option values (bounded numbers, ``--map`` pairs).
 - ``inspect_commands``: the commands that read run folders (show, runs, trace, compare, report,
   export-otel).
