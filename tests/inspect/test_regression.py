@@ -103,6 +103,17 @@ def test_a_misspelt_drop_gate_is_refused_before_any_row(runs: Path) -> None:
     assert not (runs / "runs" / "new").exists()
 
 
+def test_a_run_may_not_overwrite_its_own_baseline(runs: Path) -> None:
+    """The gates would pair the new rows with themselves: a drop with an interval of [+0, +0]."""
+    write_jsonl(runs / "new.jsonl", [{"x": 1}] * 8)
+    for where in (("-n", "base"), ("--output", "runs/base")):
+        args = ("run", "t.yaml", "--data", "new.jsonl", *where, "--overwrite", "-q")
+        result = _cli(*args, "--baseline", "base", "--gate-drop", "t.mean>0.5")
+        assert result.exit_code == 2, result.output
+        assert "--baseline 'runs/base' is the run folder this run writes" in result.output
+    assert "4.5" in (runs / "runs" / "base" / "metrics.json").read_text()  # still the baseline
+
+
 def test_a_drop_gate_needs_a_baseline(runs: Path) -> None:
     result = _cli("run", "t.yaml", "--data", "base.jsonl", "--gate-drop", "t.mean>0.1")
     assert result.exit_code == 2
