@@ -205,7 +205,7 @@ def write_ci_files(
     title: str, metrics: dict[str, Any], checks: Checks, outcomes: list[Any]
 ) -> None:
     """The markdown summary and the JUnit XML a CI job asked for (run and compare alike)."""
-    from flowkit.inspect.ci_report import junit, markdown, write_summary
+    from flowkit.inspect.ci_report import junit, markdown, write_ci_file, write_summary
 
     if checks.summary == "md":
         base = checks.baseline.metrics if checks.baseline is not None else None
@@ -216,5 +216,5 @@ def write_ci_files(
         else:
             err_console.print(f"summary: {written}", highlight=False)
     if checks.junit:
-        Path(checks.junit).write_text(junit("flowkit", outcomes), encoding="utf-8")
+        write_ci_file(Path(checks.junit), junit("flowkit", outcomes))
         err_console.print(f"junit: {checks.junit}", highlight=False)

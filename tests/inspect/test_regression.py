@@ -169,6 +169,17 @@ def test_compare_fail_if_writes_summary_and_junit(runs: Path) -> None:
     assert cases["fail-if t.top>2"] is None
 
 
+def test_the_ci_files_go_into_folders_that_do_not_exist_yet(runs: Path) -> None:
+    ci = ("--summary", "md", "--summary-file", "out/md/s.md", "--junit", "out/xml/junit.xml")
+    result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 5], "--gate-drop", "t.mean>0.5", *ci)
+    assert result.exit_code == 0, result.output
+    assert (runs / "out" / "md" / "s.md").read_text("utf-8").startswith("### flowkit run new")
+    assert ET.parse(runs / "out" / "xml" / "junit.xml").getroot().tag == "testsuites"
+    result = _cli("compare", "base", "new", "--fail-if", "t.mean>0.5", "--junit", "out")
+    assert result.exit_code == 2
+    assert "error: cannot write 'out': Is a directory" in result.output
+
+
 def test_the_summary_is_appended_to_github_step_summary(runs: Path) -> None:
     page = runs / "step_summary.md"
     page.write_text("earlier step\n", encoding="utf-8")
