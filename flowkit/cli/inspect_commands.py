@@ -153,7 +153,7 @@ def compare(
     dir_a, dir_b = (resolve_run_dir(r, Path(runs_dir)) for r in (run_a, run_b))
     checks = Checks(drops=drops, lower_is_better=lower_is_better, summary=summary)
     checks.summary_file, checks.junit = summary_file, junit
-    if drops or summary:
+    if drops or summary or summary_file:
         checks.baseline = Baseline.read(dir_a)
         checks.baseline.check(drops, "--fail-if")
     result = compare_runs(

@@ -106,7 +106,11 @@ _CI_FILES = [
         type=click.Choice(["md"]),
         help="Write a markdown summary to --summary-file, else $GITHUB_STEP_SUMMARY, else stdout.",
     ),
-    click.option("--summary-file", metavar="FILE", help="Where --summary writes."),
+    click.option(
+        "--summary-file",
+        metavar="FILE",
+        help="Write the markdown summary to FILE (implies --summary md).",
+    ),
     click.option("--junit", metavar="FILE", help="Write the checks as JUnit XML to FILE."),
 ]
 

@@ -207,7 +207,7 @@ def write_ci_files(
     """The markdown summary and the JUnit XML a CI job asked for (run and compare alike)."""
     from flowkit.inspect.ci_report import junit, markdown, write_ci_file, write_summary
 
-    if checks.summary == "md":
+    if checks.summary == "md" or checks.summary_file:  # a file asked for is a summary asked for
         base = checks.baseline.metrics if checks.baseline is not None else None
         text = markdown(title, outcomes, metrics, base)
         written = write_summary(text, checks.summary_file)

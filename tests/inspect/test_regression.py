@@ -180,6 +180,15 @@ def test_the_ci_files_go_into_folders_that_do_not_exist_yet(runs: Path) -> None:
     assert "error: cannot write 'out': Is a directory" in result.output
 
 
+def test_a_summary_file_alone_asks_for_the_summary(runs: Path) -> None:
+    """`--summary-file $GITHUB_STEP_SUMMARY` without `--summary md` wrote nothing, silently."""
+    result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 5], "--summary-file", "s.md")
+    assert result.exit_code == 0, result.output
+    assert (runs / "s.md").read_text("utf-8").startswith("### flowkit run new")
+    assert _cli("compare", "base", "new", "--summary-file", "c.md").exit_code == 0
+    assert (runs / "c.md").read_text("utf-8").startswith("### flowkit compare base → new")
+
+
 def test_the_summary_is_appended_to_github_step_summary(runs: Path) -> None:
     page = runs / "step_summary.md"
     page.write_text("earlier step\n", encoding="utf-8")
