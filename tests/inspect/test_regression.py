@@ -93,6 +93,17 @@ def test_lower_is_better_makes_a_rise_the_regression(runs: Path) -> None:
     assert "gate-drop t.top>0.5: failed, rose by 1, more than 0.5 (t.top 5 → 6)" in result.output
 
 
+def test_compare_takes_a_lower_is_better_metric_of_metrics_json(runs: Path) -> None:
+    """A defect rate lives in metrics.json only: `compare --lower-is-better` refused it (exit 2)
+    while `run --lower-is-better` took it."""
+    assert _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 7]).exit_code == 0  # t.top 5 → 7
+    fail_if = ("--fail-if", "t.top>1", "--lower-is-better", "t.top")
+    result = _cli("compare", "base", "new", *fail_if)
+    assert result.exit_code == 1, result.output
+    assert "fail-if t.top>1: failed" in result.output
+    assert _cli("compare", "new", "base", *fail_if).exit_code == 0  # 7 → 5 is better
+
+
 def test_a_misspelt_drop_gate_is_refused_before_any_row(runs: Path) -> None:
     result = _run_against_base(runs, [4] * 8, "--gate-drop", "t.meen>0.1")
     assert result.exit_code == 2
