@@ -276,6 +276,7 @@ def run(
         checks.baseline = Baseline.read(resolve_run_dir(baseline))
         baseline_apart(checks.baseline.run_dir, output, name, resume_run)
         checks.baseline.check(checks.drops, "--gate-drop")
+        checks.baseline.check_lower(lower_is_better)
     if resume_run is not None:
         _only_with_resume(click.get_current_context(), flows, data)
         info = read_run_info(resolve_run_dir(resume_run))

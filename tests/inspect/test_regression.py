@@ -104,6 +104,16 @@ def test_compare_takes_a_lower_is_better_metric_of_metrics_json(runs: Path) -> N
     assert _cli("compare", "new", "base", *fail_if).exit_code == 0  # 7 → 5 is better
 
 
+def test_a_misspelt_lower_is_better_is_refused_before_any_row(runs: Path) -> None:
+    """It was ignored: the gate then watched the other direction, and a rise passed."""
+    args = ("--gate-drop", "t.top>1", "--lower-is-better", "t.tpo")
+    result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 7], *args)
+    assert result.exit_code == 2, result.output
+    assert "--lower-is-better 't.tpo': baseline base has no numeric metric" in result.output
+    assert "(did you mean 't.top'?)" in result.output
+    assert not (runs / "runs" / "new").exists()
+
+
 def test_a_misspelt_drop_gate_is_refused_before_any_row(runs: Path) -> None:
     result = _run_against_base(runs, [4] * 8, "--gate-drop", "t.meen>0.1")
     assert result.exit_code == 2
