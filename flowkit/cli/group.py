@@ -20,6 +20,7 @@ _LAZY = {
     "flowkit.cli.author_commands": ("describe", "init"),
     "flowkit.cli.label_commands": ("agree", "review"),
     "flowkit.cli.batch_commands": ("batches",),
+    "flowkit.cli.flow_commands": ("validate", "list"),
     "flowkit.pfcompat.cli": ("convert", "show-details", "test"),
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -105,7 +106,11 @@ _CI_FILES = [
         type=click.Choice(["md"]),
         help="Write a markdown summary to --summary-file, else $GITHUB_STEP_SUMMARY, else stdout.",
     ),
-    click.option("--summary-file", metavar="FILE", help="Where --summary writes."),
+    click.option(
+        "--summary-file",
+        metavar="FILE",
+        help="Write the markdown summary to FILE (implies --summary md).",
+    ),
     click.option("--junit", metavar="FILE", help="Write the checks as JUnit XML to FILE."),
 ]
 
@@ -120,3 +125,20 @@ def drop_gates(texts: tuple[str, ...], baseline: str | None) -> list[Any]:
             hint="e.g. --baseline main --gate-drop 'groundedness.mean>0.1'",
         )
     return drops
+
+
+def baseline_apart(
+    baseline: Path, output: str | None, name: str | None, resume: str | None
+) -> None:
+    """A run may not replace its own baseline: the gates would compare the new rows with
+    themselves (the baseline's metrics are read first, its rows only after the run)."""
+    from flowkit.runs.folder import resolve_run_dir
+
+    written = [Path(output)] if output else [Path("runs") / name] if name else []
+    if resume is not None:
+        written.append(resolve_run_dir(resume))
+    if any(p.resolve() == baseline.resolve() for p in written):
+        raise UsageError(
+            f"--baseline {str(baseline)!r} is the run folder this run writes",
+            hint="give this run another --name or --output, and keep the baseline apart",
+        )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from flowkit.cli.options import _Number, _parse_maps, ci_options, drop_gates
+from flowkit.cli.options import _Number, _parse_maps, baseline_apart, ci_options, drop_gates
 from flowkit.cli.terminal import err_console
 from flowkit.errors import UsageError
 from flowkit.pfcompat.variant_options import take_variants, variant_options
@@ -266,7 +266,9 @@ def run(
         from flowkit.inspect.regression import Baseline
 
         checks.baseline = Baseline.read(resolve_run_dir(baseline))
+        baseline_apart(checks.baseline.run_dir, output, name, resume_run)
         checks.baseline.check(checks.drops, "--gate-drop")
+        checks.baseline.check_lower(lower_is_better)
     if resume_run is not None:
         _only_with_resume(click.get_current_context(), flows, data)
         info = read_run_info(resolve_run_dir(resume_run))

@@ -7,6 +7,7 @@ exit 1 when no row produced a value: a run where every call failed is not a succ
 
 from __future__ import annotations
 
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,14 +44,29 @@ def report_end(result: Any, verbose: bool = False) -> None:
         if errors is not None:
             err_console.print(errors)
     hints = []
+    ref = run_ref(result)
     if c["failed"] or c["bad_input"]:
-        hints.append(f"see the failed rows: flowkit trace {result.run_id} --failed")
+        hints.append(f"see the failed rows: flowkit trace {ref} --failed")
     if c.get("invalid"):
-        hints.append(f"see unreadable judge answers: flowkit show {result.run_id}")
+        hints.append(f"see unreadable judge answers: flowkit show {ref}")
     if c["failed"]:
-        hints.append(f"once the cause is fixed: flowkit run --resume {result.run_id}")
+        hints.append(f"once the cause is fixed: flowkit run --resume {ref}")
     for hint in hints:
         err_console.print(f"hint: {hint}", highlight=False)
+
+
+def run_ref(result: Any) -> str:
+    """How a later command names this run: its name when that finds this folder (under runs/),
+    else its path (a run written with --output elsewhere)."""
+    from flowkit.errors import UsageError
+    from flowkit.runs.folder import resolve_run_dir
+
+    try:
+        if resolve_run_dir(result.run_id).resolve() == Path(result.run_dir).resolve():
+            return str(result.run_id)
+    except UsageError:
+        pass
+    return shlex.quote(str(result.run_dir))
 
 
 def exit_if_valueless(result: Any) -> None:
@@ -74,7 +90,7 @@ def _report_bad_rows(result: Any, shown: int = 5) -> None:
         err_console.print(f"  {(row.get('error') or {}).get('message')}")
     if len(bad) > shown:
         more = len(bad) - shown
-        err_console.print(f"  … and {more} more: flowkit trace {result.run_id} --failed")
+        err_console.print(f"  … and {more} more: flowkit trace {run_ref(result)} --failed")
 
 
 @dataclass
@@ -189,9 +205,9 @@ def write_ci_files(
     title: str, metrics: dict[str, Any], checks: Checks, outcomes: list[Any]
 ) -> None:
     """The markdown summary and the JUnit XML a CI job asked for (run and compare alike)."""
-    from flowkit.inspect.ci_report import junit, markdown, write_summary
+    from flowkit.inspect.ci_report import junit, markdown, write_ci_file, write_summary
 
-    if checks.summary == "md":
+    if checks.summary == "md" or checks.summary_file:  # a file asked for is a summary asked for
         base = checks.baseline.metrics if checks.baseline is not None else None
         text = markdown(title, outcomes, metrics, base)
         written = write_summary(text, checks.summary_file)
@@ -200,5 +216,5 @@ def write_ci_files(
         else:
             err_console.print(f"summary: {written}", highlight=False)
     if checks.junit:
-        Path(checks.junit).write_text(junit("flowkit", outcomes), encoding="utf-8")
+        write_ci_file(Path(checks.junit), junit("flowkit", outcomes))
         err_console.print(f"junit: {checks.junit}", highlight=False)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from flowkit.errors import UsageError
 from flowkit.inspect.compare_rows import is_number
 from flowkit.inspect.regression import Outcome
 
@@ -73,6 +74,16 @@ def write_summary(text: str, path: str | None) -> str | None:
     if not target:
         return None
     mode = "w" if path else "a"
-    with Path(target).open(mode, encoding="utf-8") as f:
-        f.write(text)
+    write_ci_file(Path(target), text, mode)
     return target
+
+
+def write_ci_file(path: Path, text: str, mode: str = "w") -> None:
+    """Write a file a CI job reads, making its folder (`reports/junit.xml`); a place that
+    cannot be written is one error line, not a traceback."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open(mode, encoding="utf-8") as f:
+            f.write(text)
+    except OSError as err:
+        raise UsageError(f"cannot write {str(path)!r}: {err.strerror or err}") from err

@@ -118,6 +118,17 @@ class Baseline:
                     hint=f"per-row outputs: {one_of(outputs)}",
                 )
 
+    def check_lower(self, names: Iterable[str], option: str = "--lower-is-better") -> None:
+        """A misspelt --lower-is-better would silently gate the other direction: refuse it."""
+        known = {n for n, v in self.metrics.items() if is_number(v)} | set(self.side.columns)
+        for name in names:
+            if name not in known:
+                raise UsageError(
+                    f"{option} {name!r}: baseline {self.run_dir.name} has no numeric metric or "
+                    f"per-row output of that name{did_you_mean(name, known)}",
+                    hint=f"it has {one_of(known)}",
+                )
+
 
 def needed_outputs(gates: Iterable[DropGate], baseline: Baseline) -> list[str]:
     """The per-row outputs whose intervals the gates print."""

@@ -238,3 +238,19 @@ def test_a_missing_model_connection_is_one_error_naming_every_node(
     )
     assert sum("needs a model" in line for line in lines) == 1
     assert lines[1] == "  ways to configure one:"
+
+
+def test_the_hints_name_a_run_written_elsewhere_by_its_path(workdir: Path) -> None:
+    """A run written with --output outside runs/ cannot be found by its name: the hints give
+    the folder, and the command they show finds the run."""
+    flow = python_flow(
+        workdir, "def f(x):\n    if x == 2:\n        raise ValueError('two')\n    return x\n"
+    )
+    write_jsonl(workdir / "d.jsonl", [{"x": 1}, {"x": 2}])
+    proc = flowkit(workdir, "run", str(flow), "--data", "d.jsonl", "--output", "out/r1")
+    assert proc.returncode == 1, proc.stderr
+    assert "hint: see the failed rows: flowkit trace out/r1 --failed" in proc.stderr
+    assert "hint: once the cause is fixed: flowkit run --resume out/r1" in proc.stderr
+    assert flowkit(workdir, "trace", "out/r1", "--failed").returncode == 0
+    named = flowkit(workdir, "run", str(flow), "--data", "d.jsonl", "--name", "r2")
+    assert "hint: see the failed rows: flowkit trace r2 --failed" in named.stderr

@@ -93,6 +93,27 @@ def test_lower_is_better_makes_a_rise_the_regression(runs: Path) -> None:
     assert "gate-drop t.top>0.5: failed, rose by 1, more than 0.5 (t.top 5 → 6)" in result.output
 
 
+def test_compare_takes_a_lower_is_better_metric_of_metrics_json(runs: Path) -> None:
+    """A defect rate lives in metrics.json only: `compare --lower-is-better` refused it (exit 2)
+    while `run --lower-is-better` took it."""
+    assert _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 7]).exit_code == 0  # t.top 5 → 7
+    fail_if = ("--fail-if", "t.top>1", "--lower-is-better", "t.top")
+    result = _cli("compare", "base", "new", *fail_if)
+    assert result.exit_code == 1, result.output
+    assert "fail-if t.top>1: failed" in result.output
+    assert _cli("compare", "new", "base", *fail_if).exit_code == 0  # 7 → 5 is better
+
+
+def test_a_misspelt_lower_is_better_is_refused_before_any_row(runs: Path) -> None:
+    """It was ignored: the gate then watched the other direction, and a rise passed."""
+    args = ("--gate-drop", "t.top>1", "--lower-is-better", "t.tpo")
+    result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 7], *args)
+    assert result.exit_code == 2, result.output
+    assert "--lower-is-better 't.tpo': baseline base has no numeric metric" in result.output
+    assert "(did you mean 't.top'?)" in result.output
+    assert not (runs / "runs" / "new").exists()
+
+
 def test_a_misspelt_drop_gate_is_refused_before_any_row(runs: Path) -> None:
     result = _run_against_base(runs, [4] * 8, "--gate-drop", "t.meen>0.1")
     assert result.exit_code == 2
@@ -101,6 +122,17 @@ def test_a_misspelt_drop_gate_is_refused_before_any_row(runs: Path) -> None:
         "'t.meen' (did you mean 't.mean'?)"
     )
     assert not (runs / "runs" / "new").exists()
+
+
+def test_a_run_may_not_overwrite_its_own_baseline(runs: Path) -> None:
+    """The gates would pair the new rows with themselves: a drop with an interval of [+0, +0]."""
+    write_jsonl(runs / "new.jsonl", [{"x": 1}] * 8)
+    for where in (("-n", "base"), ("--output", "runs/base")):
+        args = ("run", "t.yaml", "--data", "new.jsonl", *where, "--overwrite", "-q")
+        result = _cli(*args, "--baseline", "base", "--gate-drop", "t.mean>0.5")
+        assert result.exit_code == 2, result.output
+        assert "--baseline 'runs/base' is the run folder this run writes" in result.output
+    assert "4.5" in (runs / "runs" / "base" / "metrics.json").read_text()  # still the baseline
 
 
 def test_a_drop_gate_needs_a_baseline(runs: Path) -> None:
@@ -156,6 +188,26 @@ def test_compare_fail_if_writes_summary_and_junit(runs: Path) -> None:
         "fail-if t.mean>0.5: failed, dropped by 1, more than 0.5"
     )
     assert cases["fail-if t.top>2"] is None
+
+
+def test_the_ci_files_go_into_folders_that_do_not_exist_yet(runs: Path) -> None:
+    ci = ("--summary", "md", "--summary-file", "out/md/s.md", "--junit", "out/xml/junit.xml")
+    result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 5], "--gate-drop", "t.mean>0.5", *ci)
+    assert result.exit_code == 0, result.output
+    assert (runs / "out" / "md" / "s.md").read_text("utf-8").startswith("### flowkit run new")
+    assert ET.parse(runs / "out" / "xml" / "junit.xml").getroot().tag == "testsuites"
+    result = _cli("compare", "base", "new", "--fail-if", "t.mean>0.5", "--junit", "out")
+    assert result.exit_code == 2
+    assert "error: cannot write 'out': Is a directory" in result.output
+
+
+def test_a_summary_file_alone_asks_for_the_summary(runs: Path) -> None:
+    """`--summary-file $GITHUB_STEP_SUMMARY` without `--summary md` wrote nothing, silently."""
+    result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 5], "--summary-file", "s.md")
+    assert result.exit_code == 0, result.output
+    assert (runs / "s.md").read_text("utf-8").startswith("### flowkit run new")
+    assert _cli("compare", "base", "new", "--summary-file", "c.md").exit_code == 0
+    assert (runs / "c.md").read_text("utf-8").startswith("### flowkit compare base → new")
 
 
 def test_the_summary_is_appended_to_github_step_summary(runs: Path) -> None:
