@@ -68,6 +68,7 @@ nodes:
 """
 
 
+@pytest.mark.slow  # two runs
 def test_an_app_flows_own_model_calls_are_counted(data: Path) -> None:
     write(Path("app.yaml"), APP_FLOW)
     rows = _judged("app.yaml", "f")
