@@ -39,7 +39,7 @@ from flowkit.engine.scope import (
     subflow_invalid,
     value_or_none,
 )
-from flowkit.flow.spec import LATENCY_OUTPUT
+from flowkit.flow.spec import LATENCY_OUTPUT, USAGE_OUTPUT
 
 if TYPE_CHECKING:
     from flowkit.engine.sink import RunSink
@@ -300,6 +300,9 @@ class Executor:
         }
         if node.spec.latency:
             output[LATENCY_OUTPUT] = self._latency(node, inputs, child, began)
+        scope.add_usage(child.usage)
+        if node.spec.usage:
+            output[USAGE_OUTPUT] = dict(child.usage) or None
         failed = first_error(child, qual + ".")
         if failed:
             info = ErrorInfo("SubflowFailed", f"node {failed[0]!r} failed: {failed[1].message}")

@@ -226,6 +226,8 @@ class NodeRunner:
     ) -> None:
         scope.status[node.name] = status
         scope.values[node.name] = output
+        if llm and llm.get("usage"):
+            scope.add_usage(llm["usage"])
         if error is not None and status == FAILED:
             scope.errors.append((node.name, error))
         end = time.time()

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class Scope:
     """One flow's values within one row; sub-flow nodes get child scopes."""
 
-    __slots__ = ("children", "errors", "inputs", "ran", "status", "values")
+    __slots__ = ("children", "errors", "inputs", "ran", "status", "usage", "values")
 
     def __init__(self, inputs: dict[str, Any]) -> None:
         self.inputs = inputs
@@ -29,6 +29,14 @@ class Scope:
         self.children: dict[str, Scope] = {}
         self.ran = False
         """Whether a node of this scope (or of a sub-flow's) ran rather than came from the cache."""
+        self.usage: dict[str, int] = {}
+        """The tokens this scope's model calls took (its sub-flows' too), cached calls included:
+        what answering the row cost, which a `usage: true` flow node reports."""
+
+    def add_usage(self, usage: dict[str, Any]) -> None:
+        for k, v in usage.items():
+            if isinstance(v, int):
+                self.usage[k] = self.usage.get(k, 0) + v
 
     def get(self, ref: Ref) -> Any:
         if ref.source == "node" and self.status.get(ref.name) == SKIPPED:

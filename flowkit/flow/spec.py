@@ -174,6 +174,8 @@ class AggregateNode(NodeSpec):
 
 LATENCY_OUTPUT = "latency_seconds"
 """The output a flow node with `latency: true` adds to its sub-flow's."""
+USAGE_OUTPUT = "usage"
+"""The output a flow node with `usage: true` adds to its sub-flow's."""
 
 
 class FlowNode(NodeSpec):
@@ -182,6 +184,8 @@ class FlowNode(NodeSpec):
     """Another flow file (relative to this one) or a built-in flow's name, run as one node."""
     latency: bool = False
     """Add the sub-flow's wall time in each row to its outputs as `latency_seconds`."""
+    usage: bool = False
+    """Add the tokens its model calls took in each row (cached calls too) as `usage`."""
 
 
 def parse_node(raw: dict[str, Any], model_of: Callable[[str], type[NodeSpec] | None]) -> NodeSpec:

@@ -18,7 +18,12 @@ keep it (an app flow's inputs too): a row without that column gets the app's own
 A callable's parameters, and an app flow's inputs, become the run's inputs, filled from the data
 by name. The app fills the metric inputs the data has no column
 for, plus ``answer``/``response`` always: a string reply goes to that one input, a dict reply
-or an app flow's outputs go by name.
+or an app flow's outputs go by name, an MLflow trace by Databricks' rules (flowkit.kinds.app).
+
+The app's tokens feed ``agent_metrics`` (per row as ``agent/total_token_count`` …, and the
+run's usage and cost): an app flow's own model calls (its node is ``usage: true``, unless it
+has a ``usage`` output of its own), a python app's ``usage`` in its reply, its trace's, or the
+calls seen while it ran (flowkit.kinds.app).
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ import hashlib
 import inspect
 import re
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +47,7 @@ from flowkit.code.fingerprint import (
 )
 from flowkit.code.imports import ModuleClaims, recording_names
 from flowkit.code.state import Unfingerprintable, attributes
-from flowkit.errors import MOST_LISTED, UsageError, one_of
+from flowkit.errors import UsageError, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
 from flowkit.flow.spec import LATENCY_OUTPUT
@@ -53,6 +57,10 @@ ANSWER_INPUTS = ("answer", "response")
 APP_FIELDS = ("retrieved_context", "context", "documents")
 """Metric inputs that an app's reply may carry, taken from it when the data has no such column."""
 TARGET_NODE = "target"
+AGENT_TOKENS = ("agent/total_token_count", "agent/input_token_count", "agent/output_token_count")
+"""agent_metrics' per-row token counts, which a run with --target has among its outputs."""
+USAGE = "usage"
+"""The target node's output with the tokens the app took for the row (flowkit.kinds.app)."""
 UNCACHED = "uncached"
 """The code input of a target whose state cannot be fingerprinted (its node is not cached)."""
 
@@ -92,63 +100,14 @@ def _load(target: str, base: Path) -> Any:
         raise UsageError(f"--target {target!r}: {err}") from None
 
 
-def _app(target: str, code: str) -> Any:
+def app_named(target: str, code: str) -> Any:
+    """The app a row calls (flowkit.kinds.app), loaded again where it is not yet known."""
     fn = _apps.get((target, code))
     return fn if fn is not None else _load(target, Path.cwd())
 
 
 def _is_flow(target: str) -> bool:
     return target.endswith((".yaml", ".yml")) and ":" not in target
-
-
-def _reply_values(reply: Any, provides: list[str]) -> dict[str, Any]:
-    """The app's reply as metric inputs: a string to the one answer input, a dict by name."""
-    if isinstance(reply, dict):
-        values = {k: reply[k] for k in provides if k in reply}
-        for name in ANSWER_INPUTS:  # an app that says "answer" also feeds a "response" input
-            other = ANSWER_INPUTS[1 - ANSWER_INPUTS.index(name)]
-            if name in provides and name not in values and other in reply:
-                values[name] = reply[other]
-        missing = [k for k in provides if k not in values and k in ANSWER_INPUTS]
-        if missing:
-            raise ValueError(
-                f"the target's reply has no {', '.join(map(repr, missing))}; it returned keys "
-                f"{one_of(reply, MOST_LISTED)}"
-            )
-        return {k: values.get(k) for k in provides}
-    answers = [k for k in provides if k in ANSWER_INPUTS]
-    if len(answers) != 1:
-        raise ValueError(
-            f"the target returned a {type(reply).__name__}, but it must fill "
-            f"{', '.join(map(repr, answers))}: return a dict with those keys"
-        )
-    # The other fields the data lacks stay empty; the metric flow says if it needs them.
-    return {k: reply if k == answers[0] else None for k in provides}
-
-
-def call_target(
-    flowkit_target: str, flowkit_code: str, flowkit_provides: list[str], **args: Any
-) -> dict[str, Any]:
-    """Call a sync app once with the row's ``args``; ``flowkit_code`` (the app's fingerprint)
-    is only there so that an edited app misses the cache."""
-    fn = _app(flowkit_target, flowkit_code)
-    start = time.perf_counter()
-    reply = fn(**args)
-    latency = time.perf_counter() - start
-    return {**_reply_values(reply, flowkit_provides), "latency_seconds": latency}
-
-
-async def call_target_async(
-    flowkit_target: str, flowkit_code: str, flowkit_provides: list[str], **args: Any
-) -> dict[str, Any]:
-    """:func:`call_target` for an ``async def`` app."""
-    fn = _app(flowkit_target, flowkit_code)
-    start = time.perf_counter()
-    reply = fn(**args)
-    if inspect.isawaitable(reply):
-        reply = await reply
-    latency = time.perf_counter() - start
-    return {**_reply_values(reply, flowkit_provides), "latency_seconds": latency}
 
 
 def _params(fn: Any) -> dict[str, dict[str, Any]]:
@@ -274,6 +233,8 @@ def _with_target(
             "flow": str(app.sources[0]),
             "inputs": {k: f"${{inputs.{k}}}" for k in app_inputs},
             "latency": True,
+            # What its model calls took, unless it says so itself.
+            "usage": USAGE not in app.outputs,
         }
     else:
         with recording_names() as reached:
@@ -290,7 +251,7 @@ def _with_target(
         app_node = {
             "name": TARGET_NODE,
             "type": "python",
-            "function": f"flowkit.flow.target:{call}",
+            "function": f"flowkit.kinds.app:{call}",
             "description": f"Calls the app {target} and times it.",
             # An app waits on its model or tools: a sync one runs in a thread, not inline.
             "blocking": call == "call_target",
@@ -311,18 +272,23 @@ def _with_target(
     metric_outputs, pickers = _metric_outputs(metric)
     nodes: list[dict[str, Any]] = [app_node, *_metric_nodes(metric, out), *pickers]
     latency = f"${{{TARGET_NODE}.output.{LATENCY_OUTPUT}}}"
+    usage = f"${{{TARGET_NODE}.output.{USAGE}}}"
     nodes.append(
         {
             "name": "agent",
             "type": "flow",
             "flow": "agent_metrics",
-            "inputs": {"latency_seconds": latency},
+            "inputs": {"latency_seconds": latency, "usage": usage},
         }
     )
+    tokens = [_picker(f"agent_output_{i}", "agent", k) for i, k in enumerate(AGENT_TOKENS)]
+    nodes += tokens
     outputs = {
         **metric_outputs,
         **{f"app_{k}": v for k, v in out.items()},
         LATENCY_OUTPUT: latency,
+        # Per row, as Databricks names them (None where the app's tokens were not seen).
+        **{k: f"${{{n['name']}.output}}" for k, n in zip(AGENT_TOKENS, tokens, strict=True)},
     }
     name = f"{metric.name}_on_target"
     raw = YDict(
@@ -378,17 +344,19 @@ def _metric_outputs(metric: Flow) -> tuple[dict[str, str], list[dict[str, Any]]]
         if re.fullmatch(r"[A-Za-z_][\w\-]*", key):
             outputs[key] = f"${{{metric.name}.output.{key}}}"
             continue
-        name = f"{TARGET_NODE}_output_{i}"
-        pickers.append(
-            {
-                "name": name,
-                "type": "python",
-                "function": "flowkit.flow.target:output_named",
-                "inputs": {"outputs": f"${{{metric.name}.output}}", "key": key},
-            }
-        )
-        outputs[key] = f"${{{name}.output}}"
+        pickers.append(_picker(f"{TARGET_NODE}_output_{i}", metric.name, key))
+        outputs[key] = f"${{{pickers[-1]['name']}.output}}"
     return outputs, pickers
+
+
+def _picker(name: str, node: str, key: str) -> dict[str, Any]:
+    """A node that reads ``node``'s output ``key``, a name a reference cannot spell."""
+    return {
+        "name": name,
+        "type": "python",
+        "function": "flowkit.flow.target:output_named",
+        "inputs": {"outputs": f"${{{node}.output}}", "key": key},
+    }
 
 
 def output_named(outputs: dict[str, Any], key: str) -> Any:

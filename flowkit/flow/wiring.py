@@ -17,7 +17,7 @@ from flowkit.errors import MOST_LISTED, did_you_mean, one_of
 from flowkit.flow.declared import node_keys
 from flowkit.flow.refs import Ref, RefSyntaxError, parse_flow_ref
 from flowkit.flow.source import YDict, line_of
-from flowkit.flow.spec import LATENCY_OUTPUT, FlowSpec
+from flowkit.flow.spec import LATENCY_OUTPUT, USAGE_OUTPUT, FlowSpec
 
 if TYPE_CHECKING:
     from flowkit.flow.graph import Node
@@ -123,6 +123,8 @@ def _target_problem(
         outs = target.impl.spec.outputs
         if target.spec.latency:
             outs = {**outs, LATENCY_OUTPUT: None}
+        if target.spec.usage:
+            outs = {**outs, USAGE_OUTPUT: None}
         if isinstance(ref.path[0], str) and ref.path[0] not in outs:
             return (
                 f"refers to unknown output {ref.path[0]!r} of sub-flow "

@@ -10,6 +10,10 @@ flowkit.flow.graph and flowkit.engine.bound). The loader and the executor look k
 the node's `type`, so a kind registered with ``@register`` and nothing else is a node type like
 the built-in ones. An installed package offers kinds to the CLI through the ``flowkit.kinds``
 entry-point group (``ENTRY_POINTS``).
+
+Besides the kinds: ``calls`` (model calls a python node's function makes through flowkit.llm),
+``metric_log`` (``flowkit.log_metric``), ``app`` (what ``--target``'s node runs: the app's call,
+its reply read, MLflow trace replies, its token usage observed).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from flowkit.errors import did_you_mean, display, one_of
 from flowkit.flow.builtin import BUILTIN_PREFIX, builtin_flows
-from flowkit.flow.spec import LATENCY_OUTPUT, FlowNode
+from flowkit.flow.spec import LATENCY_OUTPUT, USAGE_OUTPUT, FlowNode
 from flowkit.kinds import Compiled, Kind, register
 
 if TYPE_CHECKING:
@@ -80,12 +80,13 @@ class FlowKind(Kind):
                 "under this node's inputs",
                 key="inputs",
             )
-        if node.spec.latency and LATENCY_OUTPUT in sub.outputs:
-            ctx.error(
-                node,
-                f"sub-flow {sub.name!r} has an output {LATENCY_OUTPUT!r} already, and "
-                "`latency: true` would replace it; rename that output or drop `latency`",
-                key="latency",
-            )
+        for flag, added in (("latency", LATENCY_OUTPUT), ("usage", USAGE_OUTPUT)):
+            if getattr(node.spec, flag) and added in sub.outputs:
+                ctx.error(
+                    node,
+                    f"sub-flow {sub.name!r} has an output {added!r} already, and "
+                    f"`{flag}: true` would replace it; rename that output or drop `{flag}`",
+                    key=flag,
+                )
         # Whether it waits follows from the sub-flow's own nodes (executor._waits).
         return Compiled(sub, {"flow": sub.content_hash}, is_async=False)

@@ -100,10 +100,15 @@ def embedding_similarity(
 
     Cosines depend on the embedding model (ada-002 rarely goes below 0.7, text-embedding-3
     spreads wider), so the default threshold is only a starting point to calibrate.
+
+    The score is documented (as Azure's ada_similarity is) as 0–1: a negative cosine (texts
+    pointing apart) is clipped to 0 rather than the whole scale rescaled, so every cosine in
+    0–1, which is what embedding models give, stays the number Azure reports.
     """
     score = cosine(answer_vector, truth_vector)
     if score is None:
         return {"score": None, "result": "invalid", "error": "zero-length embedding vector"}
+    score = max(0.0, score)
     result = "pass" if passes(score, float(threshold), ">=") else "fail"
     return {"score": score, "result": result, "error": None}
 

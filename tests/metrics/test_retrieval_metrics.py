@@ -112,6 +112,12 @@ def test_embedding_similarity_threshold() -> None:
     assert embedding_similarity([1, 0], [1, 1], threshold=0.7)["result"] == "pass"
 
 
+def test_embedding_similarity_stays_in_its_documented_0_to_1() -> None:
+    assert cosine([1, 0], [-1, 1]) < 0
+    assert embedding_similarity([1, 0], [-1, 1])["score"] == 0.0  # clipped, not rescaled
+    assert embedding_similarity([1, 0], [1, 1])["score"] == cosine([1, 0], [1, 1])
+
+
 def test_first_answer_of_a_list() -> None:
     assert first_answer(["carbon dioxide", "CO2"]) == "carbon dioxide"
     assert first_answer("Paris") == "Paris"
