@@ -182,6 +182,8 @@ class EndpointMemory:
         # event loop (Prompt Flow tools' model calls), the run's own first.
         self._attached: dict[str, tuple[str, list[Remembers]]] = {}
         self._lock = threading.Lock()
+        self.notices: list[str] = []
+        """Damage found in the file (an entry ignored, the file unreadable): a run's notices."""
         self.notes: list[str] = []
         """One sentence per endpoint and model that opened where an earlier run left it: a run
         that starts faster, or at a lower pace, than a first run would must say why."""
@@ -190,12 +192,12 @@ class EndpointMemory:
         if self._entries is None:
             self._entries, damaged = _read(self.path)
             if damaged < 0:
-                self.notes.append(
+                self.notices.append(
                     f"ignored {self.path}: not a readable endpoints file (endpoints are found "
                     "out afresh; the run replaces it)"
                 )
             elif damaged:
-                self.notes.append(
+                self.notices.append(
                     f"ignored {damaged} damaged {'entry' if damaged == 1 else 'entries'} in "
                     f"{self.path} (those endpoints are found out afresh)"
                 )

@@ -262,7 +262,7 @@ def test_an_unreadable_file_is_one_notice(tmp_path: Path) -> None:
     path.symlink_to("/dev/zero")
     memory = EndpointMemory(path)
     memory.attach(("x",), "m", FakeScheduler(None))
-    assert memory.notes == [
+    assert memory.notices == [
         f"ignored {path}: not a readable endpoints file (endpoints are found out afresh; the run "
         "replaces it)"
     ]

@@ -91,8 +91,10 @@ def test_a_damaged_file_costs_a_notice_not_the_run(
     )
     assert result.status == "completed"
     assert result.counts["failed"] == 0
-    # Its notice ("ignored …: not a readable endpoints file") is in memory.notes; run.json's
-    # notices lack the endpoint memory's notes on this main (the per-entry test above fails
-    # the same way), so it is not asserted here.
+    notice = (
+        f"ignored {memory}: not a readable endpoints file (endpoints are found out afresh; the "
+        "run replaces it)"
+    )
+    assert result.info["notices"].count(notice) == 1
     assert memory.is_file() and not memory.is_symlink()
     assert json.loads(memory.read_text())["endpoints"]
