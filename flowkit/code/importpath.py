@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from flowkit.code.freshness import active, drop, in_a_project, watching
+from flowkit.code.static import inspecting
 
 _lock = threading.Lock()
 _holders: dict[str, int] = {}
@@ -55,6 +56,13 @@ def importable(folders: Iterable[str]) -> Iterator[None]:
     folders = tuple(dict.fromkeys(folders))
     if not folders:
         yield
+        return
+    if inspecting():
+        # Inspecting imports only flowkit and installed code, which look for optional modules
+        # (``subprocess`` tries ``msvcrt``): with the flow's folder on sys.path, a module of
+        # that name there would run. The folders are still the project's, for finding files.
+        with watching(folders):
+            yield
         return
     with _lock:
         _unshadow(folders)

@@ -125,6 +125,12 @@ def is_installed(path: Path) -> bool:
     return any(path.is_relative_to(e) for e in _installed_dirs())
 
 
+def is_flowkit_or_installed(path: Path) -> bool:
+    """Whether ``path`` (resolved) lies in flowkit or a folder the interpreter installs into
+    (not merely one that is named ``site-packages``: a cloned repository can have one)."""
+    return path.is_relative_to(_FLOWKIT) or any(path.is_relative_to(e) for e in _installed_dirs())
+
+
 def is_user_code(path: Path) -> bool:
     """Whether ``path`` (resolved) is the user's code, keyed by its text: neither installed nor
     flowkit's own."""

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from flowkit.code.imports import is_user_code, module_file
+from flowkit.code.imports import is_flowkit_or_installed, module_file
 from flowkit.errors import did_you_mean, display
 
 _inspecting: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -56,7 +56,9 @@ def user_file(module_name: str, project: tuple[Path, ...]) -> Path | None:
     """The user's file ``import module_name`` would run (None: flowkit's, an installed
     package's, or none at all)."""
     file = module_file(module_name, project)
-    if file is None or file.suffix != ".py" or not is_user_code(file.resolve()):
+    # Strictly where the interpreter installs: a folder of a cloned repository that is named
+    # site-packages is still someone's code, never imported to be inspected.
+    if file is None or file.suffix != ".py" or is_flowkit_or_installed(file.resolve()):
         return None
     return file
 

@@ -35,6 +35,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -94,19 +95,39 @@ def _shown(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+MAX_FILE = 4 * 2**20
+"""endpoints.json holds a few hundred bytes per endpoint and model: past this it is not ours."""
+
+
+def _bounded_text(path: Path) -> str:
+    """The text of ``path`` if it is a regular file of at most :data:`MAX_FILE` bytes (a link
+    to /dev/zero was read whole until memory ran out; a FIFO blocked the run for ever)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE:
+            raise ValueError(f"{path} is not a file of at most {MAX_FILE} bytes")
+        return f.read(MAX_FILE + 1).decode()
+
+
 def _read(path: Path) -> tuple[dict[str, dict[str, Any]], int]:
     """The file's entries that hold what this module writes, within plausible bounds, and how
-    many others it held: the file is read back as damaged until parsed (a hand edit, another
-    version, a disk fault). One trusted ``window: 1e999`` failed a row; ``rpm: 1e-300``
-    paced a run at one request an eon."""
-    with contextlib.suppress(OSError, ValueError):
-        data = json.loads(path.read_text())
-        if isinstance(data, dict) and data.get("version") == VERSION:
-            found = data.get("endpoints")
-            if isinstance(found, dict):
-                kept = {k: v for k, v in found.items() if isinstance(k, str) and _sound(v)}
-                return kept, len(found) - len(kept)
-            return {}, 1
+    many others it held (-1: the file as a whole is not one flowkit wrote): the file is read
+    back as damaged until parsed (a hand edit, another version, a disk fault). One trusted
+    ``window: 1e999`` failed a row; ``rpm: 1e-300`` paced a run at one request an eon."""
+    if not path.exists() and not path.is_symlink():
+        return {}, 0
+    data: object = None
+    with contextlib.suppress(OSError, ValueError, RecursionError):
+        data = json.loads(_bounded_text(path))
+    if data is None:
+        return {}, -1  # unreadable: not a file, too large, not JSON, nested past recursion
+    if isinstance(data, dict) and data.get("version") == VERSION:
+        found = data.get("endpoints")
+        if isinstance(found, dict):
+            kept = {k: v for k, v in found.items() if isinstance(k, str) and _sound(v)}
+            return kept, len(found) - len(kept)
+        return {}, 1
     return {}, 0
 
 
@@ -161,6 +182,8 @@ class EndpointMemory:
         # event loop (Prompt Flow tools' model calls), the run's own first.
         self._attached: dict[str, tuple[str, list[Remembers]]] = {}
         self._lock = threading.Lock()
+        self.notices: list[str] = []
+        """Damage found in the file (an entry ignored, the file unreadable): a run's notices."""
         self.notes: list[str] = []
         """One sentence per endpoint and model that opened where an earlier run left it: a run
         that starts faster, or at a lower pace, than a first run would must say why."""
@@ -168,8 +191,13 @@ class EndpointMemory:
     def _load(self) -> dict[str, dict[str, Any]]:
         if self._entries is None:
             self._entries, damaged = _read(self.path)
-            if damaged:
-                self.notes.append(
+            if damaged < 0:
+                self.notices.append(
+                    f"ignored {self.path}: not a readable endpoints file (endpoints are found "
+                    "out afresh; the run replaces it)"
+                )
+            elif damaged:
+                self.notices.append(
                     f"ignored {damaged} damaged {'entry' if damaged == 1 else 'entries'} in "
                     f"{self.path} (those endpoints are found out afresh)"
                 )

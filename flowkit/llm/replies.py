@@ -50,7 +50,11 @@ def describe(size: int) -> str:
     return f"{size} bytes"
 
 
-class ReplyTooLarge(Exception):
+class RefusedReply(Exception):
+    """A reply flowkit will not take, whatever the row: a failed attempt, never retried."""
+
+
+class ReplyTooLarge(RefusedReply):
     """A reply whose body (compressed, or once decompressed) is over the cap."""
 
     def __init__(self, cap: int) -> None:
@@ -62,6 +66,29 @@ class ReplyTooLarge(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:  # errors cross to the driver from workers
         return (ReplyTooLarge, (self.cap,))
+
+
+class RedirectRefused(RefusedReply):
+    """A redirect to another origin: following it would send the request and its credentials
+    (an Azure ``api-key``, a gateway's key in ``extra_headers``) to a host the user never
+    named; httpx drops only ``Authorization``."""
+
+    def __init__(self, origin: str) -> None:
+        super().__init__(
+            f"the endpoint redirected the request to another host ({origin}); flowkit does not "
+            "send a request and its credentials where the connection does not name: set the "
+            "connection's base_url to that host if it is the right one"
+        )
+        self.origin = origin
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RedirectRefused, (self.origin,))
+
+
+def _origin(url: Any) -> str:
+    """``scheme://host:port`` of an httpx URL, without what could carry a secret."""
+    origin = url.origin
+    return f"{origin.scheme}://{origin.host}:{origin.port}"
 
 
 def check_length(declared: int | None, cap: int) -> None:
@@ -115,17 +142,38 @@ def capped(base: type[Any]) -> type[Any]:
                 await response.aclose()
             return response
 
+        async def _send_single_request(self, request: Any) -> Any:
+            # httpx reads a redirect's body whole (``aread``) before following it: read it
+            # under the cap first, so a bomb in a 307 is stopped like one in a 200.
+            response = await super()._send_single_request(request)
+            if response.has_redirect_location:
+                try:
+                    response._content = await read_httpx(response, self.max_reply_bytes)
+                finally:
+                    await response.aclose()
+            return response
+
+        def _redirect_headers(self, request: Any, url: Any, method: str) -> Any:
+            same_host_upgrade = (
+                url.host == request.url.host
+                and request.url.scheme == "http"
+                and url.scheme == "https"
+            )
+            if url.origin != request.url.origin and not same_host_upgrade:
+                raise RedirectRefused(_origin(url))
+            return super()._redirect_headers(request, url, method)
+
     Capped.__name__ = Capped.__qualname__ = f"Capped{base.__name__}"
     return Capped
 
 
-def too_large_in(exc: BaseException) -> ReplyTooLarge | None:
-    """The :class:`ReplyTooLarge` behind ``exc`` (the SDK wraps what its http client raises in
-    a connection error), or None."""
+def too_large_in(exc: BaseException) -> RefusedReply | None:
+    """The :class:`RefusedReply` (a reply over the cap, a redirect to another host) behind
+    ``exc`` (the SDK wraps what its http client raises in a connection error), or None."""
     seen: list[BaseException] = []
     node: BaseException | None = exc
     while node is not None and all(node is not s for s in seen):
-        if isinstance(node, ReplyTooLarge):
+        if isinstance(node, RefusedReply):
             return node
         seen.append(node)
         node = node.__cause__ or node.__context__

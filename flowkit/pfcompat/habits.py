@@ -57,12 +57,24 @@ def pairs(values: list[str], option: str) -> dict[str, str]:
 
 def read_run_yaml(path: Path) -> Habits:
     """A Prompt Flow run YAML: paths in it are relative to the file, as in `pf run create -f`."""
+    from flowkit.flow.source import YamlSyntaxError, parse_yaml
+
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
+        # As a flow file is read: aliases that expand a billion-fold are refused, not expanded
+        # (str() of one hung the run for ever).
+        raw = parse_yaml(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, YamlSyntaxError) as err:
         raise UsageError(f"cannot read run file {str(path)!r}: {err}") from None
     if not isinstance(raw, dict):
         raise UsageError(f"run file {str(path)!r} must be a mapping (flow, data, column_mapping…)")
+    for key in ("column_mapping", "connections"):
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            raise UsageError(f"run file {str(path)!r}: {key} must be a mapping")
+    env = raw.get("environment_variables")
+    if env is not None and not isinstance(env, dict | str):
+        raise UsageError(
+            f"run file {str(path)!r}: environment_variables must be a mapping or a .env file"
+        )
     unknown = sorted(set(raw) - RUN_YAML_KEYS)
     base = path.parent
     habits = Habits()
@@ -77,6 +89,8 @@ def read_run_yaml(path: Path) -> Habits:
     habits.name = raw.get("name")
     habits.mapping = {str(k): str(v) for k, v in (raw.get("column_mapping") or {}).items()}
     for node, settings in (raw.get("connections") or {}).items():
+        if settings is not None and not isinstance(settings, dict):
+            raise UsageError(f"run file {str(path)!r}: connections.{node} must be a mapping")
         for key, value in (settings or {}).items():
             habits.connections.append(f"{node}.{key}={value}")
     env = raw.get("environment_variables") or {}

@@ -205,9 +205,9 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
             raise
         finally:
             with _sigint_deferred():
-                # What the endpoint memory recalled is no cause for action: run.json's
-                # `notes` keeps it (and `run -v` prints it), apart from the notices.
-                notices = [*(writer.info.get("notices") or ()), *session.notes]
+                # Recalled pace goes to run.json's `notes`; a damaged endpoints.json is a notice.
+                damage = session.memory.notices if session.memory is not None else []
+                notices = [*(writer.info.get("notices") or ()), *session.notes, *damage]
                 notices += slow_notices(flow)
                 if cache is not None:
                     cache.close()

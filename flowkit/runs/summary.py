@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,22 @@ class Brief(msgspec.Struct):
 
 
 decode_brief = msgspec.json.Decoder(Brief).decode
+
+
+MAX_SUMMARY = 64 * 2**20
+"""summary.json holds timings and error groups per node: far less than this."""
+
+
+def _small_file(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most :data:`MAX_SUMMARY` bytes: a
+    run folder may come from elsewhere (a cloned repository), and one whose summary.json was
+    a link to /dev/zero ran ``flowkit show`` out of memory; a FIFO there blocked it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SUMMARY:
+            raise ValueError(f"{path} is not a file of at most {MAX_SUMMARY} bytes")
+        return f.read(MAX_SUMMARY + 1)
 
 
 @dataclass
@@ -130,7 +147,7 @@ class Tally:
     def load(cls, run_dir: Path) -> Tally | None:
         """The saved tally, if it still describes the folder's files."""
         try:
-            value = json.loads((run_dir / SUMMARY_FILE).read_text("utf-8"))
+            value = json.loads(_small_file(run_dir / SUMMARY_FILE))
             if value.get("sizes") != _sizes(run_dir):
                 return None
             tally = cls()
@@ -139,7 +156,7 @@ class Tally:
             for g in value["errors"]:
                 tally.errors[(g["node"], g["type"])] = ErrorGroup(**g)
             tally.failed_by = {str(k): int(v) for k, v in value["failed_by_node"].items()}
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return None
         return tally
 

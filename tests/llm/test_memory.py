@@ -255,3 +255,14 @@ def test_workers_that_open_from_memory_say_so_in_the_runs_notes(
     second = run("threading")  # each worker opens where that run left it
     notes = [n for n in second.info["notes"] if "last run" in n]
     assert len(notes) == 1 and f"{llm_server.base_url} (flowkit-test) opened at" in notes[0]
+
+
+def test_an_unreadable_file_is_one_notice(tmp_path: Path) -> None:
+    path = tmp_path / "endpoints.json"
+    path.symlink_to("/dev/zero")
+    memory = EndpointMemory(path)
+    memory.attach(("x",), "m", FakeScheduler(None))
+    assert memory.notices == [
+        f"ignored {path}: not a readable endpoints file (endpoints are found out afresh; the run "
+        "replaces it)"
+    ]

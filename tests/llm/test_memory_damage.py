@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +54,47 @@ def test_a_damaged_entry_costs_a_notice_not_the_run(
     # The file is sound again: the damaged entry was replaced by what this run found.
     again = json.loads(memory.read_text())["endpoints"]
     assert all(isinstance(e, dict) and isinstance(e.get("at"), float) for e in again.values())
+
+
+def _zero(memory: Path) -> None:
+    memory.unlink()
+    memory.symlink_to("/dev/zero")  # read whole, it ran the run out of memory
+
+
+def _fifo(memory: Path) -> None:
+    memory.unlink()
+    os.mkfifo(memory)  # opened for reading, it blocked the run for ever
+
+
+def _deep(memory: Path) -> None:
+    memory.write_text("[" * 200_000)  # RecursionError from json
+
+
+def _huge(memory: Path) -> None:
+    memory.write_text(json.dumps({"version": 1, "pad": " " * (5 * 2**20)}))
+
+
+@pytest.mark.slow  # two runs each
+@pytest.mark.parametrize(
+    "damage", [_zero, _fifo, _deep, _huge], ids=["zero", "fifo", "deep", "huge"]
+)
+def test_a_damaged_file_costs_a_notice_not_the_run(
+    llm_server: LocalServer, workdir: Path, damage: Any
+) -> None:
+    rows = write_jsonl(workdir / "rows.jsonl", [{"context": "F", "answer": "A"}] * 3)
+    cache = workdir / "cache"
+    flowkit.run("groundedness", rows, cache_dir=cache, use_cache=False, name="first")
+    memory = cache / "endpoints.json"
+    damage(memory)
+    result = flowkit.run(
+        "groundedness", rows, cache_dir=cache, use_cache=False, name="second", timeout=20
+    )
+    assert result.status == "completed"
+    assert result.counts["failed"] == 0
+    notice = (
+        f"ignored {memory}: not a readable endpoints file (endpoints are found out afresh; the "
+        "run replaces it)"
+    )
+    assert result.info["notices"].count(notice) == 1
+    assert memory.is_file() and not memory.is_symlink()
+    assert json.loads(memory.read_text())["endpoints"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 from flowkit.cli.main import main
@@ -175,3 +177,34 @@ def test_flow_test_takes_the_model_as_run_does(llm_server: LocalServer, workdir:
     result = cli("test", "groundedness", "--inputs", *inputs, "--model", "judge-b")
     assert result.exit_code == 0, result.output
     assert set(llm_server.stats()["by_model"]) == {"judge-b"}
+
+
+def _billion_laughs() -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, 9):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # str() of a mapping value expanded a billion strings: the run hung, then ran out of memory
+        (
+            _billion_laughs() + "flow: pf\ncolumn_mapping: {x: *a8}\n",
+            "the aliases (*name) here expand to more than 100000 values",
+        ),
+        ("flow: pf\ncolumn_mapping: [1]\n", "column_mapping must be a mapping"),  # AttributeError
+        ("flow: pf\nconnections: {n: [1]}\n", "connections.n must be a mapping"),
+        ("flow: pf\nenvironment_variables: 5\n", "environment_variables must be a mapping"),
+    ],
+)
+def test_a_hostile_run_yaml_is_refused_with_one_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    from flowkit.errors import UsageError
+    from flowkit.pfcompat.habits import read_run_yaml
+
+    (tmp_path / "run.yaml").write_text(text)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        read_run_yaml(tmp_path / "run.yaml")

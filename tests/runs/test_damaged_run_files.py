@@ -79,3 +79,39 @@ def test_in_memory_rows_never_go_through_a_link_planted_at_data_jsonl(
     assert result.status == "completed"
     assert victim.read_text() == "precious\n"
     assert not (result.run_dir / "data.jsonl").is_symlink()
+
+
+@pytest.mark.parametrize("kind", ["zero", "fifo", "deep"])
+def test_a_summary_json_that_is_no_small_file_is_passed_over(run_dir: Path, kind: str) -> None:
+    """A run folder may come from elsewhere (committed to a repository): its summary.json as a
+    link to /dev/zero ran `flowkit show` out of memory, a FIFO blocked it."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    from tests.support import REPO
+
+    summary = run_dir / "summary.json"
+    summary.unlink()
+    if kind == "zero":
+        summary.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(summary)
+    else:
+        summary.write_text("[" * 200_000)
+
+    def limit() -> None:  # so that the attack fails the test, not the machine
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "flowkit.cli", "show", "r"],
+        cwd=run_dir.parent.parent,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "slowest nodes" in done.stdout
