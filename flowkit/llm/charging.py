@@ -227,8 +227,9 @@ class ChargeLearner:
             # Several readings agree on what the endpoint charges against the estimates: take
             # it at once, and measure the spans afresh at the new scale.
             if abs(agreed / self.scale - 1) > 0.05:
-                self.scale = agreed
-                self._updates = max(1, self._updates)
+                # In one step the first time; then halfway, as readings are noisy.
+                self.scale = agreed if self._updates == 0 else (agreed * self.scale) ** 0.5
+                self._updates += 1
                 self._real = self._estimated = 0.0
                 self._requests = 0
             return

@@ -84,23 +84,24 @@ def test_a_wrong_rule_is_learned_from_the_headers(told: TokenCharge, server: str
     assert last_ours == pytest.approx(last_theirs, rel=0.1)
 
 
+@pytest.mark.slow  # a request every 250 ms, so the budget is whole again before each
 def test_an_overcharging_rule_is_learned_while_the_budget_refills_between_replies() -> None:
     # The connection says prompt_plus_max, the server charges max_of: flowkit overcharges, so
     # the budget refills faster than flowkit spends it (undercharging drains it, and the fall
     # between readings measures it: test_a_wrong_rule_is_learned_from_the_headers).
     told, server = "prompt_plus_max", "max_of"
-    # 10,000 tokens a second and a 10,000-token top, a request every 100 ms charged about
+    # 5,000 tokens a second and a 10,000-token top, a request every 250 ms charged about
     # 1,000 or 2,000: the budget is whole again before the next reply (the reset says so), so
     # no fall between two readings measures a charge; each reading's shortfall from the top,
     # replayed against the requests sent, does.
-    with serve(tpm=6 * 10**5, rate_headers=True, token_charge=server) as srv:
+    with serve(tpm=6 * 10**5, limit_window=120, rate_headers=True, token_charge=server) as srv:
         ep = _endpoint(srv.base_url, told)
-        sched = Scheduler(ep.limits, name="local", url=ep.url)
+        sched = Scheduler(ep.limits, name="local", url=ep.url, window=120)
         params, prompt = {"max_tokens": 1000}, PROMPT * 9
 
         def run(calls: int) -> tuple[int, int]:
             before = sched.stats.charged_tokens, srv.stats()["charged_tokens"]
-            _sequential(ep, sched, calls, params, pause=0.1, prompt=prompt)
+            _sequential(ep, sched, calls, params, pause=0.25, prompt=prompt)
             return (
                 sched.stats.charged_tokens - before[0],
                 srv.stats()["charged_tokens"] - before[1],
