@@ -19,7 +19,9 @@ already on disk (it downloads encodings on first use, which an offline machine c
 otherwise estimated from characters: ``CHARS_PER_TOKEN`` characters a token plus
 ``PER_MESSAGE`` tokens a message (the role and separators OpenAI's chat format adds). The
 flowkit test server charges with these same functions, so the pacer's estimate of a request is
-its charge exactly; a real endpoint's is learned from its headers (``ChargeLearner``).
+its charge exactly; a real endpoint's is learned from its headers (``ChargeLearner``: the fall
+of the remaining tokens between two readings, and ``Replay``: each reading's shortfall from the
+top, replayed against the requests sent, for an endpoint flowkit overcharges).
 """
 
 from __future__ import annotations
