@@ -110,6 +110,11 @@ def main() -> None:
         action="store_true",
         help="the connection names the server's token_charge rule (else flowkit's default)",
     )
+    parser.add_argument(
+        "--wrong-rule",
+        action="store_true",
+        help="the connection names the rule the server does not charge by",
+    )
     parser.add_argument("--no-naive", action="store_true", help="skip the minimal client's figures")
     parser.add_argument(
         "--no-slow-start",
@@ -125,6 +130,9 @@ def main() -> None:
             # The connection names the server's rule, as flowkit's default per kind of endpoint
             # does for OpenAI (max_of) and Azure (prompt_plus_max).
             rule = {"token_charge": config.token_charge} if args.declare_rule else {}
+            if args.wrong_rule:
+                other = "max_of" if config.token_charge == "prompt_plus_max" else "prompt_plus_max"
+                rule = {"token_charge": other}
             ratios, rejects = [], []
             for run in range(args.runs):
                 # A fresh server per run: its budget starts full, as a real one does after a
@@ -150,7 +158,8 @@ def main() -> None:
                     naive_ratio, naive_rejected = measured(srv.stats(), config, elapsed)
                 naive = f"; naive client/limit {naive_ratio:.2f}, rejected {naive_rejected:.0%}"
             declared = ", slow_start: false" if args.no_slow_start else ""
-            declared += f", token_charge: {config.token_charge}" if args.declare_rule else ""
+            if rule:
+                declared += f", token_charge: {rule['token_charge']}"
             print(
                 f"rate-limited {case}{declared} c={args.concurrency} rows={args.rows}: "
                 f"flowkit/limit {spread(ratios)}, rejected {spread(rejects)}% over {args.runs} "

@@ -19,7 +19,9 @@ already on disk (it downloads encodings on first use, which an offline machine c
 otherwise estimated from characters: ``CHARS_PER_TOKEN`` characters a token plus
 ``PER_MESSAGE`` tokens a message (the role and separators OpenAI's chat format adds). The
 flowkit test server charges with these same functions, so the pacer's estimate of a request is
-its charge exactly; a real endpoint's is learned from its headers (``ChargeLearner``).
+its charge exactly; a real endpoint's is learned from its headers (``ChargeLearner``: the fall
+of the remaining tokens between two readings, and ``Replay``: each reading's shortfall from the
+top, replayed against the requests sent, for an endpoint flowkit overcharges).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -144,6 +147,15 @@ OVERCHARGED = 0.9
 """The scale's step down per reading that finds the budget whole while requests wait."""
 MAX_STEP = 4.0
 """The most one correction may multiply or divide the scale by (a misread header is not a rule)."""
+AGREE = 3
+"""Readings whose replayed scales must agree before the scale is set to them in one step."""
+AGREEMENT = 1.25
+"""How far apart (the largest over the smallest) the scales of readings that agree may be."""
+LATE = 0.02
+"""Seconds a reading may be read after the endpoint wrote it (the reply's travel, the client's
+parsing on a busy machine): the replay's refill over it must be small beside a charge."""
+KEPT = 256
+"""Requests the replay keeps (their send times and estimates): enough for a second's budget."""
 
 
 class ChargeLearner:
@@ -165,17 +177,26 @@ class ChargeLearner:
         self._sent_at = 1.0  # the scale the last request sent was charged at
         self._last: tuple[float, int, float, int, float | None] | None = None
         self._full = 0  # the most ever left: the budget's top is at least this
+        self._whole = False  # whether a reading showed the budget whole (so _full is its top)
+        self._readings = 0
+        self._top = 0.0  # the budget's top, from what is left and the reset
         self._real = self._estimated = 0.0
         self._requests = 0
         self._updates = 0
+        self.replay = Replay()
+        """The endpoint's budget replayed from the unscaled estimates (see ``Replay``)."""
 
-    def charged(self, tokens: float, requests: int, scale: float | None = None) -> None:
+    def charged(
+        self, tokens: float, requests: int, scale: float | None = None, now: float | None = None
+    ) -> None:
         """The pace was charged ``tokens`` (refunded, if negative) for ``requests`` sent, at
-        ``scale`` (the scale when the charge was reckoned, for a request sent)."""
+        ``scale`` (the scale when the charge was reckoned, for a request sent) at ``now``."""
         self._charged += tokens
         self._sent += requests
         if scale is not None:
             self._sent_at = scale
+        if now is not None:
+            self.replay.charged(now, tokens / (scale if scale is not None else self.scale))
 
     def reading(
         self,
@@ -191,7 +212,29 @@ class ChargeLearner:
         in ``reset`` seconds, when it says); ``waiting``: requests queue for the token pace."""
         last = self._last
         self._last = (now, remaining, self._charged, self._sent, reset)
-        self._full = max(self._full, remaining)
+        if remaining > self._full:
+            self._full, self._whole = remaining, False
+        # The replay starts from a full budget, so it needs the top exactly: what is left plus
+        # what refills until the reset, where the endpoint says when; else the most seen left,
+        # once a reading that says the budget is whole or a second one shows it.
+        if reset is not None:
+            self._top = max(self._top, remaining + reset * limit / window)
+        self._whole |= remaining == self._full and self._readings > 0
+        self._readings += 1
+        top = self._top or (self._full if self._whole else 0.0)
+        agreed = None
+        if top and remaining > 0:
+            agreed = self.replay.reading(now, remaining, top, limit / window)
+        if agreed is not None:
+            # Several readings agree on what the endpoint charges against the estimates: take
+            # it at once, and measure the spans afresh at the new scale.
+            if abs(agreed / self.scale - 1) > 0.05:
+                # In one step the first time; then halfway, as readings are noisy.
+                self.scale = agreed if self._updates == 0 else (agreed * self.scale) ** 0.5
+                self._updates += 1
+                self._real = self._estimated = 0.0
+                self._requests = 0
+            return
         if last is None:
             return
         then, left, charged, sent, full_in = last
@@ -230,3 +273,79 @@ class ChargeLearner:
         self._updates += 1
         self._real = self._estimated = 0.0
         self._requests = 0
+
+
+class Replay:
+    """The endpoint's token budget replayed from the pacer's unscaled estimates.
+
+    A reply's ``x-ratelimit-remaining-tokens`` is the endpoint's budget as it stood: its top
+    (the most ever seen left) less what the requests of the last moments were charged, plus the
+    refill since. Replaying the requests sent (at their send times, refilling at the limit's pace,
+    refusing what would not fit, as the endpoint does) with each estimate multiplied by a scale
+    gives the budget the endpoint would report if it charged that scale; the scale that gives
+    the reported figure is what the endpoint charges against the estimates. Unlike the fall
+    between two readings (``ChargeLearner``), this needs no span in which the budget neither
+    filled nor ran dry: an endpoint charged less than flowkit thinks keeps its budget near the
+    top, and each reading that finds it a little below says by how much. When ``AGREE``
+    readings in a row agree, the scale is set to theirs in one step.
+    """
+
+    def __init__(self) -> None:
+        self._sends: deque[tuple[float, float]] = deque(maxlen=KEPT)
+        self._found: list[float] = []
+
+    def charged(self, now: float, estimate: float) -> None:
+        """``estimate`` tokens (unscaled) were charged at ``now``; a negative one was given back
+        (a refused request, a reply shorter than reserved)."""
+        if estimate:
+            self._sends.append((now, estimate))
+
+    def _left(self, scale: float, now: float, top: float, rate: float) -> float:
+        """What the endpoint would report left at ``now`` if it charged ``scale`` × estimates."""
+        level, stamp = top, None
+        for sent, estimate in self._sends:
+            if sent > now:
+                break
+            if stamp is not None:
+                level = min(top, level + (sent - stamp) * rate)
+            stamp = sent
+            charge = scale * estimate
+            if charge < 0 or level >= min(charge, top):  # what would not fit is refused
+                level = min(top, level - charge)
+        if stamp is not None:
+            level = min(top, level + (now - stamp) * rate)
+        return level
+
+    def reading(self, now: float, remaining: int, top: float, rate: float) -> float | None:
+        """The scale ``AGREE`` readings agree on, once the last of them comes; else None."""
+        sends = self._sends
+        if not sends or rate <= 0 or top <= 0:
+            return None
+        # The replay starts at the top: only when the kept requests go back far enough for an
+        # empty budget to have filled up since (or back to the first request).
+        if len(sends) == KEPT and now - sends[0][0] < 2 * top / rate:
+            return None
+        each = sum(max(0.0, e) for _, e in sends) / len(sends)
+        if rate * LATE > 0.1 * each:
+            return None  # the refill over the replies' timing would drown a request's charge
+        lo, hi = 1.0 / (MAX_STEP * 2.5), MAX_STEP * 2.5
+        # A reading at the top or at empty bounds the scale but does not measure it; one
+        # within a fraction of a request of either edge drowns in the replies' timing.
+        if not 0.1 * each < remaining < top - 0.1 * each:
+            return None
+        if not self._left(hi, now, top, rate) < remaining < self._left(lo, now, top, rate):
+            return None
+        for _ in range(24):
+            mid = (lo * hi) ** 0.5
+            if self._left(mid, now, top, rate) > remaining:
+                lo = mid
+            else:
+                hi = mid
+        found = self._found
+        found.append((lo * hi) ** 0.5)
+        del found[:-AGREE]
+        if len(found) < AGREE or max(found) > AGREEMENT * min(found):
+            return None
+        agreed = sorted(found)[AGREE // 2]
+        found.clear()
+        return agreed

@@ -202,7 +202,7 @@ class Pacer:
         if shared is not None:
             await self._draw(shared, tokens)
         await _take(self._rpm, self._tpm, tokens)
-        self.learner.charged(tokens, 1, scale)
+        self.learner.charged(tokens, 1, scale, self._clock())
 
     async def _draw(self, shared: DeclaredBudget, tokens: int) -> None:
         """Wait for the declared budgets shared with other runs."""
@@ -213,7 +213,7 @@ class Pacer:
     def charge(self, tokens: int, requests: int = 0) -> None:
         """Charge ``tokens`` more to the token pace (a negative count gives them back, with
         ``requests``: -1 for a request the endpoint refused and so never charged)."""
-        self.learner.charged(tokens, requests)
+        self.learner.charged(tokens, requests, now=self._clock())
         if self._tpm is not None and tokens:
             self._tpm.adjust(tokens)
         if self.declared is not None and self.declared.tpm is not None and tokens:

@@ -30,12 +30,20 @@ def _endpoint(base_url: str, rule: TokenCharge | None, **limits: Any) -> Endpoin
     )
 
 
-def _sequential(ep: Endpoint, sched: Scheduler, calls: int, params: dict[str, Any]) -> None:
+def _sequential(
+    ep: Endpoint,
+    sched: Scheduler,
+    calls: int,
+    params: dict[str, Any],
+    pause: float = 0.0,
+    prompt: str = PROMPT,
+) -> None:
     async def body() -> None:
         for i in range(calls):
+            await asyncio.sleep(pause)
             messages = [
                 {"role": "system", "content": "You grade answers."},
-                {"role": "user", "content": f"{PROMPT} Row {i}."},
+                {"role": "user", "content": f"{prompt} Row {i}."},
             ]
             await chat(ep, "flowkit-test", messages, params, scheduler=sched)
 
@@ -64,12 +72,44 @@ def test_a_wrong_rule_is_learned_from_the_headers(told: TokenCharge, server: str
     with serve(tpm=6 * 10**5, limit_window=600, rate_headers=True, token_charge=server) as srv:
         ep = _endpoint(srv.base_url, told)
         sched = Scheduler(ep.limits, name="local", url=ep.url, window=600)
-        _sequential(ep, sched, 8, {"max_tokens": 300})
+        _sequential(ep, sched, 3, {"max_tokens": 300})
         ours, theirs = sched.stats.charged_tokens, srv.stats()["charged_tokens"]
+        _sequential(ep, sched, 5, {"max_tokens": 300})
+        ours_then, theirs_then = sched.stats.charged_tokens, srv.stats()["charged_tokens"]
         _sequential(ep, sched, 4, {"max_tokens": 300})
-        last_ours = sched.stats.charged_tokens - ours
-        last_theirs = srv.stats()["charged_tokens"] - theirs
+        last_ours = sched.stats.charged_tokens - ours_then
+        last_theirs = srv.stats()["charged_tokens"] - theirs_then
     # The rule told is far off (the first requests show it), the last ones are charged right.
+    assert abs(ours / theirs - 1) > 0.3
+    assert last_ours == pytest.approx(last_theirs, rel=0.1)
+
+
+@pytest.mark.slow  # a request every 250 ms, so the budget is whole again before each
+def test_an_overcharging_rule_is_learned_while_the_budget_refills_between_replies() -> None:
+    # The connection says prompt_plus_max, the server charges max_of: flowkit overcharges, so
+    # the budget refills faster than flowkit spends it (undercharging drains it, and the fall
+    # between readings measures it: test_a_wrong_rule_is_learned_from_the_headers).
+    told, server = "prompt_plus_max", "max_of"
+    # 5,000 tokens a second and a 10,000-token top, a request every 250 ms charged about
+    # 1,000 or 2,000: the budget is whole again before the next reply (the reset says so), so
+    # no fall between two readings measures a charge; each reading's shortfall from the top,
+    # replayed against the requests sent, does.
+    with serve(tpm=6 * 10**5, limit_window=120, rate_headers=True, token_charge=server) as srv:
+        ep = _endpoint(srv.base_url, told)
+        sched = Scheduler(ep.limits, name="local", url=ep.url, window=120)
+        params, prompt = {"max_tokens": 1000}, PROMPT * 9
+
+        def run(calls: int) -> tuple[int, int]:
+            before = sched.stats.charged_tokens, srv.stats()["charged_tokens"]
+            _sequential(ep, sched, calls, params, pause=0.25, prompt=prompt)
+            return (
+                sched.stats.charged_tokens - before[0],
+                srv.stats()["charged_tokens"] - before[1],
+            )
+
+        ours, theirs = run(3)
+        run(5)
+        last_ours, last_theirs = run(4)
     assert abs(ours / theirs - 1) > 0.3
     assert last_ours == pytest.approx(last_theirs, rel=0.1)
 
