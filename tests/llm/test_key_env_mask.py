@@ -34,5 +34,5 @@ def test_a_key_pasted_as_api_key_env_is_masked_in_the_error(tmp_path: Path) -> N
         "error: flow 'groundedness' node 'judge' uses connection 'c', which needs an API key, "
         "but its api_key_env 'sk-p… (44 characters)' is not the name of an environment variable "
         "(a key pasted in by mistake? put the key in a variable and give api_key_env that "
-        "variable's name)"
+        "variable's name) The same for flow 'groundedness' node 'judge_turns'."
     )
