@@ -18,8 +18,10 @@ Prompt tokens are counted with tiktoken where it is installed and its encoding f
 already on disk (it downloads encodings on first use, which an offline machine cannot do);
 otherwise estimated from characters: ``CHARS_PER_TOKEN`` characters a token plus
 ``PER_MESSAGE`` tokens a message (the role and separators OpenAI's chat format adds). The
-flowkit test server charges with these same functions, so the pacer's estimate of a request is
-its charge exactly; a real endpoint's is learned from its headers (``ChargeLearner``).
+flowkit test server charges by its own implementation of the same published rules
+(``flowkit.testing.charges``, which imports nothing from here), so a test that the pacer's
+estimate equals the server's charge can fail; a real endpoint's charge is learned from its
+headers (``ChargeLearner``).
 """
 
 from __future__ import annotations

@@ -114,3 +114,40 @@ def test_the_server_reports_its_budget_as_it_stands_at_the_reply() -> None:
             remaining = int(reply.headers["x-ratelimit-remaining-tokens"])
     charge = 50 + prompt_tokens("flowkit-test", body["messages"])
     assert remaining >= 100 - charge + 25
+
+
+@pytest.mark.parametrize("rule", ["prompt_plus_max", "max_of"])
+def test_the_server_charges_by_its_own_reading_of_the_rules(
+    rule: TokenCharge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Were the server to charge with the client's own functions, the test above could not
+    # fail: a slip in the client's estimator would move both sides alike. Put one in.
+    import flowkit.llm.charging as charging
+
+    monkeypatch.setattr(charging, "PER_MESSAGE", charging.PER_MESSAGE + 1)
+    monkeypatch.setattr(charging, "CHARS_PER_TOKEN", 3)
+    with serve(tpm=10**7, rate_headers=True, token_charge=rule) as srv:
+        ep = _endpoint(srv.base_url, rule)
+        sched = Scheduler(ep.limits, name="local", url=ep.url)
+        _sequential(ep, sched, 1, {"max_tokens": 40})
+        charged = srv.stats()["charged_tokens"]
+    assert sched.stats.charged_tokens != charged
+
+
+def test_the_published_rules_by_hand() -> None:
+    # Worked by hand, not by either implementation: 2 messages of 18 + 400 characters, a cap
+    # of 300 × n=2. prompt_plus_max: 418 // 4 + 4 × 2 + 600; max_of: max(600, 418 // 4).
+    from flowkit.llm.charging import arrival_charge
+    from flowkit.testing.charges import on_arrival
+
+    messages = [
+        {"role": "system", "content": "You grade answers."},
+        {"role": "user", "content": [{"type": "text", "text": "y" * 400}]},
+    ]
+    for params in ({"max_tokens": 300, "n": 2}, {"max_completion_tokens": 300, "n": 2}):
+        assert arrival_charge("prompt_plus_max", "flowkit-test", messages, params) == 712
+        assert arrival_charge("max_of", "flowkit-test", messages, params) == 600
+    assert on_arrival("prompt_plus_max", messages, 2, 300) == 712
+    assert on_arrival("max_of", messages, 2, 300) == 600
+    assert on_arrival("max_of", messages, 1, 50) == 104  # the characters win
+    assert on_arrival("prompt_plus_max", messages, 1, None) is None  # no cap: by usage
