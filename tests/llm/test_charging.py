@@ -26,7 +26,7 @@ def _endpoint(base_url: str, rule: TokenCharge | None, **limits: Any) -> Endpoin
         kind="openai",
         model="flowkit-test",
         base_url=base_url,
-        limits=Limits(concurrency=1, max_retries=0, token_charge=rule, **limits),
+        limits=Limits(**{"concurrency": 1, "max_retries": 0, "token_charge": rule, **limits}),
     )
 
 
@@ -151,3 +151,17 @@ def test_the_published_rules_by_hand() -> None:
     assert on_arrival("max_of", messages, 2, 300) == 600
     assert on_arrival("max_of", messages, 1, 50) == 104  # the characters win
     assert on_arrival("prompt_plus_max", messages, 1, None) is None  # no cap: by usage
+
+
+@pytest.mark.parametrize("headers", [True, False])
+def test_a_request_over_an_unknown_budget_is_sent_once(headers: bool) -> None:
+    # Nothing configured, so flowkit cannot refuse it before sending. The server answers as
+    # OpenAI does a request over its whole budget (429 "Request too large … Limit, Requested"):
+    # no wait lets it through, so it is not retried (it was, max_retries times, every row).
+    with serve(tpm=1000, rate_headers=headers, token_charge="prompt_plus_max") as srv:
+        ep = _endpoint(srv.base_url, None, max_retries=3, backoff_max=0.1)
+        sched = Scheduler(ep.limits, name="local", url=ep.url)
+        messages = [{"role": "user", "content": "hi"}]
+        with pytest.raises(Exception, match="Limit 1000, Requested 1504"):
+            asyncio.run(chat(ep, "flowkit-test", messages, {"max_tokens": 1500}, scheduler=sched))
+        assert srv.stats()["requests"] == 1
