@@ -165,3 +165,25 @@ def test_a_request_over_an_unknown_budget_is_sent_once(headers: bool) -> None:
         with pytest.raises(Exception, match="Limit 1000, Requested 1504"):
             asyncio.run(chat(ep, "flowkit-test", messages, {"max_tokens": 1500}, scheduler=sched))
         assert srv.stats()["requests"] == 1
+
+
+def test_an_empty_tiktoken_cache_variable_means_nothing_is_cached(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tiktoken reads TIKTOKEN_CACHE_DIR="" as "no cache": every load downloads. An encoding
+    # left in the default folder must not count as cached then (flowkit would have tiktoken
+    # download it mid-run, on a machine that may be offline).
+    import hashlib
+
+    from flowkit.llm import charging
+
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    (tmp_path / hashlib.sha1(url.encode()).hexdigest()).write_bytes(b"")
+    monkeypatch.setattr(charging, "_default_cache_folder", lambda: str(tmp_path))
+    monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    assert charging._cached("cl100k_base")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
+    assert not charging._cached("cl100k_base")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    assert charging._cached("cl100k_base")
