@@ -104,7 +104,10 @@ def test_the_server_reports_its_budget_as_it_stands_at_the_reply() -> None:
     # 100 tokens a second, a 100-token top; the reply comes 0.3 s after the charge, by which
     # time 30 tokens came back: headers computed at the charge would say 100 - charge.
     with serve(tpm=6000, latency=0.3, rate_headers=True, token_charge="prompt_plus_max") as srv:
-        body = {"model": "flowkit-test", "messages": [{"role": "user", "content": "hi"}]}
+        body: dict[str, Any] = {
+            "model": "flowkit-test",
+            "messages": [{"role": "user", "content": "hi"}],
+        }
         request = urllib.request.Request(
             f"{srv.base_url}/chat/completions",
             data=json.dumps({**body, "max_tokens": 50}).encode(),
@@ -140,7 +143,7 @@ def test_the_published_rules_by_hand() -> None:
     from flowkit.llm.charging import arrival_charge
     from flowkit.testing.charges import on_arrival
 
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You grade answers."},
         {"role": "user", "content": [{"type": "text", "text": "y" * 400}]},
     ]
