@@ -18,10 +18,12 @@ Prompt tokens are counted with tiktoken where it is installed and its encoding f
 already on disk (it downloads encodings on first use, which an offline machine cannot do);
 otherwise estimated from characters: ``CHARS_PER_TOKEN`` characters a token plus
 ``PER_MESSAGE`` tokens a message (the role and separators OpenAI's chat format adds). The
-flowkit test server charges with these same functions, so the pacer's estimate of a request is
-its charge exactly; a real endpoint's is learned from its headers (``ChargeLearner``: the fall
-of the remaining tokens between two readings, and ``Replay``: each reading's shortfall from the
-top, replayed against the requests sent, for an endpoint flowkit overcharges).
+flowkit test server charges by its own implementation of the same published rules
+(``flowkit.testing.charges``, which imports nothing from here), so a test that the pacer's
+estimate equals the server's charge can fail; a real endpoint's charge is learned from its
+headers (``ChargeLearner``: the fall of the remaining tokens between two readings, and
+``Replay``: each reading's shortfall from the top, replayed against the requests sent, for an
+endpoint flowkit overcharges).
 """
 
 from __future__ import annotations
@@ -125,14 +127,35 @@ def _encoder(model: str) -> Callable[[str], list[int]] | None:
 
 def _cached(encoding: str) -> bool:
     """Whether tiktoken would load ``encoding`` from its disk cache (where tiktoken keeps it:
-    $TIKTOKEN_CACHE_DIR, $DATA_GYM_CACHE_DIR, else <tmp>/data-gym-cache, by the SHA-1 of the
-    blob's URL) rather than download it."""
+    $TIKTOKEN_CACHE_DIR, else $DATA_GYM_CACHE_DIR, else its default folder, by the SHA-1 of
+    the blob's URL) rather than download it. Set but empty, either variable turns tiktoken's
+    cache off: every load downloads, so nothing counts as cached."""
     url = f"https://openaipublic.blob.core.windows.net/encodings/{encoding}.tiktoken"
     if encoding == "gpt2":
         return False  # two files from another URL: not worth a guess
-    folder = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
-    folder = folder or os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    for name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if name in os.environ:
+            folder = os.environ[name]
+            break
+    else:
+        folder = _default_cache_folder()
+    if not folder:
+        return False
     return os.path.exists(os.path.join(folder, hashlib.sha1(url.encode()).hexdigest()))
+
+
+def _default_cache_folder() -> str:
+    """tiktoken's own default cache folder: <tmp>/data-gym-cache up to 0.14, the folder its
+    ``load._default_cache_dir`` names where a later version has one."""
+    try:
+        from tiktoken import load
+
+        default = getattr(load, "_default_cache_dir", None)
+        if callable(default):
+            return str(default())
+    except Exception:  # not installed, or laid out otherwise: the folder 0.14 uses
+        pass
+    return os.path.join(tempfile.gettempdir(), "data-gym-cache")
 
 
 LEARN_AFTER = 3

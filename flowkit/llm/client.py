@@ -20,7 +20,7 @@ from openai._constants import RAW_RESPONSE_HEADER
 from flowkit.llm.charging import arrival_charge, output_cap, prompt_tokens
 from flowkit.llm.clients import aclose_clients as aclose_clients
 from flowkit.llm.clients import clients_created as clients_created
-from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
+from flowkit.llm.endpoint import Endpoint
 from flowkit.llm.prepared import post_chat
 from flowkit.llm.replies import too_large_in
 from flowkit.llm.retry import connection_cause
@@ -70,7 +70,7 @@ def request_params(endpoint: Endpoint, model: str, params: dict[str, Any]) -> di
     for name in _UNSUPPORTED & set(out):
         raise ValueError(f"param '{name}' is not supported: flowkit reads whole responses")
     if "max_tokens" in out and "max_completion_tokens" not in out:
-        public = endpoint.kind == "openai" and endpoint.url == OPENAI_PUBLIC_URL
+        public = endpoint.public_openai
         reasoning = model.startswith(_REASONING_PREFIXES)
         if public or (endpoint.kind == "azure" and reasoning):
             out["max_completion_tokens"] = out.pop("max_tokens")

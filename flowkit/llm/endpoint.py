@@ -173,10 +173,18 @@ class Endpoint(BaseModel):
         """The server address, whichever kind this is."""
         return (self.azure_endpoint if self.kind == "azure" else self.base_url) or OPENAI_PUBLIC_URL
 
+    @property
+    def public_openai(self) -> bool:
+        """Whether this is OpenAI's own API, however its URL is written (a trailing slash, the
+        host's case: ``https://api.openai.com/v1/`` is OpenAI as much as the default is)."""
+        if self.kind != "openai":
+            return False
+        return (urlsplit(self.url).hostname or "").lower() == "api.openai.com"
+
     def token_charge(self) -> TokenCharge:
         """The rule this endpoint charges requests to its token budget by."""
         rule = self.limits.token_charge
-        return rule or default_rule(self.kind, self.url == OPENAI_PUBLIC_URL)
+        return rule or default_rule(self.kind, self.public_openai)
 
     def secrets(self) -> list[str]:
         """Every credential this endpoint sends: the key, and a password in the URL (also as

@@ -153,6 +153,14 @@ def _spent_quota(exc: BaseException) -> bool:
     return "insufficient_quota" in found
 
 
+def _request_too_large(exc: BaseException) -> bool:
+    """Whether a 429 says the request alone is over the whole token budget (OpenAI's
+    "Request too large for MODEL ... on tokens per min (TPM): Limit N, Requested M"): no wait
+    lets it through, so retrying it only adds rejected requests."""
+    message = getattr(exc, "message", None) or str(exc)
+    return "request too large" in message.lower()
+
+
 def classify(exc: BaseException) -> Verdict:
     """Sort an exception into retryable kinds; everything unrecognised is fatal."""
     too_large = too_large_in(exc)
@@ -185,6 +193,8 @@ def classify(exc: BaseException) -> Verdict:
         return Verdict(Failure.FATAL, retry_after, rates=rates)
     if status == 429 and _spent_quota(exc):
         return Verdict(Failure.FATAL, retry_after, QUOTA_SPENT, True, rates)
+    if status == 429 and _request_too_large(exc):
+        return Verdict(Failure.FATAL, retry_after, rates=rates)
     if status == 429:
         return Verdict(Failure.RATE_LIMIT, retry_after, rates=rates)
     if status >= 500 or status == 408 or hint == "true":

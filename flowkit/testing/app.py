@@ -15,12 +15,11 @@ import random
 import struct
 import time
 from collections import Counter
-from typing import Any, cast
+from typing import Any
 
 from aiohttp import web
 
-from flowkit.llm.charging import TokenCharge, arrival_charge
-from flowkit.testing import replies
+from flowkit.testing import charges, replies
 from flowkit.testing.asks import checked_messages, int_param, model_of, read_body, reply_shape
 from flowkit.testing.batches import BatchApi
 from flowkit.testing.config import ServerConfig
@@ -221,8 +220,9 @@ class Core:
         key = replies.sha(text)
         prompt_tokens = sum(len(replies.content_text(m.get("content")).split()) for m in messages)
         # Charged on arrival as hosted endpoints do, or by usage (the prompt now, the rest after).
-        rule = cast(TokenCharge, self.config.token_charge)
-        on_arrival = arrival_charge(rule, model, messages, body)
+        # By the server's own reading of the published rules (flowkit.testing.charges), not
+        # the client's: the tests that the pacer charges what the server takes compare the two.
+        on_arrival = charges.on_arrival(self.config.token_charge, messages, shape[0], shape[1])
         charge = prompt_tokens if on_arrival is None else on_arrival
         attempt, found, fault, rng = await self._admit(self.prompts, key, text, charge)
         self.charged_tokens += charge

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from flowkit.llm.charging import RULES
+from flowkit.testing.charges import RULES
 
 FAULT_KINDS = ("429", "500", "timeout", "malformed", "garbage")
 # Called on the server's event loop with the request body; returning None falls through.
@@ -44,7 +44,7 @@ class ServerConfig:
     tpm: int = 0  # tokens per limit_window (prompt words at admission, completion words after)
     limit_window: float = 60.0  # the span rpm/tpm count over; a few seconds in fast tests
     rate_headers: bool = False  # send x-ratelimit-* (OpenAI's names and formats) on replies
-    # How a chat request is charged to tpm (flowkit.llm.charging): "usage" (prompt words on
+    # How a chat request is charged to tpm (flowkit.testing.charges): "usage" (prompt words on
     # arrival, completion words after), "prompt_plus_max" (Azure: the prompt plus max_tokens
     # x n on arrival) or "max_of" (OpenAI: max_tokens x n or characters / 4, the larger).
     token_charge: str = "usage"

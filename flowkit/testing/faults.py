@@ -172,6 +172,17 @@ class RateWindow:
         headers when ``report``)."""
         self._buckets(now, rpm, tpm, window)
         req, tok = self.requests, self.tokens
+        if tok is not None and tokens > tpm:
+            # No wait lets it through: OpenAI's 429 for a request over the whole budget.
+            raise ApiError(
+                429,
+                "Request too large for the flowkit test server on tokens per min (TPM): "
+                f"Limit {tpm}, Requested {tokens}. The input or output tokens must be reduced "
+                "in order to run successfully.",
+                kind="tokens",
+                code="rate_limit_exceeded",
+                headers=self.headers() if report else {},
+            )
         if req is not None and (wait := req.wait(1)) > 0:
             raise RateLimited(wait, "rpm", rpm, self.headers() if report else {})
         if tok is not None and tokens and (wait := tok.wait(tokens)) > 0:

@@ -26,7 +26,7 @@ def _endpoint(base_url: str, rule: TokenCharge | None, **limits: Any) -> Endpoin
         kind="openai",
         model="flowkit-test",
         base_url=base_url,
-        limits=Limits(concurrency=1, max_retries=0, token_charge=rule, **limits),
+        limits=Limits(**{"concurrency": 1, "max_retries": 0, "token_charge": rule, **limits}),
     )
 
 
@@ -144,7 +144,10 @@ def test_the_server_reports_its_budget_as_it_stands_at_the_reply() -> None:
     # 100 tokens a second, a 100-token top; the reply comes 0.3 s after the charge, by which
     # time 30 tokens came back: headers computed at the charge would say 100 - charge.
     with serve(tpm=6000, latency=0.3, rate_headers=True, token_charge="prompt_plus_max") as srv:
-        body = {"model": "flowkit-test", "messages": [{"role": "user", "content": "hi"}]}
+        body: dict[str, Any] = {
+            "model": "flowkit-test",
+            "messages": [{"role": "user", "content": "hi"}],
+        }
         request = urllib.request.Request(
             f"{srv.base_url}/chat/completions",
             data=json.dumps({**body, "max_tokens": 50}).encode(),
@@ -154,3 +157,76 @@ def test_the_server_reports_its_budget_as_it_stands_at_the_reply() -> None:
             remaining = int(reply.headers["x-ratelimit-remaining-tokens"])
     charge = 50 + prompt_tokens("flowkit-test", body["messages"])
     assert remaining >= 100 - charge + 25
+
+
+@pytest.mark.parametrize("rule", ["prompt_plus_max", "max_of"])
+def test_the_server_charges_by_its_own_reading_of_the_rules(
+    rule: TokenCharge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Were the server to charge with the client's own functions, the test above could not
+    # fail: a slip in the client's estimator would move both sides alike. Put one in.
+    import flowkit.llm.charging as charging
+
+    monkeypatch.setattr(charging, "PER_MESSAGE", charging.PER_MESSAGE + 1)
+    monkeypatch.setattr(charging, "CHARS_PER_TOKEN", 3)
+    with serve(tpm=10**7, rate_headers=True, token_charge=rule) as srv:
+        ep = _endpoint(srv.base_url, rule)
+        sched = Scheduler(ep.limits, name="local", url=ep.url)
+        _sequential(ep, sched, 1, {"max_tokens": 40})
+        charged = srv.stats()["charged_tokens"]
+    assert sched.stats.charged_tokens != charged
+
+
+def test_the_published_rules_by_hand() -> None:
+    # Worked by hand, not by either implementation: 2 messages of 18 + 400 characters, a cap
+    # of 300 × n=2. prompt_plus_max: 418 // 4 + 4 × 2 + 600; max_of: max(600, 418 // 4).
+    from flowkit.llm.charging import arrival_charge
+    from flowkit.testing.charges import on_arrival
+
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You grade answers."},
+        {"role": "user", "content": [{"type": "text", "text": "y" * 400}]},
+    ]
+    for params in ({"max_tokens": 300, "n": 2}, {"max_completion_tokens": 300, "n": 2}):
+        assert arrival_charge("prompt_plus_max", "flowkit-test", messages, params) == 712
+        assert arrival_charge("max_of", "flowkit-test", messages, params) == 600
+    assert on_arrival("prompt_plus_max", messages, 2, 300) == 712
+    assert on_arrival("max_of", messages, 2, 300) == 600
+    assert on_arrival("max_of", messages, 1, 50) == 104  # the characters win
+    assert on_arrival("prompt_plus_max", messages, 1, None) is None  # no cap: by usage
+
+
+@pytest.mark.parametrize("headers", [True, False])
+def test_a_request_over_an_unknown_budget_is_sent_once(headers: bool) -> None:
+    # Nothing configured, so flowkit cannot refuse it before sending. The server answers as
+    # OpenAI does a request over its whole budget (429 "Request too large … Limit, Requested"):
+    # no wait lets it through, so it is not retried (it was, max_retries times, every row).
+    with serve(tpm=1000, rate_headers=headers, token_charge="prompt_plus_max") as srv:
+        ep = _endpoint(srv.base_url, None, max_retries=3, backoff_max=0.1)
+        sched = Scheduler(ep.limits, name="local", url=ep.url)
+        messages = [{"role": "user", "content": "hi"}]
+        with pytest.raises(Exception, match="Limit 1000, Requested 1504"):
+            asyncio.run(chat(ep, "flowkit-test", messages, {"max_tokens": 1500}, scheduler=sched))
+        assert srv.stats()["requests"] == 1
+
+
+def test_an_empty_tiktoken_cache_variable_means_nothing_is_cached(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tiktoken reads TIKTOKEN_CACHE_DIR="" as "no cache": every load downloads. An encoding
+    # left in the default folder must not count as cached then (flowkit would have tiktoken
+    # download it mid-run, on a machine that may be offline).
+    import hashlib
+
+    from flowkit.llm import charging
+
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    (tmp_path / hashlib.sha1(url.encode()).hexdigest()).write_bytes(b"")
+    monkeypatch.setattr(charging, "_default_cache_folder", lambda: str(tmp_path))
+    monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    assert charging._cached("cl100k_base")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
+    assert not charging._cached("cl100k_base")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    assert charging._cached("cl100k_base")

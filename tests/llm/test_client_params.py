@@ -66,3 +66,16 @@ def test_estimate_tokens() -> None:
 def test_streaming_is_rejected() -> None:
     with pytest.raises(ValueError, match="'stream' is not supported"):
         request_params(LOCAL, "m", {"stream": True})
+
+
+@pytest.mark.parametrize(
+    "url", ["https://api.openai.com/v1/", "https://API.openai.com/v1", OPENAI_PUBLIC_URL]
+)
+def test_the_public_openai_api_however_its_url_is_written(url: str) -> None:
+    # OPENAI_BASE_URL=https://api.openai.com/v1/ (a trailing slash) is OpenAI all the same:
+    # its default token_charge is OpenAI's max_of, and max_tokens goes as max_completion_tokens.
+    ep = Endpoint(connection="c", kind="openai", model="gpt-4o-mini", base_url=url)
+    assert ep.token_charge() == "max_of"
+    assert request_params(ep, "gpt-4o-mini", {"max_tokens": 5}) == {"max_completion_tokens": 5}
+    local = Endpoint(connection="c", kind="openai", model="m", base_url="http://127.0.0.1:1/v1/")
+    assert local.token_charge() == "prompt_plus_max"
