@@ -31,9 +31,12 @@ from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 from flowkit.llm.replies import capped
 
 Client = openai.AsyncOpenAI
-# The SDK's http clients, reading each reply under a size cap (``replies``).
-_CappedAioHttp = capped(openai.DefaultAioHttpClient)
+# The SDK's http clients, reading each reply under a size cap (``replies``). Older SDKs
+# have no aiohttp one: their httpx one serves.
 _CappedHttpx = capped(openai.DefaultAsyncHttpxClient)
+_CappedAioHttp = (
+    capped(openai.DefaultAioHttpClient) if hasattr(openai, "DefaultAioHttpClient") else None
+)
 
 _created = 0
 _counted = threading.Lock()
@@ -56,7 +59,7 @@ def _tls_context() -> Any:
             try:
                 # The httpx the transport is built on: ``httpx``, or ``httpx2`` in newer SDKs.
                 base = next(
-                    c for c in openai.DefaultAioHttpClient.__mro__ if c.__name__ == "AsyncClient"
+                    c for c in openai.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient"
                 )
                 httpx = importlib.import_module(base.__module__.partition(".")[0])
                 _tls.append(httpx.create_ssl_context())
@@ -92,6 +95,8 @@ def _transport(concurrency: int, max_reply_bytes: int) -> Any:
     )
     verify = {"verify": tls} if tls is not None else {}
     try:
+        if _CappedAioHttp is None:
+            raise AttributeError("DefaultAioHttpClient")
         client = _CappedAioHttp(limits=limits, **verify)
     except (AttributeError, RuntimeError):  # an SDK too old for it, or without the extra
         client = _CappedHttpx(limits=limits, **verify)
