@@ -59,7 +59,7 @@ def _tls_context() -> Any:
             try:
                 # The httpx the transport is built on: ``httpx``, or ``httpx2`` in newer SDKs.
                 base = next(
-                    c for c in openai.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient"
+                    c for c in openai.DefaultAioHttpClient.__mro__ if c.__name__ == "AsyncClient"
                 )
                 httpx = importlib.import_module(base.__module__.partition(".")[0])
                 _tls.append(httpx.create_ssl_context())
