@@ -1,8 +1,8 @@
 """A prepared chat request puts the same bytes on the wire as the SDK's own ``post`` (URL with
 Azure's deployment path and api-version, headers, body) through the SDK transport's own
 session, follows a redirect and raises the same error types as ``post``, and gives way to
-``post`` when the SDK lacks the hooks it uses. Real HTTP to the local test server, or to a
-server in the test that records what reached it."""
+the SDK's public API when the SDK lacks the hooks it uses. Real HTTP to the local test server,
+or to a server in the test that records what reached it."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def _at(endpoint: Endpoint, url: str) -> Endpoint:
 
 
 def _sent(endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Chat once through ``endpoint`` the prepared way, then once the SDK's own way (``post``),
+    """Chat once through ``endpoint`` the prepared way, then once the SDK's public API way,
     and return what reached the server each time."""
 
     async def main() -> list[dict[str, Any]]:
