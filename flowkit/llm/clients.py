@@ -4,7 +4,8 @@ transport with a pool sized to the endpoint's in-flight limit.
 Creating an ``openai.AsyncOpenAI`` is measurably expensive (its transport reads the system
 certificate store), so a session (``session``: one per run) keeps one per endpoint in a
 :class:`ClientPool`, and every client of the process shares one TLS context, which
-:func:`warm_up` starts building on a thread while a run is being prepared. A client's prepared
+the first client builds (:func:`warm_up` can start it on a thread; preparing a run does not,
+so that a rerun the cache serves whole never imports the SDK). A client's prepared
 request templates (``prepared``) live and die with it.
 But a client's connection pool is bound to the event loop it first ran in — reusing it from a
 later ``asyncio.run`` fails with "Event loop is closed" — so the pool is keyed by endpoint
