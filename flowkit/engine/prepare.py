@@ -34,10 +34,8 @@ def bind(flow: Flow, ctx: RunContext) -> BoundFlow:
     bound = _bind(flow, ctx, "", problems)
     if problems:
         raise UsageError("\n".join(one_per_cause(problems)))
-    if needs_settings(flow):
-        from flowkit.llm.clients import warm_up  # the SDK, only once a run calls a model
-
-        warm_up()  # the first request need not wait for the certificate store
+    # No warm-up of the model layer here: a rerun the cache serves whole never imports the
+    # openai SDK (most of an llm run's start-up); the first request imports what it needs.
     return bound
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
-from openai._constants import RAW_RESPONSE_HEADER
 
 from flowkit.llm.charging import arrival_charge, output_cap, prompt_tokens
 from flowkit.llm.clients import aclose_clients as aclose_clients
@@ -28,7 +27,6 @@ from flowkit.llm.scheduler import Scheduler
 from flowkit.llm.session import current_session
 
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
-_RAW = {RAW_RESPONSE_HEADER: "true"}  # makes the client return the response, headers and all
 _UNSUPPORTED = frozenset({"stream", "stream_options"})
 
 
@@ -215,6 +213,29 @@ def _first_top_logprobs(choice: dict[str, Any]) -> list[dict[str, Any]] | None:
     ]
 
 
+async def _create(
+    client: Any,
+    body: dict[str, Any],
+    headers: dict[str, Any],
+    query: dict[str, Any] | None,
+    timeout: float,
+) -> Any:
+    """The http response to ``body`` sent through the SDK's public API. Every field but the
+    model and messages goes in ``extra_body``, so the SDK sends them as they are (a local
+    server's ``top_k`` too) and the body is the one the short path sends."""
+    fields = dict(body)
+    model, messages = fields.pop("model"), fields.pop("messages")
+    raw = await client.chat.completions.with_raw_response.create(
+        model=model,
+        messages=messages,
+        extra_body=fields or None,
+        extra_headers=headers or None,
+        extra_query=query,
+        timeout=timeout,
+    )
+    return raw.http_response
+
+
 async def chat(
     endpoint: Endpoint,
     model: str,
@@ -249,22 +270,17 @@ async def chat(
     query: dict[str, Any] | None = body.pop("extra_query", None)
 
     async def call() -> Any:
-        # A request the SDK prepared once for this shape (see ``prepared``); else the client's
-        # own post. Either way the same URL (Azure deployments included), auth, headers and
-        # error types as ``chat.completions.create``, without its per-call transform of the
-        # (already plain JSON) params, and read as plain JSON rather than pydantic models; the
+        # A request the SDK prepared once for this shape (see ``prepared``): the same URL
+        # (Azure deployments included), auth, headers and error types as
+        # ``chat.completions.create``, without its per-call transform of the (already plain
+        # JSON) params, and read as plain JSON rather than pydantic models. Where this SDK
+        # lacks the private hooks that takes, its public API sends the same body. Either
         # response also gives the rate-limit headers.
         response = await post_chat(
             client, body, headers=extra_headers, query=query, timeout=attempt_timeout
         )
         if response is None:
-            options: Any = {"headers": {**extra_headers, **_RAW}, "timeout": attempt_timeout}
-            if query:
-                options["params"] = query
-            raw = await client.post("/chat/completions", body=body, cast_to=object, options=options)
-            # The raw-response header makes the SDK return its LegacyAPIResponse, which the
-            # declared type (from cast_to) does not say.
-            response = raw.http_response  # type: ignore[attr-defined]
+            response = await _create(client, body, extra_headers, query, attempt_timeout)
         try:
             reply = response.json()
         except ValueError:  # an HTML page from a gateway, a body cut off in transit

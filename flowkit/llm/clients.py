@@ -4,7 +4,8 @@ transport with a pool sized to the endpoint's in-flight limit.
 Creating an ``openai.AsyncOpenAI`` is measurably expensive (its transport reads the system
 certificate store), so a session (``session``: one per run) keeps one per endpoint in a
 :class:`ClientPool`, and every client of the process shares one TLS context, which
-:func:`warm_up` starts building on a thread while a run is being prepared. A client's prepared
+the first client builds (:func:`warm_up` can start it on a thread; preparing a run does not,
+so that a rerun the cache serves whole never imports the SDK). A client's prepared
 request templates (``prepared``) live and die with it.
 But a client's connection pool is bound to the event loop it first ran in — reusing it from a
 later ``asyncio.run`` fails with "Event loop is closed" — so the pool is keyed by endpoint
@@ -31,9 +32,12 @@ from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 from flowkit.llm.replies import capped
 
 Client = openai.AsyncOpenAI
-# The SDK's http clients, reading each reply under a size cap (``replies``).
-_CappedAioHttp = capped(openai.DefaultAioHttpClient)
+# The SDK's http clients, reading each reply under a size cap (``replies``). Older SDKs
+# have no aiohttp one: their httpx one serves.
 _CappedHttpx = capped(openai.DefaultAsyncHttpxClient)
+_CappedAioHttp = (
+    capped(openai.DefaultAioHttpClient) if hasattr(openai, "DefaultAioHttpClient") else None
+)
 
 _created = 0
 _counted = threading.Lock()
@@ -92,6 +96,8 @@ def _transport(concurrency: int, max_reply_bytes: int) -> Any:
     )
     verify = {"verify": tls} if tls is not None else {}
     try:
+        if _CappedAioHttp is None:
+            raise AttributeError("DefaultAioHttpClient")
         client = _CappedAioHttp(limits=limits, **verify)
     except (AttributeError, RuntimeError):  # an SDK too old for it, or without the extra
         client = _CappedHttpx(limits=limits, **verify)

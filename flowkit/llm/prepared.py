@@ -17,16 +17,21 @@ template (auth headers, Azure deployment paths and ``api-version``, default head
 sends each request (``_send_request``, with its auth hooks), and turns an error status into its
 own exception types.
 
-This leans on the SDK's private hooks (``_prepare_options``, ``_build_request``,
-``_send_request``, ``_make_status_error_from_response``). Where one is missing or building the
-template fails, :func:`post_chat` returns None and the caller takes ``client.post``.
+This leans on the SDK's private hooks (:data:`HOOKS`, and ``openai._models.FinalRequestOptions``),
+which any release may rename. So the first request of each client checks them all: where one is
+missing, or building the template fails, :func:`post_chat` returns None, the caller takes the
+SDK's public API (``client.chat.completions.with_raw_response.create``), and the run notes it
+once. A private attribute of the SDK's http client that is missing only costs the straight way
+to the transport's session (``_direct``): requests then go through ``_send_request``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import json
+import logging
 import sys
 import weakref
 from dataclasses import dataclass
@@ -37,15 +42,52 @@ import openai
 
 from flowkit.llm.replies import DEFAULT_MAX_REPLY_BYTES, read_aiohttp
 
-try:
-    from openai._models import FinalRequestOptions
-except ImportError:  # an SDK that moved it: the caller's `client.post` path serves
-    FinalRequestOptions = None  # type: ignore[assignment,misc]
-
-_HOOKS = ("_prepare_options", "_build_request", "_send_request", "_make_status_error_from_response")
-_templates: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Template | None]] = (
+HOOKS = (
+    "_prepare_options",
+    "_build_request",
+    "_prepare_request",
+    "_send_request",
+    "_make_status_error_from_response",
+)
+"""The SDK client's private methods the short path calls."""
+# Per client: its templates by shape, or None when its SDK lacks a hook (the public API serves).
+_templates: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Template | None] | None] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _options_class() -> Any:
+    """The SDK's ``FinalRequestOptions``, looked up where it is now, or None (moved)."""
+    try:
+        models = importlib.import_module("openai._models")
+    except ImportError:
+        return None
+    found = getattr(models, "FinalRequestOptions", None)
+    return found if callable(getattr(found, "construct", None)) else None
+
+
+def missing_hooks(client: Any) -> list[str]:
+    """The private names of the SDK the short path needs that ``client``'s SDK lacks."""
+    missing = [h for h in HOOKS if not callable(getattr(client, h, None))]
+    if _options_class() is None:
+        missing.append("openai._models.FinalRequestOptions")
+    return missing
+
+
+def _note_public(why: str) -> None:
+    """Say once per run that requests take the SDK's public API, and why."""
+    from flowkit.llm.session import current_session
+
+    session = current_session()
+    if "public-api" in session.noted:
+        return
+    session.noted.add("public-api")
+    message = (
+        f"openai {openai.__version__}: {why}; chat requests go through the SDK's public API "
+        "(chat.completions.create), which costs more CPU per request"
+    )
+    logging.getLogger("flowkit.llm").warning("note: %s", message)
+    session.notes.append(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +183,9 @@ async def _build(
     query: dict[str, Any] | None,
     timeout: float,
 ) -> _Template | None:
-    if FinalRequestOptions is None or not all(hasattr(client, h) for h in _HOOKS):
-        return None
     extra: dict[str, Any] = {"params": query} if query else {}
     try:
-        options: Any = FinalRequestOptions.construct(
+        options: Any = _options_class().construct(
             method="post",
             url="/chat/completions",
             json_data=body,
@@ -158,7 +198,8 @@ async def _build(
             prepared = await prepared
         request = client._build_request(prepared or options)
         await client._prepare_request(request)
-    except Exception:  # an SDK whose hooks take other arguments
+    except Exception as err:  # an SDK whose hooks take other arguments
+        _note_public(f"its private request hooks failed ({type(err).__name__}: {err})"[:300])
         return None
     kept = request.headers.copy()
     kept.pop("content-length", None)
@@ -238,10 +279,15 @@ async def post_chat(
 ) -> Any | None:
     """Send ``body`` to the client's chat completions and return the response (its status
     2xx, its body read), raising the SDK's errors as ``client.post`` does; None when this SDK
-    cannot be driven this way."""
-    shapes = _templates.get(client)
+    cannot be driven this way (checked on the client's first request, :func:`missing_hooks`)."""
+    if client not in _templates:
+        missing = missing_hooks(client)
+        if missing:
+            _note_public(f"the SDK lacks {', '.join(missing)}")
+        _templates[client] = None if missing else {}
+    shapes = _templates[client]
     if shapes is None:
-        shapes = _templates[client] = {}
+        return None
     key = _shape(body, headers, query, timeout)
     if key not in shapes:
         shapes[key] = await _build(client, body, headers, query, timeout)

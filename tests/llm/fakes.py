@@ -6,7 +6,10 @@ import asyncio
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-import httpx2
+try:  # the SDK's httpx: httpx2 from openai 3, httpx before
+    import httpx2
+except ImportError:
+    import httpx as httpx2  # type: ignore[no-redef]
 import openai
 
 _CLASSES: dict[int, type[openai.APIStatusError]] = {

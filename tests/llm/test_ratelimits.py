@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import httpx2
+try:  # the SDK's httpx: httpx2 from openai 3, httpx before
+    import httpx2
+except ImportError:
+    import httpx as httpx2  # type: ignore[no-redef]
 import pytest
 
 from flowkit.llm.ratelimits import Quota, format_duration, parse_duration, parse_rate_headers

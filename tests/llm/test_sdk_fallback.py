@@ -1,0 +1,99 @@
+"""Where the openai SDK lacks a private name the short request path uses (``prepared``), a run
+takes the SDK's public API, says so once, and gets the same outputs. Real HTTP to the local test
+server; the name is taken off the SDK for the test, as a release that renames it would."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import openai
+import openai._models
+import pytest
+
+import flowkit
+from flowkit.llm import clients, prepared
+from flowkit.llm.endpoint import Endpoint
+from flowkit.testing.server import LocalServer
+from tests.support import EXAMPLES
+
+
+def _remove(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """``name`` gone from every class of the SDK's async client that defines it."""
+    owners = [c for c in openai.AsyncOpenAI.__mro__ if name in vars(c)]
+    assert owners, name
+    for owner in owners:
+        monkeypatch.delattr(owner, name)
+
+
+def _run(tmp_path: Path, tag: str) -> tuple[list[dict[str, Any]], list[str]]:
+    result = flowkit.run(
+        "groundedness",
+        EXAMPLES / "qa.jsonl",
+        cache_dir=tmp_path / f"cache-{tag}",
+        runs_root=tmp_path / f"runs-{tag}",
+    )
+    rows = [{"status": r["status"], "outputs": r["outputs"]} for r in result.rows()]
+    return rows, list(result.info.get("notices") or [])
+
+
+def _notice(missing: str) -> str:
+    return (
+        f"openai {openai.__version__}: the SDK lacks {missing}; chat requests go through the "
+        "SDK's public API (chat.completions.create), which costs more CPU per request"
+    )
+
+
+@pytest.mark.parametrize(
+    ("missing", "remove"),
+    [
+        # The SDK's own success path needs neither, so it still works without them.
+        (
+            "_make_status_error_from_response",
+            lambda m: _remove(m, "_make_status_error_from_response"),
+        ),
+        (
+            "openai._models.FinalRequestOptions",
+            lambda m: m.delattr(openai._models, "FinalRequestOptions"),
+        ),
+    ],
+)
+def test_a_missing_private_name_falls_back_to_the_public_api_with_one_notice(
+    llm_server: LocalServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    missing: str,
+    remove: Any,
+) -> None:
+    expected, notices = _run(tmp_path, "hooks")
+    assert not any("public API" in n for n in notices)
+    assert llm_server.stats()["chat_completions"] == len(expected)
+    llm_server.reset()
+
+    remove(monkeypatch)
+    rows, notices = _run(tmp_path, "public")
+    assert rows == expected
+    assert [r["status"] for r in rows] == ["ok"] * len(rows)
+    assert llm_server.stats()["chat_completions"] == len(rows)
+    assert [n for n in notices if "public API" in n] == [_notice(missing)]
+
+
+@pytest.mark.parametrize("hook", prepared.HOOKS)
+def test_every_hook_is_checked_on_a_clients_first_request(
+    llm_server: LocalServer, monkeypatch: pytest.MonkeyPatch, hook: str
+) -> None:
+    endpoint = Endpoint(
+        connection="o", kind="openai", model="m", base_url=llm_server.base_url, api_key="k"
+    )
+
+    async def main() -> list[str]:
+        client = await clients.get_client(endpoint)
+        try:
+            return prepared.missing_hooks(client)
+        finally:
+            await clients.aclose_clients()
+
+    assert asyncio.run(main()) == []
+    _remove(monkeypatch, hook)
+    assert asyncio.run(main()) == [hook]
