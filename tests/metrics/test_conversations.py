@@ -12,7 +12,6 @@ from click.testing import CliRunner
 from flowkit.cli.main import main
 from flowkit.metrics.conversations import quality_turns, turn_summary
 from flowkit.testing.server import LocalServer
-from tests.support import read_jsonl
 from tests.metrics.test_judged_flows import (
     EXAMPLES,
     _judge_prompt,
@@ -21,6 +20,7 @@ from tests.metrics.test_judged_flows import (
     outputs,
     server,
 )
+from tests.support import read_jsonl
 
 __all__ = ["judge", "server"]  # fixtures used by name below
 
@@ -182,7 +182,7 @@ def test_relevance_chat_takes_a_conversation_and_a_domain(
     assert [r["turn_scores"] for r in rows] == [[5], [5, 2], [5], [5], [5], [5, 5]]
     assert [r["score"] for r in rows] == [5, (5 + 2) / 2, 5, 5, 5, 5]
     traces = read_jsonl(tmp_path / "out" / "traces.jsonl")
-    sent = next(t["llm"]["messages"] for t in traces if t["node"] == "judge_turns" and t["line"] == 1)
+    (sent,) = [t["llm"]["messages"] for t in traces if (t["node"], t["line"]) == ("judge_turns", 1)]
     prompt = "\n".join(m["content"] for item in sent for m in item["messages"])
     assert "reference answer" in prompt
     assert "The conversation is in the bike rental domain" in prompt
