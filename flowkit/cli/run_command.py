@@ -231,9 +231,9 @@ def run(
     from flowkit.cli.label_commands import add_labels, check_labels
     from flowkit.cli.run_end import Checks, check_run, report_end
     from flowkit.flow.loader import load_flows
-    from flowkit.kinds.llm import prompt_warnings
     from flowkit.inspect.gates import Gate, check_gate_names, parse_gate
     from flowkit.inspect.show import count_rows, progress_display
+    from flowkit.kinds.llm import prompt_warnings
     from flowkit.runs.config import RunConfig, recorded_config
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
