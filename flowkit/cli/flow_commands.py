@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from flowkit.cli.terminal import console
+from flowkit.cli.terminal import console, err_console
 from flowkit.errors import FlowkitError
 
 
@@ -16,6 +16,7 @@ def validate(flows: tuple[str, ...]) -> None:
     from flowkit.code.static import inspect_only
     from flowkit.errors import ValidationError
     from flowkit.flow.loader import load_flow
+    from flowkit.kinds.llm import prompt_warnings
 
     problems: list[str] = []
     for flow in flows:
@@ -23,6 +24,8 @@ def validate(flows: tuple[str, ...]) -> None:
             with inspect_only():  # checking a flow never runs its code
                 loaded = load_flow(flow)
             console.print(f"ok: {flow} ({loaded.name}, {len(loaded.nodes)} nodes)")
+            for warning in prompt_warnings(loaded):
+                err_console.print(warning, highlight=False)
         except ValidationError as err:
             problems.extend(str(d) for d in err.diagnostics)
     if problems:

@@ -233,6 +233,7 @@ def run(
     from flowkit.flow.loader import load_flows
     from flowkit.inspect.gates import Gate, check_gate_names, parse_gate
     from flowkit.inspect.show import count_rows, progress_display
+    from flowkit.kinds.llm import prompt_warnings
     from flowkit.runs.config import RunConfig, recorded_config
     from flowkit.runs.folder import read_run_info, resolve_run_dir
 
@@ -290,6 +291,8 @@ def run(
                 hint="e.g. flowkit run flows/f1_score.yaml --data examples/qa.jsonl",
             )
         flow = load_flows(list(flows))
+        for warning in prompt_warnings(flow):  # before the run: a prompt blind to an input
+            err_console.print(warning, highlight=False)
         mapping, notes = finish_mapping(flow, data, _parse_maps(maps), habits.mapping)
         if target is not None:  # the app's latency metrics are the wrapped flow's too
             from flowkit.api import with_target

@@ -165,15 +165,13 @@ def _export(result: Any) -> Any:
 
 
 def _gate_outcomes(result: Any, checks: Checks) -> list[Any]:
-    from flowkit.inspect.gates import evaluate
+    from flowkit.inspect.gates import outcome
     from flowkit.inspect.regression import Outcome, judge
 
     outcomes = []
     for gate in checks.gates:
-        failed = evaluate([gate], result.metrics)
-        value = result.metrics.get(gate.metric)
-        message = failed[0] if failed else f"gate {gate}: passed ({gate.metric} = {value:g})"
-        outcomes.append(Outcome(f"gate {gate}", not failed, message))
+        passed, message = outcome(gate, result.metrics)
+        outcomes.append(Outcome(f"gate {gate}", passed, message))
     if checks.baseline is not None and checks.drops:
         cmp = compare_with_baseline(result.run_dir, checks)
         outcomes += judge(

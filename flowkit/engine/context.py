@@ -46,6 +46,9 @@ class Stats:
     started: float = field(default_factory=time.monotonic)
     waiting: str = ""
     """What the rows wait on besides themselves, for the progress display (a run's batches)."""
+    cached_nodes: dict[str, int] = field(default_factory=dict)
+    """Per top-level node, the rows whose result came from the cache (a cache hit, or a timed
+    sub-flow none of whose nodes ran): a run can say which replies are not fresh."""
 
     def add_usage(self, node: str, usage: dict[str, int], model: str | None = None) -> None:
         acc = self.tokens.setdefault(
@@ -74,6 +77,8 @@ class Stats:
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.models.update(other.models)
+        for node, n in other.cached_nodes.items():
+            self.cached_nodes[node] = self.cached_nodes.get(node, 0) + n
         for node, usage in other.tokens.items():
             acc = self.tokens.setdefault(node, dict.fromkeys(usage, 0))
             for k, v in usage.items():

@@ -298,8 +298,11 @@ class Executor:
             name: value_or_none(child, ref, self.missing, qual + ".")
             for name, ref in sub.outputs.items()
         }
+        cached = False
         if node.spec.latency:
-            output[LATENCY_OUTPUT] = self._latency(node, inputs, child, began)
+            output[LATENCY_OUTPUT], cached = self._latency(node, inputs, child, began)
+        if cached:  # the trace marks the row whose time is the original run's
+            self.stats.cached_nodes[qual] = self.stats.cached_nodes.get(qual, 0) + 1
         scope.add_usage(child.usage)
         if node.spec.usage:
             output[USAGE_OUTPUT] = dict(child.usage) or None
@@ -310,23 +313,25 @@ class Executor:
                 node, scope, line, qual, FAILED, inputs, output, start=start, error=info
             )
         else:
-            self.nodes.done(node, scope, line, qual, OK, inputs, output, start=start)
+            self.nodes.done(
+                node, scope, line, qual, OK, inputs, output, start=start, cache_hit=cached
+            )
 
     def _latency(
         self, node: BoundNode, inputs: dict[str, Any], child: Scope, began: float
-    ) -> float | None:
+    ) -> tuple[float | None, bool]:
         """A timed sub-flow's wall time in this row. When none of its nodes ran (all came from
         the cache) the time measured when they did is kept, as a cached callable's reply keeps
-        its time; None when that was never measured."""
+        its time; None when that was never measured. With it, whether the time is the cache's."""
         seconds = time.perf_counter() - began
         if self.cache is None:
-            return seconds
+            return seconds, False
         key = node_key(node.static_key, inputs)
         if child.ran:
             self.cache.put(key, seconds)
-            return seconds
+            return seconds, False
         hit = self.cache.get(key)
-        return None if hit is MISS else hit[0]
+        return (None, False) if hit is MISS else (hit[0], True)
 
     def _waits(self, flow: BoundFlow) -> bool:
         """Whether any node in ``flow``'s tree awaits I/O (flow nodes inherit from their tree)."""

@@ -128,6 +128,7 @@ class NodeRunner:
             if hit is not MISS:
                 output, meta = hit
                 self.stats.cache_hits += 1
+                self.stats.cached_nodes[qual] = self.stats.cached_nodes.get(qual, 0) + 1
                 self.done(
                     node,
                     scope,

@@ -168,6 +168,17 @@ def _state(obj: Any, roots: tuple[Path, ...]) -> str:
     return hashlib.sha256(canonical_bytes(parts)).hexdigest()
 
 
+def cached_notice(cached_nodes: dict[str, int]) -> list[str]:
+    """What a run with a target says of the rows whose app reply came from the cache: their
+    latency is the one measured then (each such row's trace record is a ``cache_hit``)."""
+    n = cached_nodes.get(TARGET_NODE, 0)
+    if not n:
+        return []
+    if n == 1:
+        return ["1 row's app reply came from the cache; its latency is the original call's"]
+    return [f"{n} rows' app replies came from the cache; their latency is the original call's"]
+
+
 def with_target(
     metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path | None = None
 ) -> Flow:

@@ -204,20 +204,23 @@ def _refuse(gate: Gate, flow: Any, near: Iterable[str], known: str, option: str)
 
 def evaluate(gates: list[Gate], metrics: dict[str, Any]) -> list[str]:
     """The failures, each as a sentence; empty when every gate holds."""
-    failures: list[str] = []
-    for gate in gates:
-        name = _reported_as(gate, metrics)
-        if name is None:
-            failures.append(
-                f"gate {gate}: no metric {gate.metric!r}{did_you_mean(gate.metric, metrics)}"
-            )
-            continue
-        value = metrics[name]
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            failures.append(f"gate {gate}: {gate.metric} is {value!r}, not a number")
-        elif not OPERATORS[gate.op](value, gate.value):
-            failures.append(f"gate {gate}: failed, {gate.metric} = {value:g}")
-    return failures
+    return [message for gate in gates for passed, message in [outcome(gate, metrics)] if not passed]
+
+
+def outcome(gate: Gate, metrics: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the gate holds and the sentence that says so. A metric that is absent, or
+    present without a value (no row measured it), is a failed check, never a crash."""
+    name = _reported_as(gate, metrics)
+    if name is None:
+        return False, f"gate {gate}: no metric {gate.metric!r}{did_you_mean(gate.metric, metrics)}"
+    value = metrics[name]
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False, f"gate {gate}: {gate.metric} has no value (no row measured it)"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False, f"gate {gate}: {gate.metric} is {value!r}, not a number"
+    if not OPERATORS[gate.op](value, gate.value):
+        return False, f"gate {gate}: failed, {gate.metric} = {value:g}"
+    return True, f"gate {gate}: passed ({gate.metric} = {value:g})"
 
 
 def _reported_as(gate: Gate, metrics: dict[str, Any]) -> str | None:
@@ -231,9 +234,9 @@ def _reported_as(gate: Gate, metrics: dict[str, Any]) -> str | None:
 
 def check_gates(gates: list[Gate], metrics: dict[str, Any], console: Console) -> None:
     for gate in gates:
-        name = _reported_as(gate, metrics)
-        if name is not None and not evaluate([gate], metrics):
-            console.print(f"gate {gate}: passed ({gate.metric} = {metrics[name]:g})")
+        passed, message = outcome(gate, metrics)
+        if passed:
+            console.print(message)
     failures = evaluate(gates, metrics)
     if failures:
         raise GateError("\n".join(failures))

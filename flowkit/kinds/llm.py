@@ -237,3 +237,36 @@ async def _ask(
     else:
         output = result.text
     return output, meta
+
+
+def prompt_warnings(flow: Any) -> list[str]:
+    """Warnings for the llm nodes of ``flow`` (its sub-flows' too) whose prompt never uses an
+    input the flow passes to it: the judge would never see that value (a custom template that
+    lacks ``{{ context }}`` validates, and every row is judged without its context).
+
+    Not for nodes read from Prompt Flow folders: they keep Prompt Flow's rules, where an
+    input the prompt leaves unused is no mistake."""
+    found: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    todo = [flow]
+    while todo:
+        current = todo.pop(0)
+        for node in current.nodes.values():
+            if node.kind == "flow" and node.impl is not None:
+                todo.append(node.impl)
+            if node.kind != "llm" or not isinstance(node.impl, LlmImpl):
+                continue
+            if node.spec.role_markers == "promptflow" or (node.file, node.name) in seen:
+                continue
+            seen.add((node.file, node.name))
+            variables = node.impl.template.variables
+            passed = [k for k in node.spec.inputs if not k.startswith(PARAM_INPUT)]
+            where = f"prompt {node.spec.prompt!r}" if node.spec.prompt else "its messages"
+            for name in passed:
+                if name not in variables:
+                    found.append(
+                        f"warning: {node.file}:{node.line}: node {node.name!r}: input {name!r} "
+                        f"is passed to {where}, which never uses it (add {{{{ {name} }}}} "
+                        "to the template, or remove the input)"
+                    )
+    return found

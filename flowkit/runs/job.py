@@ -215,6 +215,10 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
                         notices.append(cache.problem)
                 job.ctx.threads.shutdown(wait=False, cancel_futures=True)
                 stats = executor.stats if executor is not None else Stats()
+                if job.flow.target is not None:
+                    from flowkit.flow.target import cached_notice
+
+                    notices += cached_notice(stats.cached_nodes)
                 counts = _counts(stats, cache)
                 writer.close(
                     status,

@@ -70,6 +70,10 @@ def test_a_callable_target_is_called_judged_and_timed(questions: Path) -> None:
     hits = [t["cache_hit"] for t in read_jsonl(Path("b/traces.jsonl")) if t["node"] == "target"]
     assert hits == [True, True]
     assert read_json(Path("b/metrics.json"))["agent/latency_seconds/average"] == latency
+    # ... and the run says so (the first run, which called the app, does not).
+    cached = "2 rows' app replies came from the cache; their latency is the original call's"
+    assert cached in read_json(Path("b/run.json"))["notices"]
+    assert cached not in (read_json(Path("a/run.json")).get("notices") or [])
 
     # An edited app runs again.
     write(Path("app.py"), APP.replace('"No idea."', '"Paris, I think."'))
@@ -136,6 +140,10 @@ def test_an_app_flow_target_is_judged_and_timed(questions: Path) -> None:
     assert [t["cache_hit"] for t in traces if t["node"] == "target.a"] == [True, True]
     rows = read_jsonl(Path("g/outputs.jsonl"))
     assert [r["outputs"]["latency_seconds"] for r in rows] == latencies
+    # ... and says so: the app flow's own record per row is a cache hit, and the run's notice.
+    assert [t["cache_hit"] for t in traces if t["node"] == "target"] == [True, True]
+    cached = "2 rows' app replies came from the cache; their latency is the original call's"
+    assert cached in read_json(Path("g/run.json"))["notices"]
 
     # Without the cache every row is timed afresh.
     fresh = flowkit(

@@ -206,6 +206,7 @@ run("object")
 
 def test_a_notebook_target_is_keyed_by_the_cells_it_reaches(workdir: Path, data: Path) -> None:
     lines = _script(workdir, NOTEBOOK).splitlines()
+    cached = "1 row's app reply came from the cache; its latency is the original call's"
     uncached = (
         "--target '__main__:app': global 'client' of app cannot be fingerprinted (a value of "
         "type object is not JSON), so its answers are not cached (give it plain data to hold, "
@@ -213,7 +214,7 @@ def test_a_notebook_target_is_keyed_by_the_cells_it_reaches(workdir: Path, data:
     )
     assert lines == [
         "first ['plain Q?'] [False] []",
-        "same ['plain Q?'] [True] []",
+        f"same ['plain Q?'] [True] [{cached!r}]",  # the cached reply says so
         "helper ['plain ~Q?'] [False] []",
         "data ['fancy ~Q?'] [False] []",
         f"object ['fancy ~Q?'] [False] [{uncached!r}]",

@@ -48,6 +48,21 @@ def test_evaluate_names_each_failing_gate() -> None:
     ]
 
 
+@pytest.mark.parametrize("value", [None, float("nan")])
+def test_a_gate_on_a_metric_without_a_value_is_a_failed_check(value: float | None) -> None:
+    # A metric no row measured (None, or NaN from an empty aggregate) fails its gate with a
+    # sentence, under its own name or another tool's prefixed spelling; it never crashes.
+    metrics = {"g.stdev": value, "agent/latency_seconds/average": value}
+    gates = [parse_gate("g.stdev<=1"), parse_gate("agent.agent/latency_seconds/average<=60")]
+    assert evaluate(gates, metrics) == [
+        "gate g.stdev<=1: g.stdev has no value (no row measured it)",
+        "gate agent.agent/latency_seconds/average<=60: agent.agent/latency_seconds/average "
+        "has no value (no row measured it)",
+    ]
+    with pytest.raises(GateError):
+        check_gates(gates[:1], metrics, Console(file=io.StringIO()))
+
+
 def test_check_gates_reports_passes_and_raises_on_failures() -> None:
     out = io.StringIO()
     console = Console(file=out, width=200)

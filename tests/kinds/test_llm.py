@@ -321,3 +321,61 @@ def test_for_each_must_name_an_input(tmp_path: Path) -> None:
         "node 'judge': for_each names 'itme', which is not one of the node's inputs "
         "(did you mean 'item'?)"
     ]
+
+
+BLIND_FLOW = """
+name: blind
+inputs: {question: {type: string}, context: {type: string}}
+outputs: {verdict: "${judge.output}"}
+nodes:
+  - name: judge
+    type: llm
+    prompt: judge.jinja2
+    inputs: {question: "${inputs.question}", context: "${inputs.context}"}
+"""
+BLIND_PROMPT = "user:\nIs this question answerable? {{ question }}\n"
+BLIND_DAG = """
+inputs: {question: {type: string}, context: {type: string}}
+outputs: {verdict: {type: string, reference: "${judge.output}"}}
+nodes:
+  - name: judge
+    type: llm
+    source: {type: code, path: judge.jinja2}
+    inputs: {question: "${inputs.question}", context: "${inputs.context}"}
+    connection: open_ai_connection
+    api: chat
+"""
+
+
+def test_a_prompt_blind_to_an_input_is_a_warning_before_the_run(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from flowkit.cli.main import main
+
+    write(workdir / "flow.yaml", BLIND_FLOW)
+    write(workdir / "judge.jinja2", BLIND_PROMPT)
+    write_jsonl(workdir / "d.jsonl", [{"question": "Capital of France?", "context": "Paris."}])
+    warning = (
+        "warning: flow.yaml:5: node 'judge': input 'context' is passed to prompt "
+        "'judge.jinja2', which never uses it (add {{ context }} to the template, or remove "
+        "the input)"
+    )
+    checked = CliRunner().invoke(main, ["validate", "flow.yaml"])
+    assert checked.exit_code == 0, checked.output
+    assert warning in checked.output
+    ran = CliRunner().invoke(main, ["run", "flow.yaml", "--data", "d.jsonl", "-q"])
+    assert ran.exit_code == 0, ran.output
+    assert ran.output.startswith(warning + "\n")  # said before the first row, once
+    assert ran.output.count("never uses it") == 1
+    # A template that uses every input says nothing.
+    write(workdir / "judge.jinja2", BLIND_PROMPT + "{{ context }}\n")
+    clean = CliRunner().invoke(main, ["validate", "flow.yaml"])
+    assert clean.exit_code == 0 and "warning" not in clean.output, clean.output
+    # A Prompt Flow folder keeps Prompt Flow's rules: an unused input is no mistake there.
+    write(workdir / "pf" / "flow.dag.yaml", BLIND_DAG)
+    write(workdir / "pf" / "judge.jinja2", BLIND_PROMPT)
+    pf = CliRunner().invoke(main, ["validate", "pf"])
+    assert pf.exit_code == 0, pf.output
+    assert "never uses it" not in pf.output

@@ -3,12 +3,24 @@ scores kept, the row's score combined by the flow's documented rule."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from flowkit.cli.main import main
 from flowkit.metrics.conversations import quality_turns, turn_summary
-from tests.metrics.test_judged_flows import _judge_prompt, judge, metrics, outputs, server
+from flowkit.testing.server import LocalServer
+from tests.metrics.test_judged_flows import (
+    EXAMPLES,
+    _judge_prompt,
+    judge,
+    metrics,
+    outputs,
+    server,
+)
+from tests.support import read_jsonl
 
 __all__ = ["judge", "server"]  # fixtures used by name below
 
@@ -140,3 +152,39 @@ def test_conversation_suite(judge: Any) -> None:
     assert {r["violence"] for r in rows} == {"very low"}
     assert result.metrics["groundedness.count"] == 5
     assert result.metrics["coherence.count"] == 6
+
+
+def test_relevance_chat_takes_a_conversation_and_a_domain(
+    server: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Azure AI Studio's conversation relevance: every reply judged against its own citations
+    # and the turns before it, with a reference answer built first; `--map domain=` reaches it.
+    rules = [
+        ("If the station is full", '{"reference_answer": "r", "reason": "Off.", "score": 2}'),
+        (".", '{"reference_answer": "r", "reason": "Matches.", "score": 5}'),
+    ]
+    server.configure(rules=rules)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    try:
+        result = CliRunner().invoke(
+            main,
+            [
+                "run", "relevance_chat", "--data", str(EXAMPLES / "conversations.jsonl"),
+                "--model", "gpt-4o-mini", "--map", "domain=bike rental", "--output", "out", "-q",
+            ],
+        )  # fmt: skip
+    finally:
+        server.configure(rules=[])
+    assert result.exit_code == 0, result.output
+    rows = [r["outputs"] for r in read_jsonl(tmp_path / "out" / "outputs.jsonl")]
+    assert [r["turn_scores"] for r in rows] == [[5], [5, 2], [5], [5], [5], [5, 5]]
+    assert [r["score"] for r in rows] == [5, (5 + 2) / 2, 5, 5, 5, 5]
+    traces = read_jsonl(tmp_path / "out" / "traces.jsonl")
+    (sent,) = [t["llm"]["messages"] for t in traces if (t["node"], t["line"]) == ("judge_turns", 1)]
+    prompt = "\n".join(m["content"] for item in sent for m in item["messages"])
+    assert "reference answer" in prompt
+    assert "The conversation is in the bike rental domain" in prompt
+    assert "User: Where can I return a bike?" in prompt  # the turn before, as its history
+    assert "[Document id: return-03] Full stations" in prompt  # the turn's own citations
