@@ -115,10 +115,18 @@ class Mapping:
         for name, ref in self.sources.items():
             if name in self.explicit or ref is None or ref.name in columns:
                 continue
-            column, _ = alias_for(name, columns)
+            column, candidates = alias_for(name, columns)
             if column is not None:
                 self.sources[name] = parse_data_ref(f"${{data.{column}}}")
                 notes.append(alias_note(name, column))
+            elif len(candidates) > 1 and not self.flow.inputs[name].required:
+                # A required one is refused in check(); an optional one would silently read
+                # nothing.
+                both = " and ".join(map(repr, candidates))
+                notes.append(
+                    f"warning: input {name!r} reads no column: {both} could each be it; "
+                    f"choose one with --map {name}='${{data.COLUMN}}'"
+                )
         return notes
 
     def _filled(self, columns: list[str]) -> Callable[[str], bool]:
