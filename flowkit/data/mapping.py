@@ -26,6 +26,7 @@ from flowkit.errors import (
 from flowkit.flow.graph import Flow
 from flowkit.flow.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk
 from flowkit.flow.source import line_of
+from flowkit.metrics.adapters import request_text
 
 
 class RowError(ValueError):
@@ -73,6 +74,7 @@ class Mapping:
                     if line in self.prior:
                         self.prior[line]["usage"] = usage
         self._types = {name: spec.type for name, spec in flow.inputs.items()}
+        self._requests: set[str] = set()  # inputs read from a Databricks `request` column
         self._defaults = {n: s.default for n, s in flow.inputs.items() if not s.required}
 
     def as_dict(self) -> dict[str, str]:
@@ -118,6 +120,8 @@ class Mapping:
             column, candidates = alias_for(name, columns)
             if column is not None:
                 self.sources[name] = parse_data_ref(f"${{data.{column}}}")
+                if column == "request":
+                    self._requests.add(name)
                 notes.append(alias_note(name, column))
             elif len(candidates) > 1 and not self.flow.inputs[name].required:
                 # A required one is refused in check(); an optional one would silently read
@@ -199,6 +203,13 @@ class Mapping:
                         inputs[name] = self._defaults[name]
                         continue
                     raise RowError(f"input {name!r}: {err}") from None
+            if name in self._requests and self._types[name] == "string":
+                # Databricks' request may be a chat request ({messages}) or {query, history}:
+                # a text input reads its last user turn, as Databricks' judges do.
+                try:
+                    value = request_text(value)
+                except ValueError as err:
+                    raise RowError(f"input {name!r} ({ref.text if ref else ''}): {err}") from None
             try:
                 inputs[name] = coerce(value, self._types[name])
             except TypeError as err:

@@ -195,3 +195,26 @@ def test_an_optional_input_with_two_candidate_columns_is_warned_about(
         "warning: input 'question' reads no column: 'query' and 'user_input' could each be it; "
         "choose one with --map question='${data.COLUMN}'"
     ) in read_json(result.run_dir / "run.json")["notices"]
+
+
+def test_a_databricks_chat_request_fills_question_with_its_last_user_turn(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    """Databricks' request may be {messages} or {query, history}; the documented
+    `flowkit run similarity groundedness --data examples/agent_eval.jsonl` read them as bad rows."""
+    rows = [
+        {
+            "request": {"messages": [{"role": "user", "content": "What is the capital?"}]},
+            "response": "Paris.",
+            "expected_response": "Paris",
+        },
+        {
+            "request": {"query": "And of Italy?", "history": []},
+            "response": "Rome.",
+            "expected_response": "Rome",
+        },
+    ]
+    result = _run("similarity", rows, tmp_path)
+    assert result.counts["succeeded"] == 2
+    questions = [row["inputs"]["question"] for row in result.rows()]
+    assert questions == ["What is the capital?", "And of Italy?"]
