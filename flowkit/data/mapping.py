@@ -26,6 +26,7 @@ from flowkit.errors import (
 from flowkit.flow.graph import Flow
 from flowkit.flow.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk
 from flowkit.flow.source import line_of
+from flowkit.metrics.adapters import request_text
 
 
 class RowError(ValueError):
@@ -73,6 +74,7 @@ class Mapping:
                     if line in self.prior:
                         self.prior[line]["usage"] = usage
         self._types = {name: spec.type for name, spec in flow.inputs.items()}
+        self._requests: set[str] = set()  # inputs read from a Databricks `request` column
         self._defaults = {n: s.default for n, s in flow.inputs.items() if not s.required}
 
     def as_dict(self) -> dict[str, str]:
@@ -115,10 +117,20 @@ class Mapping:
         for name, ref in self.sources.items():
             if name in self.explicit or ref is None or ref.name in columns:
                 continue
-            column, _ = alias_for(name, columns)
+            column, candidates = alias_for(name, columns)
             if column is not None:
                 self.sources[name] = parse_data_ref(f"${{data.{column}}}")
+                if column == "request":
+                    self._requests.add(name)
                 notes.append(alias_note(name, column))
+            elif len(candidates) > 1 and not self.flow.inputs[name].required:
+                # A required one is refused in check(); an optional one would silently read
+                # nothing.
+                both = " and ".join(map(repr, candidates))
+                notes.append(
+                    f"warning: input {name!r} reads no column: {both} could each be it; "
+                    f"choose one with --map {name}='${{data.COLUMN}}'"
+                )
         return notes
 
     def _filled(self, columns: list[str]) -> Callable[[str], bool]:
@@ -191,6 +203,13 @@ class Mapping:
                         inputs[name] = self._defaults[name]
                         continue
                     raise RowError(f"input {name!r}: {err}") from None
+            if name in self._requests and self._types[name] == "string":
+                # Databricks' request may be a chat request ({messages}) or {query, history}:
+                # a text input reads its last user turn, as Databricks' judges do.
+                try:
+                    value = request_text(value)
+                except ValueError as err:
+                    raise RowError(f"input {name!r} ({ref.text if ref else ''}): {err}") from None
             try:
                 inputs[name] = coerce(value, self._types[name])
             except TypeError as err:

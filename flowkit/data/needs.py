@@ -60,8 +60,10 @@ def alias_for(name: str, columns: Iterable[str]) -> tuple[str | None, list[str]]
 
 
 def alias_note(name: str, column: str) -> str:
+    tool = TOOLS.get(column, "another tool")
+    verb = "name" if " and " in tool else "names"
     return (
-        f"input {name!r} reads column {column!r} (as {TOOLS.get(column, 'another tool')} name "
+        f"input {name!r} reads column {column!r} (as {tool} {verb} "
         f"it); --map {name}='${{data.COLUMN}}' reads another"
     )
 

@@ -104,7 +104,7 @@ def run_aggregates(executor: Executor) -> tuple[dict[str, Any], dict[str, Any]]:
         if output is not None:
             done[(agg.path, agg.node.name)] = output
         if output is not None and refused is None:
-            bare = agg.node.spec.metrics == "logged" and not agg.path
+            bare = agg.node.spec.metrics == "logged" and not agg.shown_path
             for k, v in output.items():
                 metrics[f"{agg.prefix}.{k}"] = v
                 owners[f"{agg.prefix}.{k}"] = qual

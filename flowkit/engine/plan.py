@@ -66,10 +66,18 @@ class AggTask:
     left_out: int = 0
     skipped: int = 0
     """Of the rows left out, those where a `when` skipped what the aggregate reads."""
+    shown: tuple[str, ...] | None = None
+    """``path`` as the metric names spell it, where it differs: with --target, the judged
+    flow's own level is left out, so a suite's metrics are named as a run without it names
+    them (``groundedness.mean``, not ``rag_suite.groundedness.mean``)."""
+
+    @property
+    def shown_path(self) -> tuple[str, ...]:
+        return self.path if self.shown is None else self.shown
 
     @property
     def prefix(self) -> str:
-        return ".".join(self.path) if self.path else self.flow.name
+        return ".".join(self.shown_path) if self.shown_path else self.flow.name
 
     def ordered(self) -> list[tuple[Any, ...]]:
         """The columns in input order. Rows finish in any order when they wait on a model;
@@ -87,6 +95,10 @@ class Plans:
     def __init__(self, flow: BoundFlow) -> None:
         self.by_flow: dict[int, Plan] = {}
         self.aggregates: list[AggTask] = []
+        # A run with --target wraps one judged flow in a node of its name (several judged
+        # flows are one node each, named as a run without --target names them).
+        judged = flow.name.removesuffix("_on_target")
+        self._judged = judged if flow.target is not None and judged in flow.nodes else None
         self._add(flow, ())
 
     def __getitem__(self, flow: BoundFlow) -> Plan:
@@ -111,7 +123,8 @@ class Plans:
                 if r is not None and r.source == "node" and not flow.nodes[r.name].is_aggregate
             ]
             refs += [r for _, r, _ in node.inputs if r is not None and r.source == "inputs"]
-            self.aggregates.append(AggTask(path, flow, node, refs))
+            shown = path[1:] if self._judged and path[:1] == (self._judged,) else None
+            self.aggregates.append(AggTask(path, flow, node, refs, shown=shown))
         return tree
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flowkit.code import freshness
+from flowkit.errors import UsageError
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import LoadContext, _flow_path, _raise
 from flowkit.flow.source import YDict
@@ -16,11 +17,25 @@ from flowkit.flow.source import YDict
 
 def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     """Several flows as one: each becomes a sub-flow node, their inputs joined by name."""
+    if not flows:
+        raise UsageError("no flow given to run", hint="name one flow or more")
     ctx = LoadContext()
     paths = [_flow_path(f) for f in flows]
     with freshness.recording() as seen:  # the sub-flows' code (composing adds none)
         subs = [ctx.load(p) for p in paths]
     _raise(ctx, name)
+    named: dict[str, Path] = {}
+    for path, sub in zip(paths, subs, strict=True):
+        assert sub is not None
+        if sub.name in named:
+            # Each flow's outputs and metrics are named by its flow name (an alias, as
+            # ada_similarity, names the same flow).
+            which = "" if named[sub.name] == path else f" ({named[sub.name]}, {path})"
+            raise UsageError(
+                f"the flow {sub.name!r} is given twice{which}; each flow's outputs and metrics "
+                "go under its name, so give each flow once",
+            )
+        named[sub.name] = path
     inputs: dict[str, Any] = {}
     for sub in subs:
         assert sub is not None

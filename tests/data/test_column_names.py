@@ -48,7 +48,7 @@ def test_azure_ai_evaluation_columns_run_groundedness_without_flags(
         "name it); --map answer='${data.COLUMN}' reads another"
     ) in info["notices"]
     assert (
-        "input 'question' reads column 'query' (as azure-ai-evaluation name it); --map "
+        "input 'question' reads column 'query' (as azure-ai-evaluation names it); --map "
         "question='${data.COLUMN}' reads another"
     ) in info["notices"]
     # The judge saw the user's question and answer, not empty defaults.
@@ -71,7 +71,7 @@ def test_ragas_columns_feed_the_traditional_metrics(tmp_path: Path) -> None:
     info = read_json(result.run_dir / "run.json")
     assert info["mapping"]["ground_truth"] == "${data.reference}"
     assert (
-        "input 'ground_truth' reads column 'reference' (as Ragas name it); --map "
+        "input 'ground_truth' reads column 'reference' (as Ragas names it); --map "
         "ground_truth='${data.COLUMN}' reads another"
     ) in info["notices"]
     # An explicit --map wins over the alias, and no note claims otherwise.
@@ -182,3 +182,39 @@ def test_an_azure_conversation_column_is_read_as_messages(
     assert len(row["outputs"]["turn_scores"]) == 2
     info = read_json(result.run_dir / "run.json")
     assert info["mapping"]["messages"] == "${data.conversation}"
+
+
+def test_an_optional_input_with_two_candidate_columns_is_warned_about(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    """groundedness's question is optional: with both 'query' and 'user_input' it reads neither,
+    and the run says so instead of judging with an empty question unannounced."""
+    rows = [{"query": "Q?", "user_input": "Q?", "response": "A.", "context": "A."}]
+    result = _run("groundedness", rows, tmp_path)
+    assert (
+        "warning: input 'question' reads no column: 'query' and 'user_input' could each be it; "
+        "choose one with --map question='${data.COLUMN}'"
+    ) in read_json(result.run_dir / "run.json")["notices"]
+
+
+def test_a_databricks_chat_request_fills_question_with_its_last_user_turn(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    """Databricks' request may be {messages} or {query, history}; the documented
+    `flowkit run similarity groundedness --data examples/agent_eval.jsonl` read them as bad rows."""
+    rows = [
+        {
+            "request": {"messages": [{"role": "user", "content": "What is the capital?"}]},
+            "response": "Paris.",
+            "expected_response": "Paris",
+        },
+        {
+            "request": {"query": "And of Italy?", "history": []},
+            "response": "Rome.",
+            "expected_response": "Rome",
+        },
+    ]
+    result = _run("similarity", rows, tmp_path)
+    assert result.counts["succeeded"] == 2
+    questions = [row["inputs"]["question"] for row in result.rows()]
+    assert questions == ["What is the capital?", "And of Italy?"]
