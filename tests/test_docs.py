@@ -86,7 +86,14 @@ def _bash(text: str, state: Path) -> None:
     assert proc.returncode == 0, f"{text}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
 
 
-@pytest.mark.parametrize("page", RUNNABLE, ids=[str(p.relative_to(REPO)) for p in RUNNABLE])
+# README's tour runs in the README's suite; the docs/ pages (about three minutes of runs on two
+# cores) in .ci/run's slow stage, so the suite keeps under five minutes.
+PAGE_PARAMS = [
+    pytest.param(p, marks=() if p.name == "README.md" else pytest.mark.slow) for p in RUNNABLE
+]
+
+
+@pytest.mark.parametrize("page", PAGE_PARAMS, ids=[str(p.relative_to(REPO)) for p in RUNNABLE])
 def test_the_commands_of_the_page_run(
     page: Path, project: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
