@@ -85,10 +85,17 @@ class RedirectRefused(RefusedReply):
         return (RedirectRefused, (self.origin,))
 
 
+def _origin_of(url: Any) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL of httpx or httpx2 (plain httpx has no ``URL.origin``),
+    the port filled in from the scheme where the URL leaves it out."""
+    port = url.port or {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host, port
+
+
 def _origin(url: Any) -> str:
     """``scheme://host:port`` of an httpx URL, without what could carry a secret."""
-    origin = url.origin
-    return f"{origin.scheme}://{origin.host}:{origin.port}"
+    scheme, host, port = _origin_of(url)
+    return f"{scheme}://{host}:{port}"
 
 
 def check_length(declared: int | None, cap: int) -> None:
@@ -159,7 +166,7 @@ def capped(base: type[Any]) -> type[Any]:
                 and request.url.scheme == "http"
                 and url.scheme == "https"
             )
-            if url.origin != request.url.origin and not same_host_upgrade:
+            if _origin_of(url) != _origin_of(request.url) and not same_host_upgrade:
                 raise RedirectRefused(_origin(url))
             return super()._redirect_headers(request, url, method)
 
