@@ -163,6 +163,9 @@ def _request_too_large(exc: BaseException) -> bool:
 
 def classify(exc: BaseException) -> Verdict:
     """Sort an exception into retryable kinds; everything unrecognised is fatal."""
+    judged = getattr(exc, "verdict", None)
+    if isinstance(judged, Verdict):  # a worker's attempt, judged where it failed (leases)
+        return judged
     too_large = too_large_in(exc)
     if too_large is not None:  # the same request would get the same reply
         return Verdict(Failure.FATAL, cause=str(too_large))

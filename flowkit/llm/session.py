@@ -15,7 +15,8 @@ use, which remembers nothing on disk and keeps its schedulers until
 Sharing between runs is explicit: a session joins a :class:`~flowkit.llm.shared.SharedEndpoints`
 (by default the process's, ``shared.PROCESS``), from which it draws each endpoint's declared
 ``rpm`` / ``tpm``, so runs in one process together stay under them. A session made with
-``shared=None`` keeps its budgets to itself (a scale-out worker handed its share of them).
+``shared=None`` keeps its budgets to itself. A scale-out worker's session draws from none of
+its own: its ``lease`` hands every call to the driver's schedulers (``leases``).
 
 Closing the session (the end of :func:`run_session`) saves what its schedulers learned to the
 endpoint memory and closes its clients.
@@ -38,6 +39,7 @@ from flowkit.llm.shared import PROCESS, DeclaredBudget, SharedEndpoints
 if TYPE_CHECKING:
     from flowkit.llm.clients import ClientPool
     from flowkit.llm.endpoint import Endpoint
+    from flowkit.llm.leases import LeaseClient
     from flowkit.llm.scheduler import Scheduler
     from flowkit.llm.usage import UsageTracker
 
@@ -77,6 +79,9 @@ class LlmSession:
         self.batch: BatchRoute | None = None
         """Where chat calls go in batch mode (``flowkit.batch``); None: to the endpoint."""
         self.closed = False
+        self.lease: LeaseClient | None = None
+        """A scale-out worker's draw on the driver's schedulers (``leases``): while set, every
+        scheduler of this session is the driver's."""
         self._lock = threading.Lock()
         self._schedulers: dict[tuple[tuple[str, ...], str, int], Scheduler] = {}
         # Without shared budgets, the session's own: its per-thread schedulers share them.
@@ -122,6 +127,8 @@ class LlmSession:
         """
         from flowkit.llm.scheduler import Scheduler
 
+        if self.lease is not None:  # the run's budgets are the driver's: so is its scheduler
+            return self.lease.scheduler(endpoint, model)  # type: ignore[return-value]
         identity = endpoint.identity()
         model = endpoint.deployment or model or endpoint.model  # what the request names
         key = (identity, model, threading.get_ident())
@@ -144,6 +151,15 @@ class LlmSession:
         """Every scheduler this session created, for run summaries."""
         with self._lock:
             return list(self._schedulers.values())
+
+    def endpoints(self) -> list[dict[str, str]]:
+        """Each endpoint and model the session's calls went to (for run.json): the connection,
+        its address (a password in it masked) and the model; never a key. In a scale-out run,
+        the driver's session holds every worker's (``leases``)."""
+        from flowkit.llm.endpoint import redact_url
+
+        found = {(s.name, redact_url(s.url), s.model) for s in self.schedulers()}
+        return [{"connection": c, "url": u, "model": m} for c, u, m in sorted(found)]
 
     def close(self) -> None:
         """Save what the schedulers learned (if the session remembers) and close the clients

@@ -6,20 +6,20 @@ produced: output rows, trace lines, new cache entries, aggregate columns and cou
 alone writes the run folder and the cache, so both stay coherent whatever the backend; chunks
 come back in order, so outputs.jsonl stays in input order with a bounded buffer.
 
-Rate limits: each worker (a process, or a thread of the threading backend) runs the run's model
-calls in its own session (``flowkit.llm.session``), kept across its chunks, with its own
-schedulers; a connection's `concurrency` is divided evenly between the workers (see ``_share``).
-Its declared `rpm` and `tpm` are a quota of the whole process: a worker in another process
-(loky, Dask, Ray) gets its even share of them and keeps it to itself, while the threading
-backend's workers, in the driver's process, join the process's shared budgets
-(``flowkit.llm.shared.PROCESS``) at the undivided declared rate, as the driver's own run and any
-other run in the process do, so all of them together stay under it. What a worker's endpoints
-learn is merged into the cache folder's endpoint memory after each chunk.
+Rate limits: one budget per endpoint for the whole run, whatever the backend and however many
+workers (``flowkit.llm.leases``). The driver keeps the run's schedulers and serves them while
+the chunks run; each worker runs the driver's resolved model settings with its own keys
+(``flowkit.llm.handed``: one whose own configuration names another endpoint refuses), and its
+session hands every call to the driver's scheduler to be admitted, then reports the outcome,
+so concurrency, request and token paces, declared or learned, hold across all workers as in a
+local run, and what the endpoints learned is kept by the driver.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import itertools
 import math
 import socket
@@ -51,6 +51,9 @@ class WorkerJob:
     """``--target``'s wrapping (flowkit.flow.target.Target), done again in the worker."""
     variant: str | None = None
     """``--variant`` (`${node.variant}`): the worker loads the flow with it, as the driver did."""
+    lease: Any = None
+    """The driver's endpoint budgets and model settings (flowkit.llm.leases.Ticket), None when
+    the flow calls no model."""
 
 
 @dataclass
@@ -126,50 +129,36 @@ def _load(job: WorkerJob) -> Flow:
     return _flows[cached]
 
 
-IN_PROCESS = frozenset({"threading"})
-"""Backends whose workers are threads of the driver's process."""
-
-
-def _share(settings: Any, workers: int, in_process: bool = False) -> Any:
-    """Each worker gets 1/workers of every connection's concurrency and, unless the workers
-    share the process's declared budgets (``in_process``), of its request and token budgets."""
-    if settings is None or workers <= 1:
-        return settings
-    conns = {}
-    for name, conn in settings.connections.items():
-        update = {}
-        for key in () if in_process else ("rpm", "tpm"):
-            value = getattr(conn, key, None)
-            if value:
-                update[key] = max(1, math.floor(value / workers))
-        if "concurrency" in getattr(conn, "model_fields_set", ()):
-            update["concurrency"] = max(1, conn.concurrency // workers)
-        conns[name] = conn.model_copy(update=update)
-    return settings.model_copy(update={"connections": conns})
-
-
 _sessions: dict[int, tuple[str, Any]] = {}
 
 
-def _session(job: WorkerJob, cache_dir: Path) -> Any:
+def _session(job: WorkerJob) -> Any:
     """This worker's model-calling session for ``job``'s run: one per process, or per thread of
-    the threading backend, kept for the run's later chunks (their endpoints go on where the last
-    chunk left them). A worker's session of an earlier run is closed. A thread of the driver's
-    process draws from the process's declared budgets, a worker process from its share alone."""
-    from flowkit.llm.memory import FILE, EndpointMemory
+    the threading backend, kept for the run's later chunks. A worker's session of an earlier run
+    is closed. It paces nothing itself: each chunk's lease hands its calls to the driver."""
     from flowkit.llm.session import LlmSession
-    from flowkit.llm.shared import PROCESS
 
     thread = threading.get_ident()
     held = _sessions.get(thread)
     if held is not None and held[0] == job.run_id:
         return held[1]
-    shared = PROCESS if job.config.backend in IN_PROCESS else None
-    session = LlmSession(memory=EndpointMemory(cache_dir / FILE), shared=shared)
+    session = LlmSession(memory=None, shared=None)
     _sessions[thread] = (job.run_id, session)
     if held is not None:
         held[1].close()
     return session
+
+
+def _settings(job: WorkerJob) -> Any:
+    """The driver's model settings with this worker's keys (flowkit.llm.handed)."""
+    from flowkit.llm.config import load_settings
+    from flowkit.llm.handed import worker_settings
+
+    config = job.config
+    own = load_settings(
+        model=config.model, connection=config.connection, embedding_model=config.embedding_model
+    )
+    return worker_settings(job.lease.settings, own)
 
 
 def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
@@ -190,31 +179,24 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
 
     flow = _load(job)
     config, options = job.config, job.config.run_options()
-    settings = None
-    if needs_settings(flow):
-        from flowkit.llm.config import load_settings
-
-        loaded = load_settings(
-            model=config.model,
-            connection=config.connection,
-            embedding_model=config.embedding_model,
-        )
-        settings = _share(loaded, config.workers, config.backend in IN_PROCESS)
+    settings = _settings(job) if job.lease is not None and needs_settings(flow) else None
     ctx = RunContext(options, settings, config.environment)
-    bound = bind(flow, ctx)  # this chunk's own binding: the cached flow is never written to
+    try:
+        bound = bind(flow, ctx)  # this chunk's own binding: the cached flow is never written to
+    except UsageError as err:  # e.g. no key in this worker's environment
+        raise UsageError(f"worker on {socket.gethostname()}: {err.message}", hint=err.hint) from None
     cache = None
     directory = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
     if options.use_cache:
         cache = Cache(directory, flush_every=2**62, flush_seconds=math.inf)
     writer = MemoryWriter(job.run_id)
     executor = Executor(bound, options, cache, writer, ctx)
-    session = _session(job, directory)
+    session = _session(job)
     try:
         with importable(flow.import_path), using(session):
-            asyncio.run(_run(executor, rows))
+            asyncio.run(_run(executor, rows, session, job.lease))
     finally:
         ctx.threads.shutdown(wait=False)
-        session.memory.save()  # merged with what other workers and runs saved
     result = ChunkResult(
         writer.rows,
         writer.traces,
@@ -230,11 +212,22 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     return result
 
 
-async def _run(executor: Any, rows: list[tuple[int, Any, Any]]) -> None:
+async def _run(
+    executor: Any, rows: list[tuple[int, Any, Any]], session: Any, ticket: Any
+) -> None:
     from flowkit.llm.client import aclose_clients
+    from flowkit.llm.leases import LeaseClient
 
     try:
-        await executor.run(rows)
+        if ticket is None:
+            await executor.run(rows)
+            return
+        async with LeaseClient(ticket) as lease:
+            session.lease = lease
+            try:
+                await executor.run(rows)
+            finally:
+                session.lease = None
     finally:
         await aclose_clients()
 
@@ -285,7 +278,7 @@ def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob) -> None:
     parallel, client = _parallel_config(job.config.backend, job.config.scheduler)
     writer, cache, stats = executor.writer, executor.cache, executor.stats
     try:
-        with parallel:
+        with parallel, _leases(executor, job) as job:
             chunks = _chunks(rows, job.config.chunk_size)
             for result in _results(job, chunks):
                 _fold(result, writer, cache, executor, stats)
@@ -293,6 +286,22 @@ def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob) -> None:
     finally:
         if client is not None:
             client.close()
+
+
+@contextlib.contextmanager
+def _leases(executor: Any, job: WorkerJob) -> Iterator[WorkerJob]:
+    """``job`` with the ticket to the driver's endpoint budgets, served while the run lasts
+    (flowkit.llm.leases); unchanged when the flow calls no model."""
+    settings = executor.ctx.settings
+    if settings is None:
+        yield job
+        return
+    from flowkit.llm.leases import serve_leases
+    from flowkit.llm.session import current_session
+
+    cluster = job.config.scheduler is not None
+    with serve_leases(current_session(), settings, cluster=cluster) as ticket:
+        yield dataclasses.replace(job, lease=ticket)
 
 
 def _results(job: WorkerJob, chunks: Iterator[list[Any]]) -> Iterator[ChunkResult]:

@@ -231,6 +231,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
                     aggregates=agg_info,
                     cost=run_cost(stats, job.settings),
                     duration_seconds=round(time.monotonic() - t0, 3),
+                    endpoints=session.endpoints(),
                 )
     if full or writer.out_of_space:
         raise OutOfSpace(writer.dir)

@@ -1,0 +1,493 @@
+"""One budget per endpoint across a run's workers: the driver's schedulers, leased to them.
+
+A scale-out run (``flowkit.runs.backends``) has workers in other processes or on other
+machines, each running rows. Were each to pace its own requests, ``--concurrency 8`` on two
+workers would put 16 in flight, and a learned 600 rpm would be sent twice over (measured
+before this module: 29-32% of requests rejected). So the run's schedulers stay on the
+driver, the ordinary in-process :class:`~flowkit.llm.scheduler.Scheduler` of its session,
+and every worker's model call goes through them:
+
+- the driver serves them over a websocket (:class:`LeaseService`, aiohttp, in a thread of its
+  own; each request carries the run's secret token);
+- a worker's session holds a :class:`LeaseClient` (one connection per chunk, kept for all its
+  rows' calls), whose :class:`LeasedScheduler` has the scheduler's ``run``;
+- for each attempt the driver's scheduler admits the request exactly as in a local run (a
+  slot, the request and token paces, pauses) and says ``go``; the worker sends the request
+  itself (its own key, its own connection) and reports the outcome: the reply's usage and
+  rate-limit headers, or the failure as :func:`~flowkit.llm.retry.classify` judged it. The
+  driver's scheduler learns from it as from a local reply and decides: done, another attempt,
+  or give up. A request cut as stalled on the driver is cancelled on the worker.
+
+Addresses: the service binds to ``$FLOWKIT_LEASE_BIND`` (``HOST`` or ``HOST:PORT``); unset,
+to 127.0.0.1 for a local cluster and to every interface when the run joins a cluster
+(``--scheduler``). Workers dial ``$FLOWKIT_LEASE_ADDRESS`` where the driver is known to them by
+another name (a NAT, a container), else the bound host (the driver's host name when bound to
+every interface). A worker that cannot reach it fails its chunk, naming the address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import os
+import pickle
+import secrets
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from flowkit.errors import EndpointError, FlowkitError
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from flowkit.llm.endpoint import Endpoint
+    from flowkit.llm.retry import Verdict
+    from flowkit.llm.session import LlmSession
+    from flowkit.llm.stats import Attempted
+
+BIND_ENV = "FLOWKIT_LEASE_BIND"
+ADDRESS_ENV = "FLOWKIT_LEASE_ADDRESS"
+CONNECT_TIMEOUT = 10.0
+"""Seconds a worker tries to reach the lease service before failing its chunk."""
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """What a worker needs to draw from the driver's budgets (picklable, no keys)."""
+
+    url: str
+    """The lease service's websocket address, as workers dial it."""
+    token: str
+    """The run's secret: a request without it is refused."""
+    settings: dict[str, Any] | None = None
+    """The driver's resolved model settings (``Settings.model_dump``: keys are excluded)."""
+
+
+class RemoteFailure(Exception):
+    """A worker's failed attempt as the driver's scheduler sees it: ``classify`` gives back
+    the verdict the worker reached on the real exception."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.cause or verdict.kind.value)
+        self.verdict = verdict
+
+
+def _verdict_message(exc: BaseException) -> dict[str, Any]:
+    from flowkit.llm.retry import _headers, classify
+
+    verdict = classify(exc)
+    headers = _headers(exc)
+    return {
+        "kind": verdict.kind.value,
+        "retry_after": verdict.retry_after,
+        "cause": verdict.cause,
+        "unfixable": verdict.unfixable,
+        "headers": _plain(headers) if verdict.rates is not None else None,
+    }
+
+
+def _verdict(message: Mapping[str, Any]) -> Verdict:
+    from flowkit.llm.ratelimits import parse_rate_headers
+    from flowkit.llm.retry import Failure, Verdict
+
+    headers = message.get("headers")
+    return Verdict(
+        Failure(message["kind"]),
+        message.get("retry_after"),
+        message.get("cause"),
+        bool(message.get("unfixable")),
+        parse_rate_headers(headers) if headers is not None else None,
+    )
+
+
+def _plain(headers: Mapping[str, str] | None) -> dict[str, str] | None:
+    return None if headers is None else {k.lower(): v for k, v in headers.items()}
+
+
+def _pack(exc: BaseException) -> dict[str, Any]:
+    """An exception the driver's scheduler raised (the endpoint is down, a stall retried too
+    often, a request over the whole token budget), to be raised again on the worker."""
+    try:
+        data: str | None = base64.b64encode(pickle.dumps(exc)).decode()
+    except Exception:  # an exception that does not pickle is raised as its words
+        data = None
+    return {"pickle": data, "message": str(exc), "hint": getattr(exc, "hint", None)}
+
+
+def _unpack(message: Mapping[str, Any]) -> BaseException:
+    if message.get("pickle"):
+        with suppress(Exception):
+            exc = pickle.loads(base64.b64decode(message["pickle"]))  # the driver's own object
+            if isinstance(exc, FlowkitError):
+                exc.hint = message.get("hint")
+            if isinstance(exc, BaseException):
+                return exc
+    return FlowkitError(message.get("message") or "the driver refused the request")
+
+
+class _Channel:
+    """One websocket's writes, in order, from synchronous code (a write never waits)."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self._out: asyncio.Queue[str | None] = asyncio.Queue()
+        self._writer = asyncio.ensure_future(self._write())
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._out.put_nowait(json.dumps(message))
+
+    async def _write(self) -> None:
+        while (text := await self._out.get()) is not None:
+            if self.ws.closed:
+                return
+            await self.ws.send_str(text)
+
+    async def close(self) -> None:
+        self._out.put_nowait(None)
+        with suppress(Exception):
+            await self._writer
+
+
+# -- the driver's side ---------------------------------------------------------------------
+
+
+class LeaseService:
+    """The driver's schedulers (``session``'s), served to workers; see the module doc."""
+
+    def __init__(self, session: LlmSession, settings: Any, *, cluster: bool = False) -> None:
+        self.session = session
+        self.token = secrets.token_urlsafe(32)
+        self._settings = settings
+        self._keys = {n: c.api_key for n, c in getattr(settings, "connections", {}).items()}
+        self._endpoints: dict[str, Endpoint] = {}
+        bind = os.environ.get(BIND_ENV) or ("0.0.0.0" if cluster else "127.0.0.1")
+        self._host, _, port = bind.rpartition(":") if ":" in bind else (bind, "", "0")
+        self._port = int(port or 0)
+        self._loop = asyncio.new_event_loop()
+        self._runner: Any = None
+        self.url = ""
+
+    def start(self) -> Ticket:
+        """Serve from a thread of this process; the ticket workers need."""
+        ready: asyncio.Future[int] = self._loop.create_future()
+        thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
+        thread.name = "flowkit-leases"
+        thread.start()
+        port = asyncio.run_coroutine_threadsafe(_wait(ready), self._loop).result(30)
+        self._thread = thread
+        advertised = os.environ.get(ADDRESS_ENV)
+        if advertised:
+            host, _, given = advertised.rpartition(":") if ":" in advertised else (advertised, "", "")
+            address = f"{host}:{given or port}"
+        else:
+            host = socket.getfqdn() if self._host in ("0.0.0.0", "::", "") else self._host
+            address = f"{host}:{port}"
+        self.url = f"ws://{address}/lease"
+        settings = self._settings
+        dump = settings.model_dump(mode="json", exclude_unset=True) if settings else None
+        return Ticket(self.url, self.token, dump)
+
+    def _serve(self, ready: asyncio.Future[int]) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._open(ready))
+        self._loop.run_forever()
+
+    async def _open(self, ready: asyncio.Future[int]) -> None:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_get("/lease", self._socket)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        try:
+            site = web.TCPSite(self._runner, self._host, self._port)
+            await site.start()
+        except OSError as err:
+            ready.set_exception(
+                FlowkitError(
+                    f"cannot serve the run's endpoint budgets on {self._host}:{self._port}: {err}",
+                    hint=f"set ${BIND_ENV} to an address and port this host can listen on",
+                )
+            )
+            return
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        ready.set_result(sockets[0].getsockname()[1] if sockets else self._port)
+
+    def stop(self) -> None:
+        """Stop serving; the workers' calls in progress fail."""
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if getattr(self, "_thread", None) is not None:
+            self._thread.join(30)
+        self._loop.close()
+
+    async def _socket(self, request: web.Request) -> web.StreamResponse:
+        from aiohttp import WSMsgType, web
+
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            return web.Response(status=401, text="this run's lease token is required")
+        ws = web.WebSocketResponse(max_msg_size=0)
+        await ws.prepare(request)
+        channel = _Channel(ws)
+        tasks: dict[int, asyncio.Task[None]] = {}
+        reports: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                data = json.loads(msg.data)
+                rid, op = data["id"], data["op"]
+                if op == "run":
+                    task = asyncio.ensure_future(self._lease(channel, reports, data))
+                    tasks[rid] = task
+                    task.add_done_callback(lambda _, rid=rid: tasks.pop(rid, None))
+                elif op == "done":
+                    found = reports.pop(rid, None)
+                    if found is not None and not found.done():
+                        found.set_result(data)
+                elif op == "cancel" and rid in tasks:
+                    tasks[rid].cancel()
+        finally:
+            for task in list(tasks.values()):
+                task.cancel()
+            await channel.close()
+        return ws
+
+    def _endpoint(self, described: dict[str, Any]) -> Endpoint:
+        """The driver's endpoint for a worker's description of it (with the driver's key, so
+        it is the very scheduler and memory a local run of the driver would use)."""
+        from flowkit.llm.endpoint import Endpoint
+
+        text = json.dumps(described, sort_keys=True)
+        found = self._endpoints.get(text)
+        if found is None:
+            endpoint = Endpoint.model_validate(described)
+            key = self._keys.get(endpoint.connection)
+            found = self._endpoints[text] = endpoint.model_copy(update={"api_key": key})
+        return found
+
+    async def _lease(
+        self,
+        channel: _Channel,
+        reports: dict[int, asyncio.Future[dict[str, Any]]],
+        data: dict[str, Any],
+    ) -> None:
+        rid = data["id"]
+        scheduler = self.session.scheduler_for(self._endpoint(data["endpoint"]), data["model"])
+
+        async def attempt() -> dict[str, Any]:
+            report = reports[rid] = asyncio.get_running_loop().create_future()
+            channel.send({"op": "go", "id": rid})
+            try:
+                found = await report
+            except asyncio.CancelledError:  # cut as stalled, or the worker gave up the row
+                reports.pop(rid, None)
+                channel.send({"op": "cancel", "id": rid})
+                raise
+            if found.get("ok"):
+                return found
+            raise RemoteFailure(_verdict(found["verdict"]))
+
+        try:
+            done = await scheduler.run(
+                attempt,
+                tokens=data.get("tokens", 0),
+                used_tokens=lambda r: r.get("used"),
+                headers=lambda r: r.get("headers"),
+                timeout=data.get("timeout"),
+                on_arrival=bool(data.get("on_arrival")),
+                detail=data.get("detail", ""),
+            )
+        except RemoteFailure:
+            channel.send({"op": "raise", "id": rid})  # the worker raises its own exception
+        except Exception as exc:
+            channel.send({"op": "error", "id": rid, "error": _pack(exc)})
+        else:
+            channel.send({"op": "end", "id": rid, "attempts": done.attempts})
+
+
+async def _wait(ready: asyncio.Future[int]) -> int:
+    return await ready
+
+
+@contextmanager
+def serve_leases(session: LlmSession, settings: Any, *, cluster: bool = False) -> Iterator[Ticket]:
+    """Within: ``session``'s schedulers are served to the run's workers (see the module doc)."""
+    service = LeaseService(session, settings, cluster=cluster)
+    ticket = service.start()
+    try:
+        yield ticket
+    finally:
+        service.stop()
+
+
+# -- a worker's side -----------------------------------------------------------------------
+
+
+class LeaseClient:
+    """A worker's connection to the driver's lease service, for the calls of one event loop
+    (a chunk): ``async with LeaseClient(ticket) as lease``."""
+
+    def __init__(self, ticket: Ticket) -> None:
+        self.ticket = ticket
+        self._ids = itertools.count(1)
+        self._inboxes: dict[int, asyncio.Queue[dict[str, Any]]] = {}
+        self._attempts: dict[int, asyncio.Future[Any]] = {}
+        self._described: dict[int, tuple[Endpoint, dict[str, Any]]] = {}
+        self._lost: str | None = None
+
+    def _where(self) -> str:
+        return self.ticket.url.removeprefix("ws://").removesuffix("/lease")
+
+    async def __aenter__(self) -> LeaseClient:
+        import aiohttp
+
+        self._http = aiohttp.ClientSession()
+        try:
+            self._ws = await self._http.ws_connect(
+                self.ticket.url,
+                headers={"Authorization": f"Bearer {self.ticket.token}"},
+                timeout=aiohttp.ClientWSTimeout(ws_close=CONNECT_TIMEOUT),
+                max_msg_size=0,
+            )
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as err:
+            await self._http.close()
+            raise EndpointError(
+                f"worker on {socket.gethostname()} cannot reach the run's endpoint budgets "
+                f"at {self._where()} (the driver's lease service): {err or type(err).__name__}",
+                hint=f"workers must reach the driver at that address: set ${ADDRESS_ENV} to "
+                f"where they reach it (and ${BIND_ENV} to where the driver listens)",
+            ) from None
+        self._channel = _Channel(self._ws)
+        self._reader = asyncio.ensure_future(self._read())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._reader.cancel()
+        await self._channel.close()
+        with suppress(Exception):
+            await self._ws.close()
+        await self._http.close()
+
+    async def _read(self) -> None:
+        from aiohttp import WSMsgType
+
+        try:
+            async for msg in self._ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                data = json.loads(msg.data)
+                rid = data["id"]
+                if data["op"] == "cancel":
+                    attempt = self._attempts.get(rid)
+                    if attempt is not None:
+                        attempt.cancel()
+                elif rid in self._inboxes:
+                    self._inboxes[rid].put_nowait(data)
+        finally:
+            self._lost = f"the connection to the run's endpoint budgets at {self._where()} closed"
+            for inbox in self._inboxes.values():
+                inbox.put_nowait({"op": "lost"})
+
+    def scheduler(self, endpoint: Endpoint, model: str | None) -> LeasedScheduler:
+        """The driver's scheduler of ``endpoint`` and ``model``, as this worker draws from it."""
+        return LeasedScheduler(self, endpoint, model or endpoint.model)
+
+    def _description(self, endpoint: Endpoint) -> dict[str, Any]:
+        known = self._described.get(id(endpoint))
+        if known is None or known[0] is not endpoint:
+            known = self._described[id(endpoint)] = (endpoint, endpoint.model_dump(mode="json"))
+        return known[1]
+
+    async def run(
+        self,
+        endpoint: Endpoint,
+        model: str,
+        call: Callable[[], Awaitable[Any]],
+        *,
+        tokens: int = 0,
+        used_tokens: Callable[[Any], int | None] | None = None,
+        headers: Callable[[Any], Mapping[str, str] | None] | None = None,
+        timeout: float | None = None,
+        on_arrival: bool = False,
+        detail: str = "",
+    ) -> Attempted[Any]:
+        """``Scheduler.run`` through the driver's scheduler (see the module doc)."""
+        from flowkit.llm.stats import Attempted
+
+        if self._lost is not None:
+            raise EndpointError(self._lost)
+        rid = next(self._ids)
+        inbox = self._inboxes[rid] = asyncio.Queue()
+        self._channel.send(
+            {
+                "op": "run",
+                "id": rid,
+                "endpoint": self._description(endpoint),
+                "model": model,
+                "tokens": tokens,
+                "timeout": timeout,
+                "on_arrival": on_arrival,
+                "detail": detail,
+            }
+        )
+        value: Any = None
+        error: BaseException | None = None
+        attempt: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                message = await inbox.get()
+                op = message["op"]
+                if op == "go":
+                    attempt = self._attempts[rid] = asyncio.ensure_future(call())
+                    await asyncio.wait({attempt})
+                    self._attempts.pop(rid, None)
+                    if attempt.cancelled():
+                        continue  # the driver cut it as stalled: it says what comes next
+                    error = attempt.exception()
+                    if error is None:
+                        value = attempt.result()
+                        used = used_tokens(value) if used_tokens is not None else None
+                        seen = _plain(headers(value)) if headers is not None else None
+                        self._channel.send(
+                            {"op": "done", "id": rid, "ok": True, "used": used, "headers": seen}
+                        )
+                    else:
+                        verdict = _verdict_message(error)
+                        self._channel.send({"op": "done", "id": rid, "verdict": verdict})
+                elif op == "end":
+                    return Attempted(value, int(message["attempts"]))
+                elif op == "raise" and error is not None:
+                    raise error
+                elif op == "error":
+                    raise _unpack(message["error"])
+                else:
+                    raise EndpointError(self._lost or f"the driver sent {op!r} unasked")
+        except asyncio.CancelledError:  # the row was given up: so is its place at the driver
+            if attempt is not None and not attempt.done():
+                attempt.cancel()
+            if self._lost is None:
+                self._channel.send({"op": "cancel", "id": rid})
+            raise
+        finally:
+            self._inboxes.pop(rid, None)
+            self._attempts.pop(rid, None)
+
+
+class LeasedScheduler:
+    """What the llm layer uses of a :class:`~flowkit.llm.scheduler.Scheduler` (``run``), for a
+    worker whose budgets are the driver's."""
+
+    def __init__(self, lease: LeaseClient, endpoint: Endpoint, model: str) -> None:
+        self._lease, self._endpoint, self.model = lease, endpoint, model
+
+    async def run(self, call: Callable[[], Awaitable[Any]], **how: Any) -> Attempted[Any]:
+        return await self._lease.run(self._endpoint, self.model, call, **how)
