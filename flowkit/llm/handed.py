@@ -6,7 +6,8 @@ sent all 300 to the endpoint in its own environment, and the run said "completed
 the driver's resolved connections, addresses, models and limits; only keys are its own, from
 its environment (or its own ``flowkit.yaml`` for the same address), because keys never travel.
 A worker whose own configuration names another address for one of the driver's connections
-refuses to run, naming both.
+refuses to run, naming both; one whose configuration names none (a key alone) takes the
+driver's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def _address(conn: Connection) -> tuple[str, ...]:
 
 def _said(conn: Connection) -> str:
     kind, url, version, deployment = _address(conn)
-    extra = "".join(f", {k} {v}" for k, v in (("api version", version), ("deployment", deployment)) if v)
+    extra = "".join(
+        f", {k} {v}" for k, v in (("api version", version), ("deployment", deployment)) if v
+    )
     return f"{redact_url(url)} ({kind}{extra})"
 
 
@@ -47,7 +50,10 @@ def worker_settings(
     connections = {}
     for name, conn in settings.connections.items():
         found = mine.get(name)
-        if found is not None and _address(found) != _address(conn):
+        # A worker's own connection that names no server (a key alone, for the public API)
+        # says nothing against the driver's address: it is only where the key comes from.
+        named = found is not None and (found.type == "azure" or found.base_url is not None)
+        if found is not None and named and _address(found) != _address(conn):
             raise UsageError(
                 f"worker on {socket.gethostname()} resolves connection '{name}' to "
                 f"{_said(found)}, but the driver's run uses {_said(conn)}; refusing to run "

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import itertools
 import json
 import os
@@ -167,10 +168,10 @@ class LeaseService:
         self._keys = {n: c.api_key for n, c in getattr(settings, "connections", {}).items()}
         self._endpoints: dict[str, Endpoint] = {}
         bind = os.environ.get(BIND_ENV) or ("0.0.0.0" if cluster else "127.0.0.1")
-        self._host, _, port = bind.rpartition(":") if ":" in bind else (bind, "", "0")
-        self._port = int(port or 0)
+        self._host, self._port = _host_port(bind, 0)
         self._loop = asyncio.new_event_loop()
         self._runner: Any = None
+        self._thread: threading.Thread | None = None
         self.url = ""
 
     def start(self) -> Ticket:
@@ -179,16 +180,14 @@ class LeaseService:
         thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
         thread.name = "flowkit-leases"
         thread.start()
-        port = asyncio.run_coroutine_threadsafe(_wait(ready), self._loop).result(30)
         self._thread = thread
+        port = asyncio.run_coroutine_threadsafe(_wait(ready), self._loop).result(30)
         advertised = os.environ.get(ADDRESS_ENV)
         if advertised:
-            host, _, given = advertised.rpartition(":") if ":" in advertised else (advertised, "", "")
-            address = f"{host}:{given or port}"
+            host, port = _host_port(advertised, port)
         else:
             host = socket.getfqdn() if self._host in ("0.0.0.0", "::", "") else self._host
-            address = f"{host}:{port}"
-        self.url = f"ws://{address}/lease"
+        self.url = f"ws://{host}:{port}/lease"
         settings = self._settings
         dump = settings.model_dump(mode="json", exclude_unset=True) if settings else None
         return Ticket(self.url, self.token, dump)
@@ -225,7 +224,7 @@ class LeaseService:
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        if getattr(self, "_thread", None) is not None:
+        if self._thread is not None:
             self._thread.join(30)
         self._loop.close()
 
@@ -248,7 +247,7 @@ class LeaseService:
                 if op == "run":
                     task = asyncio.ensure_future(self._lease(channel, reports, data))
                     tasks[rid] = task
-                    task.add_done_callback(lambda _, rid=rid: tasks.pop(rid, None))
+                    task.add_done_callback(functools.partial(_forget, tasks, rid))
                 elif op == "done":
                     found = reports.pop(rid, None)
                     if found is not None and not found.done():
@@ -314,6 +313,18 @@ class LeaseService:
             channel.send({"op": "end", "id": rid, "attempts": done.attempts})
 
 
+def _forget(tasks: dict[int, asyncio.Task[None]], rid: int, _: object) -> None:
+    tasks.pop(rid, None)
+
+
+def _host_port(text: str, port: int) -> tuple[str, int]:
+    """``HOST`` or ``HOST:PORT`` (``port`` when it names none)."""
+    host, colon, given = text.strip().rpartition(":")
+    if not colon or not given.isdigit():
+        return text.strip(), port
+    return host, int(given)
+
+
 async def _wait(ready: asyncio.Future[int]) -> int:
     return await ready
 
@@ -322,9 +333,8 @@ async def _wait(ready: asyncio.Future[int]) -> int:
 def serve_leases(session: LlmSession, settings: Any, *, cluster: bool = False) -> Iterator[Ticket]:
     """Within: ``session``'s schedulers are served to the run's workers (see the module doc)."""
     service = LeaseService(session, settings, cluster=cluster)
-    ticket = service.start()
     try:
-        yield ticket
+        yield service.start()
     finally:
         service.stop()
 

@@ -154,11 +154,17 @@ def _settings(job: WorkerJob) -> Any:
     from flowkit.llm.config import load_settings
     from flowkit.llm.handed import worker_settings
 
-    config = job.config
+    config, driver = job.config, job.lease.settings
+    # The driver's project folder where this host has it (a worker process may have started
+    # in another folder: loky keeps its processes from run to run), else this worker's own.
+    folder = driver.get("project_dir")
     own = load_settings(
-        model=config.model, connection=config.connection, embedding_model=config.embedding_model
+        folder if folder and Path(folder).is_dir() else None,
+        model=config.model,
+        connection=config.connection,
+        embedding_model=config.embedding_model,
     )
-    return worker_settings(job.lease.settings, own)
+    return worker_settings(driver, own)
 
 
 def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
@@ -184,7 +190,9 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     try:
         bound = bind(flow, ctx)  # this chunk's own binding: the cached flow is never written to
     except UsageError as err:  # e.g. no key in this worker's environment
-        raise UsageError(f"worker on {socket.gethostname()}: {err.message}", hint=err.hint) from None
+        raise UsageError(
+            f"worker on {socket.gethostname()}: {err.message}", hint=err.hint
+        ) from None
     cache = None
     directory = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
     if options.use_cache:
@@ -212,9 +220,7 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     return result
 
 
-async def _run(
-    executor: Any, rows: list[tuple[int, Any, Any]], session: Any, ticket: Any
-) -> None:
+async def _run(executor: Any, rows: list[tuple[int, Any, Any]], session: Any, ticket: Any) -> None:
     from flowkit.llm.client import aclose_clients
     from flowkit.llm.leases import LeaseClient
 
