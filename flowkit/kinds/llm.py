@@ -218,7 +218,12 @@ async def _ask(
         params["seed"] = int(params.get("seed") or 0) + 1
     meta = {
         "model": result.model,
-        "request": {"model": endpoint.model, "params": _shown(params)},
+        # The server asked (never a key): on a scale-out run, which one a worker reached.
+        "request": {
+            "model": endpoint.model,
+            "endpoint": endpoint.fingerprint()["url"],
+            "params": _shown(params),
+        },
         "messages": messages,
         "usage": usage,
         "finish_reason": result.finish_reason,

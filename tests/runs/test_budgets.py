@@ -19,7 +19,7 @@ import pytest
 import flowkit
 from flowkit.errors import EndpointError, UsageError
 from flowkit.testing.server import LocalServer, serve
-from tests.support import read_json, write
+from tests.support import read_json, read_jsonl, write
 
 JUDGE = """
     name: judge
@@ -128,6 +128,9 @@ def test_run_json_records_each_endpoint_the_run_used(slow_endpoint: LocalServer)
     assert read_json(result.run_dir / "run.json")["endpoints"] == [
         {"connection": "c", "url": slow_endpoint.base_url, "model": "m1"}
     ]
+    traces = read_jsonl(result.run_dir / "traces.jsonl")
+    asked = [t["llm"]["request"]["endpoint"] for t in traces if t.get("llm")]
+    assert asked == [slow_endpoint.base_url] * 2
     local = flowkit.run("judge.yaml", [{"q": "a"}], use_cache=False, model="m2")
     assert read_json(local.run_dir / "run.json")["endpoints"] == [
         {"connection": "c", "url": slow_endpoint.base_url, "model": "m2"}
