@@ -237,7 +237,7 @@ class LeaseService:
         await ws.prepare(request)
         channel = _Channel(ws)
         tasks: dict[int, asyncio.Task[None]] = {}
-        reports: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        reports: dict[int, tuple[int, asyncio.Future[dict[str, Any]]]] = {}
         try:
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:
@@ -249,9 +249,12 @@ class LeaseService:
                     tasks[rid] = task
                     task.add_done_callback(functools.partial(_forget, tasks, rid))
                 elif op == "done":
-                    found = reports.pop(rid, None)
-                    if found is not None and not found.done():
-                        found.set_result(data)
+                    # A report of an attempt already cut (the worker sent it before it heard)
+                    # is not the report of the attempt that replaced it.
+                    found = reports.get(rid)
+                    if found is not None and found[0] == data.get("n") and not found[1].done():
+                        del reports[rid]
+                        found[1].set_result(data)
                 elif op == "cancel" and rid in tasks:
                     tasks[rid].cancel()
         finally:
@@ -276,15 +279,17 @@ class LeaseService:
     async def _lease(
         self,
         channel: _Channel,
-        reports: dict[int, asyncio.Future[dict[str, Any]]],
+        reports: dict[int, tuple[int, asyncio.Future[dict[str, Any]]]],
         data: dict[str, Any],
     ) -> None:
         rid = data["id"]
-        scheduler = self.session.scheduler_for(self._endpoint(data["endpoint"]), data["model"])
+        attempts = itertools.count(1)
 
         async def attempt() -> dict[str, Any]:
-            report = reports[rid] = asyncio.get_running_loop().create_future()
-            channel.send({"op": "go", "id": rid})
+            report: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            n = next(attempts)
+            reports[rid] = (n, report)
+            channel.send({"op": "go", "id": rid, "n": n})
             try:
                 found = await report
             except asyncio.CancelledError:  # cut as stalled, or the worker gave up the row
@@ -296,6 +301,8 @@ class LeaseService:
             raise RemoteFailure(_verdict(found["verdict"]))
 
         try:
+            endpoint = self._endpoint(data["endpoint"])
+            scheduler = self.session.scheduler_for(endpoint, data["model"])
             done = await scheduler.run(
                 attempt,
                 tokens=data.get("tokens", 0),
@@ -467,12 +474,10 @@ class LeaseClient:
                         value = attempt.result()
                         used = used_tokens(value) if used_tokens is not None else None
                         seen = _plain(headers(value)) if headers is not None else None
-                        self._channel.send(
-                            {"op": "done", "id": rid, "ok": True, "used": used, "headers": seen}
-                        )
+                        report = {"ok": True, "used": used, "headers": seen}
                     else:
-                        verdict = _verdict_message(error)
-                        self._channel.send({"op": "done", "id": rid, "verdict": verdict})
+                        report = {"verdict": _verdict_message(error)}
+                    self._channel.send({"op": "done", "id": rid, "n": message["n"], **report})
                 elif op == "end":
                     return Attempted(value, int(message["attempts"]))
                 elif op == "raise" and error is not None:

@@ -18,7 +18,8 @@
 - ``resume``: keeping the finished rows of an earlier run and rerunning the rest.
 - ``judging``: what identifies each model-calling node's judging (model, params, prompt), so a
   resume refuses to mix two judges.
-- ``backends``: joblib backends (loky, Dask, Ray) whose workers send results to the driver.
+- ``backends``: joblib backends (loky, Dask, Ray) whose workers send results to the driver
+  and draw on its endpoint budgets (``flowkit.llm.leases``).
 
 Imports point down to ``flowkit.engine``, ``flowkit.data``, ``flowkit.flow``, ``flowkit.cache``
 and ``flowkit.llm``.

@@ -237,3 +237,30 @@ def test_a_driver_that_cannot_listen_where_it_is_told_says_so(
     assert caught.value.hint == (
         "set $FLOWKIT_LEASE_BIND to an address and port this host can listen on"
     )
+
+
+def test_an_endpoint_that_fails_every_call_stops_the_run_once_for_all_workers(
+    workdir: Path,
+) -> None:
+    """A wrong key: the driver's scheduler counts the failures of every worker's calls, so the
+    endpoint is marked down after 5 of them in all (not 5 per worker), and the workers' rows
+    stop with the driver's error."""
+    with serve(api_key="right") as server:
+        _project(workdir, server, api_key="wrong")
+        rows = [{"q": f"q{i}"} for i in range(40)]
+        with pytest.raises(EndpointError) as caught:
+            flowkit.run(
+                "judge.yaml",
+                rows,
+                use_cache=False,
+                backend="threading",
+                workers=2,
+                concurrency=1,
+                chunk_size=10,
+            )
+        stats = server.stats()
+    assert caught.value.message == (
+        f"stopped: every call to {server.base_url} (connection 'c') failed: "
+        "authentication failed (401)"
+    )
+    assert stats["by_status"] == {"401": 5}
