@@ -20,7 +20,7 @@ and every worker's model call goes through them:
 
 Addresses: the service binds to ``$FLOWKIT_LEASE_BIND`` (``HOST`` or ``HOST:PORT``); unset,
 to 127.0.0.1 for a local cluster and to every interface when the run joins a cluster
-(``--scheduler``). Workers dial ``$FLOWKIT_LEASE_ADDRESS`` where the driver is known to them by
+(``--scheduler``, or Ray's ``RAY_ADDRESS``). Workers dial ``$FLOWKIT_LEASE_ADDRESS`` where the driver is known to them by
 another name (a NAT, a container), else the bound host (the driver's host name when bound to
 every interface). A worker that cannot reach it fails its chunk, naming the address.
 """

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
+import os
 import socket
 import threading
 from collections.abc import Iterable, Iterator
@@ -305,7 +306,11 @@ def _leases(executor: Any, job: WorkerJob) -> Iterator[WorkerJob]:
     from flowkit.llm.leases import serve_leases
     from flowkit.llm.session import current_session
 
-    cluster = job.config.scheduler is not None
+    # Workers of a cluster joined by address may be on other hosts: listen for them there too.
+    config = job.config
+    cluster = config.scheduler is not None or (
+        config.backend == "ray" and bool(os.environ.get("RAY_ADDRESS"))
+    )
     with serve_leases(current_session(), settings, cluster=cluster) as ticket:
         yield dataclasses.replace(job, lease=ticket)
 

@@ -19,18 +19,9 @@ import pytest
 import flowkit
 from flowkit.errors import EndpointError, UsageError
 from flowkit.testing.server import LocalServer, serve
+from tests.runs.test_backends import JUDGE
 from tests.support import read_json, read_jsonl, write
 
-JUDGE = """
-    name: judge
-    inputs: {q: {type: string}}
-    outputs: {said: ${judge.output}}
-    nodes:
-      - name: judge
-        type: llm
-        messages: [{role: user, content: "Say something about {{ q }}"}]
-        inputs: {q: ${inputs.q}}
-    """
 CONCURRENCY = 8
 
 
