@@ -20,9 +20,10 @@ and every worker's model call goes through them:
 
 Addresses: the service binds to ``$FLOWKIT_LEASE_BIND`` (``HOST`` or ``HOST:PORT``); unset,
 to 127.0.0.1 for a local cluster and to every interface when the run joins a cluster
-(``--scheduler``, or Ray's ``RAY_ADDRESS``). Workers dial ``$FLOWKIT_LEASE_ADDRESS`` where the driver is known to them by
-another name (a NAT, a container), else the bound host (the driver's host name when bound to
-every interface). A worker that cannot reach it fails its chunk, naming the address.
+(``--scheduler``, or Ray's ``RAY_ADDRESS``). Workers dial ``$FLOWKIT_LEASE_ADDRESS`` where the
+driver is known to them by another name (a NAT, a container), else the bound host (the driver's
+host name when bound to every interface). A worker that cannot reach it fails its chunk, naming
+the address.
 """
 
 from __future__ import annotations
@@ -356,8 +357,11 @@ class LeaseClient:
     def __init__(self, ticket: Ticket) -> None:
         self.ticket = ticket
         self._ids = itertools.count(1)
-        self._inboxes: dict[int, asyncio.Queue[dict[str, Any]]] = {}
-        self._attempts: dict[int, asyncio.Future[Any]] = {}
+        # Per request, the loop it was made in and its inbox, and its attempt in progress: an
+        # async python node or a Prompt Flow tool calls a model from a thread with a loop of
+        # its own, while the connection belongs to the chunk's loop.
+        self._inboxes: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = {}
+        self._attempts: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = {}
         self._described: dict[int, tuple[Endpoint, dict[str, Any]]] = {}
         self._lost: str | None = None
 
@@ -383,6 +387,7 @@ class LeaseClient:
                 hint=f"workers must reach the driver at that address: set ${ADDRESS_ENV} to "
                 f"where they reach it (and ${BIND_ENV} to where the driver listens)",
             ) from None
+        self._loop = asyncio.get_running_loop()
         self._channel = _Channel(self._ws)
         self._reader = asyncio.ensure_future(self._read())
         return self
@@ -406,13 +411,29 @@ class LeaseClient:
                 if data["op"] == "cancel":
                     attempt = self._attempts.get(rid)
                     if attempt is not None:
-                        attempt.cancel()
+                        self._call(attempt[0], attempt[1].cancel)
                 elif rid in self._inboxes:
-                    self._inboxes[rid].put_nowait(data)
+                    self._deliver(rid, data)
         finally:
             self._lost = f"the connection to the run's endpoint budgets at {self._where()} closed"
-            for inbox in self._inboxes.values():
-                inbox.put_nowait({"op": "lost"})
+            for rid in list(self._inboxes):
+                self._deliver(rid, {"op": "lost"})
+
+    def _call(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+        """``fn(*args)`` in ``loop``: at once when it is the running one."""
+        if loop is asyncio.get_running_loop():
+            fn(*args)
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _deliver(self, rid: int, message: dict[str, Any]) -> None:
+        found = self._inboxes.get(rid)
+        if found is not None:
+            self._call(found[0], found[1].put_nowait, message)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        """Send from any thread's loop (the channel's queue is the chunk loop's)."""
+        self._call(self._loop, self._channel.send, message)
 
     def scheduler(self, endpoint: Endpoint, model: str | None) -> LeasedScheduler:
         """The driver's scheduler of ``endpoint`` and ``model``, as this worker draws from it."""
@@ -443,8 +464,10 @@ class LeaseClient:
         if self._lost is not None:
             raise EndpointError(self._lost)
         rid = next(self._ids)
-        inbox = self._inboxes[rid] = asyncio.Queue()
-        self._channel.send(
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        self._inboxes[rid] = (loop, inbox)
+        self._send(
             {
                 "op": "run",
                 "id": rid,
@@ -464,7 +487,8 @@ class LeaseClient:
                 message = await inbox.get()
                 op = message["op"]
                 if op == "go":
-                    attempt = self._attempts[rid] = asyncio.ensure_future(call())
+                    attempt = asyncio.ensure_future(call())
+                    self._attempts[rid] = (loop, attempt)
                     await asyncio.wait({attempt})
                     self._attempts.pop(rid, None)
                     if attempt.cancelled():
@@ -477,7 +501,7 @@ class LeaseClient:
                         report = {"ok": True, "used": used, "headers": seen}
                     else:
                         report = {"verdict": _verdict_message(error)}
-                    self._channel.send({"op": "done", "id": rid, "n": message["n"], **report})
+                    self._send({"op": "done", "id": rid, "n": message["n"], **report})
                 elif op == "end":
                     return Attempted(value, int(message["attempts"]))
                 elif op == "raise" and error is not None:
@@ -490,7 +514,7 @@ class LeaseClient:
             if attempt is not None and not attempt.done():
                 attempt.cancel()
             if self._lost is None:
-                self._channel.send({"op": "cancel", "id": rid})
+                self._send({"op": "cancel", "id": rid})
             raise
         finally:
             self._inboxes.pop(rid, None)

@@ -19,6 +19,7 @@ import pytest
 import flowkit
 from flowkit.errors import EndpointError, UsageError
 from flowkit.testing.server import LocalServer, serve
+from tests.pfcompat import test_tool_threads as tool_threads
 from tests.runs.test_backends import JUDGE
 from tests.support import read_json, read_jsonl, write
 
@@ -255,3 +256,30 @@ def test_an_endpoint_that_fails_every_call_stops_the_run_once_for_all_workers(
         "authentication failed (401)"
     )
     assert stats["by_status"] == {"401": 5}
+
+
+@pytest.mark.slow
+def test_a_tools_model_call_from_a_thread_of_its_own_draws_on_the_drivers_budget(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    """A Prompt Flow tool calls chat from a thread with an event loop of its own, not the
+    chunk's: its calls go through the driver's scheduler all the same. (On loky: threading
+    workers are several runs in one process, where such a thread's run cannot be told.)"""
+    write(workdir / "pooled" / "flow.dag.yaml", tool_threads.DAG)
+    write(workdir / "pooled" / "pooled.py", tool_threads.TOOL)
+    llm_server.configure(hook=lambda body: "model=" + body["model"])
+    try:
+        result = flowkit.run(
+            workdir / "pooled",
+            [{"question": f"question {i}?"} for i in range(8)],
+            model="judge-b",
+            use_cache=False,
+            backend="loky",
+            workers=2,
+            chunk_size=4,
+        )
+    finally:
+        llm_server.configure(hook=None)
+    assert [r["outputs"]["said"] for r in result.rows()] == ["model=judge-b"] * 8
+    endpoints = read_json(result.run_dir / "run.json")["endpoints"]
+    assert [(e["url"], e["model"]) for e in endpoints] == [(llm_server.base_url, "judge-b")]
