@@ -11,8 +11,9 @@ variable the run sets; outside a run, a default session): one client per endpoin
 ``stats``: what it counts); ``UsageTracker`` sums tokens and costs.
 Runs in one process share each endpoint's declared ``rpm`` / ``tpm`` through a
 ``SharedEndpoints`` (``shared``), which sessions join by default. A scale-out run's workers
-draw from the driver's schedulers (``leases``: the driver serves them, a worker's session
-leases each attempt) and run with the driver's settings and their own keys (``handed``).
+draw from the driver's schedulers (``leases``: a worker's session leases each attempt;
+``leaseserver``: the driver serves them) and run with the driver's settings and their own
+keys (``handed``).
 The scheduler (admission, retries, early stop) composes ``pacing`` (request and token paces,
 slow start, learning limits from headers and 429s; ``memory`` keeps what it learned between
 runs, per endpoint and model, merged with what other runs saved), ``stalls`` (the learned stall

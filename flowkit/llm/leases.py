@@ -7,8 +7,8 @@ before this module: 29-32% of requests rejected). So the run's schedulers stay o
 driver, the ordinary in-process :class:`~flowkit.llm.scheduler.Scheduler` of its session,
 and every worker's model call goes through them:
 
-- the driver serves them over a websocket (:class:`LeaseService`, aiohttp, in a thread of its
-  own; each request carries the run's secret token);
+- the driver serves them over a websocket (``leaseserver.LeaseService``, aiohttp, in a thread
+  of its own; each request carries the run's secret token);
 - a worker's session holds a :class:`LeaseClient` (one connection per chunk, kept for all its
   rows' calls), whose :class:`LeasedScheduler` has the scheduler's ``run``;
 - for each attempt the driver's scheduler admits the request exactly as in a local run (a
@@ -30,27 +30,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import itertools
 import json
-import os
 import pickle
-import secrets
 import socket
-import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from flowkit.errors import EndpointError, FlowkitError
 
 if TYPE_CHECKING:
-    from aiohttp import web
-
     from flowkit.llm.endpoint import Endpoint
     from flowkit.llm.retry import Verdict
-    from flowkit.llm.session import LlmSession
     from flowkit.llm.stats import Attempted
 
 BIND_ENV = "FLOWKIT_LEASE_BIND"
@@ -80,7 +73,7 @@ class RemoteFailure(Exception):
         self.verdict = verdict
 
 
-def _verdict_message(exc: BaseException) -> dict[str, Any]:
+def verdict_message(exc: BaseException) -> dict[str, Any]:
     from flowkit.llm.retry import _headers, classify
 
     verdict = classify(exc)
@@ -90,11 +83,11 @@ def _verdict_message(exc: BaseException) -> dict[str, Any]:
         "retry_after": verdict.retry_after,
         "cause": verdict.cause,
         "unfixable": verdict.unfixable,
-        "headers": _plain(headers) if verdict.rates is not None else None,
+        "headers": plain(headers) if verdict.rates is not None else None,
     }
 
 
-def _verdict(message: Mapping[str, Any]) -> Verdict:
+def verdict(message: Mapping[str, Any]) -> Verdict:
     from flowkit.llm.ratelimits import parse_rate_headers
     from flowkit.llm.retry import Failure, Verdict
 
@@ -108,11 +101,11 @@ def _verdict(message: Mapping[str, Any]) -> Verdict:
     )
 
 
-def _plain(headers: Mapping[str, str] | None) -> dict[str, str] | None:
+def plain(headers: Mapping[str, str] | None) -> dict[str, str] | None:
     return None if headers is None else {k.lower(): v for k, v in headers.items()}
 
 
-def _pack(exc: BaseException) -> dict[str, Any]:
+def pack(exc: BaseException) -> dict[str, Any]:
     """An exception the driver's scheduler raised (the endpoint is down, a stall retried too
     often, a request over the whole token budget), to be raised again on the worker."""
     try:
@@ -122,7 +115,7 @@ def _pack(exc: BaseException) -> dict[str, Any]:
     return {"pickle": data, "message": str(exc), "hint": getattr(exc, "hint", None)}
 
 
-def _unpack(message: Mapping[str, Any]) -> BaseException:
+def unpack(message: Mapping[str, Any]) -> BaseException:
     if message.get("pickle"):
         with suppress(Exception):
             exc = pickle.loads(base64.b64decode(message["pickle"]))  # the driver's own object
@@ -133,7 +126,7 @@ def _unpack(message: Mapping[str, Any]) -> BaseException:
     return FlowkitError(message.get("message") or "the driver refused the request")
 
 
-class _Channel:
+class Channel:
     """One websocket's writes, in order, from synchronous code (a write never waits)."""
 
     def __init__(self, ws: Any) -> None:
@@ -154,197 +147,6 @@ class _Channel:
         self._out.put_nowait(None)
         with suppress(Exception):
             await self._writer
-
-
-# -- the driver's side ---------------------------------------------------------------------
-
-
-class LeaseService:
-    """The driver's schedulers (``session``'s), served to workers; see the module doc."""
-
-    def __init__(self, session: LlmSession, settings: Any, *, cluster: bool = False) -> None:
-        self.session = session
-        self.token = secrets.token_urlsafe(32)
-        self._settings = settings
-        self._keys = {n: c.api_key for n, c in getattr(settings, "connections", {}).items()}
-        self._endpoints: dict[str, Endpoint] = {}
-        bind = os.environ.get(BIND_ENV) or ("0.0.0.0" if cluster else "127.0.0.1")
-        self._host, self._port = _host_port(bind, 0)
-        self._loop = asyncio.new_event_loop()
-        self._runner: Any = None
-        self._thread: threading.Thread | None = None
-        self.url = ""
-
-    def start(self) -> Ticket:
-        """Serve from a thread of this process; the ticket workers need."""
-        ready: asyncio.Future[int] = self._loop.create_future()
-        thread = threading.Thread(target=self._serve, args=(ready,), daemon=True)
-        thread.name = "flowkit-leases"
-        thread.start()
-        self._thread = thread
-        port = asyncio.run_coroutine_threadsafe(_wait(ready), self._loop).result(30)
-        advertised = os.environ.get(ADDRESS_ENV)
-        if advertised:
-            host, port = _host_port(advertised, port)
-        else:
-            host = socket.getfqdn() if self._host in ("0.0.0.0", "::", "") else self._host
-        self.url = f"ws://{host}:{port}/lease"
-        settings = self._settings
-        dump = settings.model_dump(mode="json", exclude_unset=True) if settings else None
-        return Ticket(self.url, self.token, dump)
-
-    def _serve(self, ready: asyncio.Future[int]) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._open(ready))
-        self._loop.run_forever()
-
-    async def _open(self, ready: asyncio.Future[int]) -> None:
-        from aiohttp import web
-
-        app = web.Application()
-        app.router.add_get("/lease", self._socket)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        try:
-            site = web.TCPSite(self._runner, self._host, self._port)
-            await site.start()
-        except OSError as err:
-            ready.set_exception(
-                FlowkitError(
-                    f"cannot serve the run's endpoint budgets on {self._host}:{self._port}: {err}",
-                    hint=f"set ${BIND_ENV} to an address and port this host can listen on",
-                )
-            )
-            return
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        ready.set_result(sockets[0].getsockname()[1] if sockets else self._port)
-
-    def stop(self) -> None:
-        """Stop serving; the workers' calls in progress fail."""
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(30)
-        self._loop.close()
-
-    async def _socket(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import WSMsgType, web
-
-        if request.headers.get("Authorization") != f"Bearer {self.token}":
-            return web.Response(status=401, text="this run's lease token is required")
-        ws = web.WebSocketResponse(max_msg_size=0)
-        await ws.prepare(request)
-        channel = _Channel(ws)
-        tasks: dict[int, asyncio.Task[None]] = {}
-        reports: dict[int, tuple[int, asyncio.Future[dict[str, Any]]]] = {}
-        try:
-            async for msg in ws:
-                if msg.type != WSMsgType.TEXT:
-                    continue
-                data = json.loads(msg.data)
-                rid, op = data["id"], data["op"]
-                if op == "run":
-                    task = asyncio.ensure_future(self._lease(channel, reports, data))
-                    tasks[rid] = task
-                    task.add_done_callback(functools.partial(_forget, tasks, rid))
-                elif op == "done":
-                    # A report of an attempt already cut (the worker sent it before it heard)
-                    # is not the report of the attempt that replaced it.
-                    found = reports.get(rid)
-                    if found is not None and found[0] == data.get("n") and not found[1].done():
-                        del reports[rid]
-                        found[1].set_result(data)
-                elif op == "cancel" and rid in tasks:
-                    tasks[rid].cancel()
-        finally:
-            for task in list(tasks.values()):
-                task.cancel()
-            await channel.close()
-        return ws
-
-    def _endpoint(self, described: dict[str, Any]) -> Endpoint:
-        """The driver's endpoint for a worker's description of it (with the driver's key, so
-        it is the very scheduler and memory a local run of the driver would use)."""
-        from flowkit.llm.endpoint import Endpoint
-
-        text = json.dumps(described, sort_keys=True)
-        found = self._endpoints.get(text)
-        if found is None:
-            endpoint = Endpoint.model_validate(described)
-            key = self._keys.get(endpoint.connection)
-            found = self._endpoints[text] = endpoint.model_copy(update={"api_key": key})
-        return found
-
-    async def _lease(
-        self,
-        channel: _Channel,
-        reports: dict[int, tuple[int, asyncio.Future[dict[str, Any]]]],
-        data: dict[str, Any],
-    ) -> None:
-        rid = data["id"]
-        attempts = itertools.count(1)
-
-        async def attempt() -> dict[str, Any]:
-            report: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            n = next(attempts)
-            reports[rid] = (n, report)
-            channel.send({"op": "go", "id": rid, "n": n})
-            try:
-                found = await report
-            except asyncio.CancelledError:  # cut as stalled, or the worker gave up the row
-                reports.pop(rid, None)
-                channel.send({"op": "cancel", "id": rid})
-                raise
-            if found.get("ok"):
-                return found
-            raise RemoteFailure(_verdict(found["verdict"]))
-
-        try:
-            endpoint = self._endpoint(data["endpoint"])
-            scheduler = self.session.scheduler_for(endpoint, data["model"])
-            done = await scheduler.run(
-                attempt,
-                tokens=data.get("tokens", 0),
-                used_tokens=lambda r: r.get("used"),
-                headers=lambda r: r.get("headers"),
-                timeout=data.get("timeout"),
-                on_arrival=bool(data.get("on_arrival")),
-                detail=data.get("detail", ""),
-            )
-        except RemoteFailure:
-            channel.send({"op": "raise", "id": rid})  # the worker raises its own exception
-        except Exception as exc:
-            channel.send({"op": "error", "id": rid, "error": _pack(exc)})
-        else:
-            channel.send({"op": "end", "id": rid, "attempts": done.attempts})
-
-
-def _forget(tasks: dict[int, asyncio.Task[None]], rid: int, _: object) -> None:
-    tasks.pop(rid, None)
-
-
-def _host_port(text: str, port: int) -> tuple[str, int]:
-    """``HOST`` or ``HOST:PORT`` (``port`` when it names none)."""
-    host, colon, given = text.strip().rpartition(":")
-    if not colon or not given.isdigit():
-        return text.strip(), port
-    return host, int(given)
-
-
-async def _wait(ready: asyncio.Future[int]) -> int:
-    return await ready
-
-
-@contextmanager
-def serve_leases(session: LlmSession, settings: Any, *, cluster: bool = False) -> Iterator[Ticket]:
-    """Within: ``session``'s schedulers are served to the run's workers (see the module doc)."""
-    service = LeaseService(session, settings, cluster=cluster)
-    try:
-        yield service.start()
-    finally:
-        service.stop()
 
 
 # -- a worker's side -----------------------------------------------------------------------
@@ -388,7 +190,7 @@ class LeaseClient:
                 f"where they reach it (and ${BIND_ENV} to where the driver listens)",
             ) from None
         self._loop = asyncio.get_running_loop()
-        self._channel = _Channel(self._ws)
+        self._channel = Channel(self._ws)
         self._reader = asyncio.ensure_future(self._read())
         return self
 
@@ -497,17 +299,17 @@ class LeaseClient:
                     if error is None:
                         value = attempt.result()
                         used = used_tokens(value) if used_tokens is not None else None
-                        seen = _plain(headers(value)) if headers is not None else None
+                        seen = plain(headers(value)) if headers is not None else None
                         report = {"ok": True, "used": used, "headers": seen}
                     else:
-                        report = {"verdict": _verdict_message(error)}
+                        report = {"verdict": verdict_message(error)}
                     self._send({"op": "done", "id": rid, "n": message["n"], **report})
                 elif op == "end":
                     return Attempted(value, int(message["attempts"]))
                 elif op == "raise" and error is not None:
                     raise error
                 elif op == "error":
-                    raise _unpack(message["error"])
+                    raise unpack(message["error"])
                 else:
                     raise EndpointError(self._lost or f"the driver sent {op!r} unasked")
         except asyncio.CancelledError:  # the row was given up: so is its place at the driver

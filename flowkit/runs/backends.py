@@ -303,7 +303,7 @@ def _leases(executor: Any, job: WorkerJob) -> Iterator[WorkerJob]:
     if settings is None:
         yield job
         return
-    from flowkit.llm.leases import serve_leases
+    from flowkit.llm.leaseserver import serve_leases
     from flowkit.llm.session import current_session
 
     # Workers of a cluster joined by address may be on other hosts: listen for them there too.
