@@ -91,6 +91,8 @@ def main() -> None:
     parser.add_argument("--rate-rows", type=int, default=60)
     parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
+    # The clusters here are local: their workers reach the driver on loopback.
+    os.environ.setdefault("FLOWKIT_LEASE_BIND", "127.0.0.1")
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)
         Path("judge.yaml").write_text(JUDGE)

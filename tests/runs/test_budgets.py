@@ -86,9 +86,11 @@ def test_loky_workers_learn_one_rate_limit_and_keep_to_it(workdir: Path) -> None
 
 @pytest.mark.slow
 def test_dask_workers_hold_the_runs_concurrency_at_the_endpoint(
-    slow_endpoint: LocalServer,
+    slow_endpoint: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     distributed = pytest.importorskip("distributed")
+    # A cluster joined by address is served on every interface: this one is on loopback.
+    monkeypatch.setenv("FLOWKIT_LEASE_BIND", "127.0.0.1")
     with distributed.LocalCluster(
         n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
     ) as cluster:
