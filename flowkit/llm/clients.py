@@ -26,10 +26,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import openai
-
 from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 from flowkit.llm.replies import capped
+from flowkit.llm.sdk import openai
 
 Client = openai.AsyncOpenAI
 # The SDK's http clients, reading each reply under a size cap (``replies``). Older SDKs
