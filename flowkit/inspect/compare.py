@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from flowkit.errors import UsageError, did_you_mean, one_of
+from flowkit.flow.target import ANSWER_INPUTS, APP_FIELDS
 from flowkit.inspect.compare_rows import (
     NO_INPUT,
     Pairs,
@@ -104,21 +105,71 @@ class Comparison:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, default=str)
 
 
-def _warnings(run_a: Path, run_b: Path, a: Side, b: Side, pairs: Pairs) -> list[str]:
+APP_INPUTS = frozenset((*ANSWER_INPUTS, *APP_FIELDS, "messages"))
+"""Metric inputs an app fills (its answer, the context it retrieved, a conversation holding its
+replies): an A/B of two app versions changes them, which is the point of comparing."""
+
+
+def _warnings(
+    info: tuple[dict[str, Any], dict[str, Any]], a: Side, b: Side, pairs: Pairs, key: str | None
+) -> list[str]:
     """What makes a verdict meaningless: other flows, or paired rows that are not the same."""
     notes = []
-    flow_a, flow_b = ((read_run_info(r).get("flow") or {}).get("name") for r in (run_a, run_b))
+    flow_a, flow_b = ((i.get("flow") or {}).get("name") for i in info)
     if flow_a != flow_b:
         notes.append(
             f"warning: the runs are of different flows ({flow_a!r} and {flow_b!r}); outputs of "
             "the same name may not mean the same"
         )
-    # A row is other data only when it differs in every input that tells rows apart: an A/B
-    # of two app versions pairs the same questions with other answers, which is the point,
-    # and an input with one value in every row (a threshold) tells nothing.
+    differ, first = _other_data(info, a, b, pairs, key)
+    if differ:
+        notes.append(
+            f"warning: {differ} of {len(pairs.a)} paired rows have different inputs (first: "
+            f"{'line' if isinstance(first, int) else 'key'} {first!r}); the runs may not be over "
+            "the same data — pair them with --key COLUMN"
+        )
+    return notes
+
+
+def _data_inputs(info: dict[str, Any]) -> set[str] | None:
+    """The inputs a run read as data: not filled by the app (:data:`APP_INPUTS`), nor mapped
+    from anything but the data file or an earlier run's inputs (an earlier run's outputs are
+    an app's answers). None where the run does not say how its inputs were mapped."""
+    mapping = info.get("mapping")
+    if not isinstance(mapping, dict):
+        return None
+    return {
+        name
+        for name, source in mapping.items()
+        if name not in APP_INPUTS and str(source).startswith(("${data.", "${run.inputs."))
+    }
+
+
+def _other_data(
+    info: tuple[dict[str, Any], dict[str, Any]], a: Side, b: Side, pairs: Pairs, key: str | None
+) -> tuple[int, Any]:
+    """(how many paired rows are of other data, the first one's line or key).
+
+    What the rows *are* decides, never what the app made of them: rows paired by ``--key``
+    are the same request by construction; two runs that read the same data file (its sha256 in
+    run.json) read the same rows; otherwise a pair is other data when it differs in every input
+    that is data and tells rows apart (an input with one value in every row, a threshold, tells
+    nothing). Where the data has no such input (only the app's answer and context), nothing
+    says the rows differ, so nothing is claimed."""
+    if key is not None:
+        return 0, None
+    prints = [(i.get("invocation") or {}).get("data_fingerprint") for i in info]
+    if prints[0] is not None and prints[0] == prints[1]:
+        return 0, None
+    known = [_data_inputs(i) for i in info]
+    data = a.inputs.keys() & b.inputs.keys()
+    data = {n for n in data if n not in APP_INPUTS}
+    for names in known:
+        if names is not None:
+            data &= names
     shared = [
         (a.inputs[n], b.inputs[n])
-        for n in sorted(a.inputs.keys() & b.inputs.keys())
+        for n in sorted(data)
         if len({a.inputs[n][pa] for pa in pairs.a} - {NO_INPUT}) > 1
     ]
     differ, first = 0, None
@@ -128,13 +179,7 @@ def _warnings(run_a: Path, run_b: Path, a: Side, b: Side, pairs: Pairs) -> list[
             differ += 1
             if first is None:
                 first = pairs.key(i, a)
-    if differ:
-        notes.append(
-            f"warning: {differ} of {len(pairs.a)} paired rows have different inputs (first: "
-            f"{'line' if isinstance(first, int) else 'key'} {first!r}); the runs may not be over "
-            "the same data — pair them with --key COLUMN"
-        )
-    return notes
+    return differ, first
 
 
 def bootstrap_ci(
@@ -225,7 +270,8 @@ def compare_runs(
         seed=seed,
         confidence=confidence,
     )
-    result.notes.extend(_warnings(run_a, run_b, a, b, pairs))
+    info = (read_run_info(run_a), read_run_info(run_b))
+    result.notes.extend(_warnings(info, a, b, pairs, key))
     if not common:
         result.notes.append("no numeric per-row output is present in both runs")
     for name in names:
