@@ -26,11 +26,11 @@ from rich.text import Text
 
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.flow.target import ANSWER_INPUTS, APP_FIELDS
+from flowkit.inspect.compare_means import AggregateDelta, quantile, side_by_side
 from flowkit.inspect.compare_rows import (
     NO_INPUT,
     Pairs,
     Side,
-    is_number,
     pair_rows,
     read_side,
 )
@@ -67,14 +67,6 @@ class RowChange:
     b: float
     delta: float
     regression: bool
-
-
-@dataclass
-class AggregateDelta:
-    name: str
-    a: Any
-    b: Any
-    delta: float | None
 
 
 @dataclass
@@ -195,15 +187,7 @@ def bootstrap_ci(
     choices = rng.choices
     means = sorted(sum(choices(diffs, k=n)) / n for _ in range(resamples))
     alpha = (1.0 - confidence) / 2
-    return _quantile(means, alpha), _quantile(means, 1.0 - alpha)
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return quantile(means, alpha), quantile(means, 1.0 - alpha)
 
 
 def _verdict(low: float, high: float, lower_is_better: bool) -> str:
@@ -265,7 +249,7 @@ def compare_runs(
         duplicates={"a": a.duplicates, "b": b.duplicates},
         metrics=[],
         changes=[],
-        aggregates=_aggregates(read_metrics(run_a), read_metrics(run_b)),
+        aggregates=[],
         resamples=resamples,
         seed=seed,
         confidence=confidence,
@@ -276,6 +260,15 @@ def compare_runs(
         result.notes.append("no numeric per-row output is present in both runs")
     for name in names:
         result.metrics.append(_metric(name, pairs, a, b, result, lower=name in lower, top=top))
+    result.aggregates = side_by_side(
+        (read_metrics(run_a), read_metrics(run_b)),
+        (a, b),
+        result.metrics,
+        verdict=_verdict,
+        resamples=resamples,
+        seed=seed,
+        confidence=confidence,
+    )
     return result
 
 
@@ -324,18 +317,6 @@ def _metric(
     return MetricDelta(
         name, n, mean_a, mean_b, delta, low, high, _verdict(low, high, lower), lower, missing
     )
-
-
-def _aggregates(ma: dict[str, Any], mb: dict[str, Any]) -> list[AggregateDelta]:
-    out = []
-    for name in dict.fromkeys([*ma, *mb]):
-        va, vb = ma.get(name), mb.get(name)
-        delta = None
-        if is_number(va) and is_number(vb):
-            # Two aggregates of the same values summed in another order differ in the last bits.
-            delta = 0.0 if math.isclose(va, vb, rel_tol=1e-12, abs_tol=0) else vb - va
-        out.append(AggregateDelta(name, va, vb, delta))
-    return out
 
 
 # -- rendering --------------------------------------------------------------------------------
@@ -406,8 +387,10 @@ def render(cmp: Comparison, run_a: Path, run_b: Path) -> Group:
             t.add_row(c.metric, who, _f(c.a), _f(c.b), Text(_signed(c.delta), style))
         parts.append(t)
     if cmp.aggregates:
-        t = titled("metrics", "metric", "A", "B", "Δ")
+        t = titled("metrics", "metric", "A", "B", "Δ", f"{cmp.confidence:.0%} CI", "verdict")
         for agg in cmp.aggregates:
-            t.add_row(agg.name, _f(agg.a), _f(agg.b), _signed(agg.delta))
+            ci = "—" if agg.ci_low is None else f"[{agg.ci_low:+.4g}, {agg.ci_high:+.4g}]"
+            verdict = Text(agg.verdict or "", _VERDICT_STYLE.get(agg.verdict or "", ""))
+            t.add_row(agg.name, _f(agg.a), _f(agg.b), _signed(agg.delta), ci, verdict)
         parts.append(t)
     return Group(*parts)
