@@ -11,6 +11,10 @@ JSON and reads replies as plain JSON: ``prepared``). So while flowkit imports th
 lock, and from then on the package is as it would have been. Modules (not packages) load as
 always, so whatever the SDK's client imports from one is there at once.
 
+While the SDK imports, aiohttp (its transport's library) is imported on a thread: its default
+TLS contexts, made at import, load the system's certificate store twice, with the GIL released,
+so that work overlaps the rest of the SDK's import.
+
 Nothing depends on the SDK's layout: a release that needs more of ``openai.types`` at import
 time gets it at import time (the first look-up runs the ``__init__``), only slower. The SDK is
 imported this way only when flowkit imports it first; a process that imported it already keeps
@@ -20,6 +24,7 @@ its module.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -120,7 +125,31 @@ def deferring(tree: str) -> Iterator[None]:
             sys.meta_path.remove(finder)
 
 
+def _prefetch(name: str) -> threading.Thread | None:
+    """Import ``name`` on a thread. Importing aiohttp loads the system's certificate store twice
+    (its default TLS contexts, made at import), which releases the GIL: on a thread it overlaps
+    the SDK's own import instead of following it. The SDK's import waits for the module (the
+    import system's lock for it) wherever it needs it; a failure here leaves it to that import,
+    which then fails or succeeds as it would have."""
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+    if name in sys.modules:
+        return None
+    try:
+        thread = threading.Thread(target=run, name=f"flowkit-import-{name}", daemon=True)
+        thread.start()
+    except RuntimeError:  # no thread to be had (interpreter shutting down)
+        return None
+    return thread
+
+
+_prefetching = _prefetch("aiohttp")
 with deferring(DEFERRED):
     import openai
+if _prefetching is not None:
+    _prefetching.join()  # whatever the SDK did not need of it is imported before going on
 
 __all__ = ["openai"]
