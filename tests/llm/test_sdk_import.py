@@ -7,6 +7,7 @@ of ``openai.types`` is still there when asked for, the SDK's public API (the fal
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -38,8 +40,6 @@ that it ran."""
 @pytest.fixture
 def package(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, list[str]]]:
     """(the package's name, unique per test, and the list its modules note themselves in)."""
-    import importlib
-
     name = "deferpkg_" + "".join(c if c.isalnum() else "_" for c in request.node.name)
     (tmp_path / f"{name}_ran.py").write_text("RAN: list[str] = []\n")
     for rel, text in PACKAGE.items():
@@ -55,14 +55,17 @@ def package(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[st
             del sys.modules[module]
 
 
+def _import_deferring_kinds(name: str) -> ModuleType:
+    """The package ``name``, imported with its ``kinds`` tree deferred."""
+    with deferring(f"{name}.kinds"):
+        return importlib.import_module(name)
+
+
 def test_a_deferred_package_runs_its_init_at_the_first_name_it_lacks(
     package: tuple[str, list[str]],
 ) -> None:
-    import importlib
-
     name, ran = package
-    with deferring(f"{name}.kinds"):
-        top = importlib.import_module(name)
+    top = _import_deferring_kinds(name)
     # The module the top needs ran; the package around it did not.
     assert ran == ["top", "one"]
     assert top.ONE == 1
@@ -84,13 +87,10 @@ def test_a_deferred_package_runs_its_init_at_the_first_name_it_lacks(
 def test_from_a_deferred_package_import_a_name_or_a_submodule(
     package: tuple[str, list[str]],
 ) -> None:
-    import importlib
-
     name, ran = package
-    with deferring(f"{name}.kinds"):
-        importlib.import_module(name)
-        namespace: dict[str, object] = {}
-        exec(f"from {name}.kinds import two, BOTH", namespace)
+    _import_deferring_kinds(name)
+    namespace: dict[str, object] = {}
+    exec(f"from {name}.kinds import two, BOTH", namespace)
     assert namespace["BOTH"] == 3
     assert getattr(namespace["two"], "TWO", None) == 2
     assert ran.count("kinds") == 1 and ran.count("two") == 1
@@ -99,11 +99,8 @@ def test_from_a_deferred_package_import_a_name_or_a_submodule(
 def test_threads_asking_at_once_see_the_whole_package_and_it_runs_once(
     package: tuple[str, list[str]],
 ) -> None:
-    import importlib
-
     name, ran = package
-    with deferring(f"{name}.kinds"):
-        importlib.import_module(name)
+    _import_deferring_kinds(name)
     kinds = sys.modules[f"{name}.kinds"]
     seen: list[object] = []
     start = threading.Barrier(4)
