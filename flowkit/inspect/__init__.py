@@ -3,8 +3,9 @@
 - ``show``: the summary of a run and the metrics table.
 - ``trace_view``: per-row, per-node traces, filtered by ``--where``.
 - ``compare``: paired bootstrap deltas between two runs; ``compare_rows`` reads and pairs
-  the rows into columns; ``comparison``: ``flowkit.compare`` and ``RunResult.compare``, the
-  same as tables for pandas and notebooks.
+  the rows into columns; ``compare_means``: the intervals of metrics.json's means (from the
+  per-row values, or a stored stdev and count); ``comparison``: ``flowkit.compare`` and
+  ``RunResult.compare``, the same as tables for pandas and notebooks.
 - ``gates``: ``--gate`` conditions on metrics, and the condition parser ``--where`` shares.
 - ``regression``: ``--gate-drop``/``--fail-if``, gates on the change from a baseline run, each
   verdict with its paired interval; ``ci_report``: the markdown summary and JUnit XML of them.

@@ -25,11 +25,12 @@ from rich.table import Table
 from rich.text import Text
 
 from flowkit.errors import UsageError, did_you_mean, one_of
+from flowkit.flow.target import ANSWER_INPUTS, APP_FIELDS
+from flowkit.inspect.compare_means import AggregateDelta, quantile, side_by_side
 from flowkit.inspect.compare_rows import (
     NO_INPUT,
     Pairs,
     Side,
-    is_number,
     pair_rows,
     read_side,
 )
@@ -69,14 +70,6 @@ class RowChange:
 
 
 @dataclass
-class AggregateDelta:
-    name: str
-    a: Any
-    b: Any
-    delta: float | None
-
-
-@dataclass
 class Comparison:
     run_a: str
     run_b: str
@@ -104,21 +97,71 @@ class Comparison:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, default=str)
 
 
-def _warnings(run_a: Path, run_b: Path, a: Side, b: Side, pairs: Pairs) -> list[str]:
+APP_INPUTS = frozenset((*ANSWER_INPUTS, *APP_FIELDS, "messages"))
+"""Metric inputs an app fills (its answer, the context it retrieved, a conversation holding its
+replies): an A/B of two app versions changes them, which is the point of comparing."""
+
+
+def _warnings(
+    info: tuple[dict[str, Any], dict[str, Any]], a: Side, b: Side, pairs: Pairs, key: str | None
+) -> list[str]:
     """What makes a verdict meaningless: other flows, or paired rows that are not the same."""
     notes = []
-    flow_a, flow_b = ((read_run_info(r).get("flow") or {}).get("name") for r in (run_a, run_b))
+    flow_a, flow_b = ((i.get("flow") or {}).get("name") for i in info)
     if flow_a != flow_b:
         notes.append(
             f"warning: the runs are of different flows ({flow_a!r} and {flow_b!r}); outputs of "
             "the same name may not mean the same"
         )
-    # A row is other data only when it differs in every input that tells rows apart: an A/B
-    # of two app versions pairs the same questions with other answers, which is the point,
-    # and an input with one value in every row (a threshold) tells nothing.
+    differ, first = _other_data(info, a, b, pairs, key)
+    if differ:
+        notes.append(
+            f"warning: {differ} of {len(pairs.a)} paired rows have different inputs (first: "
+            f"{'line' if isinstance(first, int) else 'key'} {first!r}); the runs may not be over "
+            "the same data — pair them with --key COLUMN"
+        )
+    return notes
+
+
+def _data_inputs(info: dict[str, Any]) -> set[str] | None:
+    """The inputs a run read as data: not filled by the app (:data:`APP_INPUTS`), nor mapped
+    from anything but the data file or an earlier run's inputs (an earlier run's outputs are
+    an app's answers). None where the run does not say how its inputs were mapped."""
+    mapping = info.get("mapping")
+    if not isinstance(mapping, dict):
+        return None
+    return {
+        name
+        for name, source in mapping.items()
+        if name not in APP_INPUTS and str(source).startswith(("${data.", "${run.inputs."))
+    }
+
+
+def _other_data(
+    info: tuple[dict[str, Any], dict[str, Any]], a: Side, b: Side, pairs: Pairs, key: str | None
+) -> tuple[int, Any]:
+    """(how many paired rows are of other data, the first one's line or key).
+
+    What the rows *are* decides, never what the app made of them: rows paired by ``--key``
+    are the same request by construction; two runs that read the same data file (its sha256 in
+    run.json) read the same rows; otherwise a pair is other data when it differs in every input
+    that is data and tells rows apart (an input with one value in every row, a threshold, tells
+    nothing). Where the data has no such input (only the app's answer and context), nothing
+    says the rows differ, so nothing is claimed."""
+    if key is not None:
+        return 0, None
+    prints = [(i.get("invocation") or {}).get("data_fingerprint") for i in info]
+    if prints[0] is not None and prints[0] == prints[1]:
+        return 0, None
+    known = [_data_inputs(i) for i in info]
+    data = a.inputs.keys() & b.inputs.keys()
+    data = {n for n in data if n not in APP_INPUTS}
+    for names in known:
+        if names is not None:
+            data &= names
     shared = [
         (a.inputs[n], b.inputs[n])
-        for n in sorted(a.inputs.keys() & b.inputs.keys())
+        for n in sorted(data)
         if len({a.inputs[n][pa] for pa in pairs.a} - {NO_INPUT}) > 1
     ]
     differ, first = 0, None
@@ -128,13 +171,7 @@ def _warnings(run_a: Path, run_b: Path, a: Side, b: Side, pairs: Pairs) -> list[
             differ += 1
             if first is None:
                 first = pairs.key(i, a)
-    if differ:
-        notes.append(
-            f"warning: {differ} of {len(pairs.a)} paired rows have different inputs (first: "
-            f"{'line' if isinstance(first, int) else 'key'} {first!r}); the runs may not be over "
-            "the same data — pair them with --key COLUMN"
-        )
-    return notes
+    return differ, first
 
 
 def bootstrap_ci(
@@ -150,15 +187,7 @@ def bootstrap_ci(
     choices = rng.choices
     means = sorted(sum(choices(diffs, k=n)) / n for _ in range(resamples))
     alpha = (1.0 - confidence) / 2
-    return _quantile(means, alpha), _quantile(means, 1.0 - alpha)
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return quantile(means, alpha), quantile(means, 1.0 - alpha)
 
 
 def _verdict(low: float, high: float, lower_is_better: bool) -> str:
@@ -220,16 +249,26 @@ def compare_runs(
         duplicates={"a": a.duplicates, "b": b.duplicates},
         metrics=[],
         changes=[],
-        aggregates=_aggregates(read_metrics(run_a), read_metrics(run_b)),
+        aggregates=[],
         resamples=resamples,
         seed=seed,
         confidence=confidence,
     )
-    result.notes.extend(_warnings(run_a, run_b, a, b, pairs))
+    info = (read_run_info(run_a), read_run_info(run_b))
+    result.notes.extend(_warnings(info, a, b, pairs, key))
     if not common:
         result.notes.append("no numeric per-row output is present in both runs")
     for name in names:
         result.metrics.append(_metric(name, pairs, a, b, result, lower=name in lower, top=top))
+    result.aggregates = side_by_side(
+        (read_metrics(run_a), read_metrics(run_b)),
+        (a, b),
+        result.metrics,
+        verdict=_verdict,
+        resamples=resamples,
+        seed=seed,
+        confidence=confidence,
+    )
     return result
 
 
@@ -278,18 +317,6 @@ def _metric(
     return MetricDelta(
         name, n, mean_a, mean_b, delta, low, high, _verdict(low, high, lower), lower, missing
     )
-
-
-def _aggregates(ma: dict[str, Any], mb: dict[str, Any]) -> list[AggregateDelta]:
-    out = []
-    for name in dict.fromkeys([*ma, *mb]):
-        va, vb = ma.get(name), mb.get(name)
-        delta = None
-        if is_number(va) and is_number(vb):
-            # Two aggregates of the same values summed in another order differ in the last bits.
-            delta = 0.0 if math.isclose(va, vb, rel_tol=1e-12, abs_tol=0) else vb - va
-        out.append(AggregateDelta(name, va, vb, delta))
-    return out
 
 
 # -- rendering --------------------------------------------------------------------------------
@@ -360,8 +387,10 @@ def render(cmp: Comparison, run_a: Path, run_b: Path) -> Group:
             t.add_row(c.metric, who, _f(c.a), _f(c.b), Text(_signed(c.delta), style))
         parts.append(t)
     if cmp.aggregates:
-        t = titled("metrics", "metric", "A", "B", "Δ")
+        t = titled("metrics", "metric", "A", "B", "Δ", f"{cmp.confidence:.0%} CI", "verdict")
         for agg in cmp.aggregates:
-            t.add_row(agg.name, _f(agg.a), _f(agg.b), _signed(agg.delta))
+            ci = "—" if agg.ci_low is None else f"[{agg.ci_low:+.4g}, {agg.ci_high:+.4g}]"
+            verdict = Text(agg.verdict or "", _VERDICT_STYLE.get(agg.verdict or "", ""))
+            t.add_row(agg.name, _f(agg.a), _f(agg.b), _signed(agg.delta), ci, verdict)
         parts.append(t)
     return Group(*parts)

@@ -14,7 +14,9 @@ from flowkit.inspect.compare import Comparison, compare_runs
 from flowkit.runs.folder import resolve_run_dir
 
 PER_ROW, AGGREGATE = "per-row output", "metrics.json"
-COLUMNS = ["source", "rows", "A", "B", "difference", "ci_low", "ci_high", "verdict"]
+COLUMNS = ["source", "rows", "A", "B", "difference", "ci_low", "ci_high", "verdict", "interval"]
+PAIRED_ROWS = "paired bootstrap"
+TOO_FEW_ROWS = "none: fewer than 2 paired rows with a value on both sides"
 
 
 @dataclass
@@ -32,15 +34,29 @@ class RunComparison:
 
     def to_pandas(self) -> Any:
         """One row per metric: each per-row output with its paired mean difference (B − A),
-        bootstrap interval and verdict, then each metric of metrics.json with its difference."""
+        bootstrap interval and verdict, then each metric of metrics.json with its difference,
+        and its interval and verdict where the runs' files give them
+        (flowkit.inspect.compare_means). ``interval`` says how each interval was worked out,
+        or why there is none."""
         pd = _pandas("to_pandas")
         rows = [
-            [PER_ROW, m.n, m.mean_a, m.mean_b, m.delta, m.ci_low, m.ci_high, m.verdict]
+            [
+                PER_ROW,
+                m.n,
+                m.mean_a,
+                m.mean_b,
+                m.delta,
+                m.ci_low,
+                m.ci_high,
+                m.verdict,
+                TOO_FEW_ROWS if m.ci_low is None else PAIRED_ROWS,
+            ]
             for m in self.comparison.metrics
         ]
         names = [m.name for m in self.comparison.metrics]
         for agg in self.comparison.aggregates:
-            rows.append([AGGREGATE, None, agg.a, agg.b, agg.delta, None, None, None])
+            row = [AGGREGATE, None, agg.a, agg.b, agg.delta, agg.ci_low, agg.ci_high, agg.verdict]
+            rows.append([*row, agg.interval])
             names.append(agg.name)
         return pd.DataFrame(rows, columns=COLUMNS, index=pd.Index(names, name="metric"))
 

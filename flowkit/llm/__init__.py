@@ -22,7 +22,9 @@ request costs a token budget, counted as the endpoint counts it: the connection'
 ``token_charge`` rule, corrected from the headers) and ``retry`` (what a failure means).
 
 Names are imported on first use (PEP 562): ``flowkit.llm.usage`` prices tokens for every run,
-and must not load the openai SDK (most of a python-only run's start-up) on the way.
+and must not load the openai SDK (most of a python-only run's start-up) on the way. ``sdk`` is
+where the SDK is imported, the packages of its ``openai.types`` tree run on first use (a chat
+request needs none of them) and aiohttp on a thread beside it.
 """
 
 from __future__ import annotations

@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import openai
-
 from flowkit.llm.charging import arrival_charge, output_cap, prompt_tokens
 from flowkit.llm.clients import aclose_clients as aclose_clients
 from flowkit.llm.clients import clients_created as clients_created
@@ -24,6 +22,7 @@ from flowkit.llm.prepared import post_chat
 from flowkit.llm.replies import too_large_in
 from flowkit.llm.retry import connection_cause
 from flowkit.llm.scheduler import Scheduler
+from flowkit.llm.sdk import openai
 from flowkit.llm.session import current_session
 
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")

@@ -4,9 +4,9 @@ transport with a pool sized to the endpoint's in-flight limit.
 Creating an ``openai.AsyncOpenAI`` is measurably expensive (its transport reads the system
 certificate store), so a session (``session``: one per run) keeps one per endpoint in a
 :class:`ClientPool`, and every client of the process shares one TLS context, which
-the first client builds (:func:`warm_up` can start it on a thread; preparing a run does not,
-so that a rerun the cache serves whole never imports the SDK). A client's prepared
-request templates (``prepared``) live and die with it.
+the first client builds (:func:`warm_up` starts it on a thread when this module is first
+imported; preparing a run does not, so that a rerun the cache serves whole never imports the
+SDK). A client's prepared request templates (``prepared``) live and die with it.
 But a client's connection pool is bound to the event loop it first ran in — reusing it from a
 later ``asyncio.run`` fails with "Event loop is closed" — so the pool is keyed by endpoint
 *and* running loop. Each loop gets a tiny async-generator guard per pool: ``asyncio.run``
@@ -26,10 +26,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import openai
-
 from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 from flowkit.llm.replies import capped
+from flowkit.llm.sdk import openai
 
 Client = openai.AsyncOpenAI
 # The SDK's http clients, reading each reply under a size cap (``replies``). Older SDKs
@@ -250,3 +249,9 @@ async def aclose_clients() -> None:
     from flowkit.llm.session import current_session
 
     await current_session().clients.aclose()
+
+
+# This module is imported when a run's first request is about to go, never by a rerun the
+# cache serves whole: the certificate store loads on a thread (it releases the GIL) while the
+# rest of the model layer is imported and the first client is made.
+warm_up()

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-import openai
 
 from flowkit.llm.replies import DEFAULT_MAX_REPLY_BYTES, read_aiohttp
+from flowkit.llm.sdk import openai
 
 HOOKS = (
     "_prepare_options",

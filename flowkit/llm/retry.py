@@ -19,10 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-import openai
-
 from flowkit.llm.ratelimits import RateHeaders, parse_rate_headers
 from flowkit.llm.replies import too_large_in
+from flowkit.llm.sdk import openai
 
 MAX_RETRY_AFTER = 120.0
 """A server asking for a longer pause is reporting an exhausted quota, not congestion."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
+import pandas as pd
 import pytest
 
 import flowkit
@@ -32,7 +36,7 @@ def test_compare_gives_a_table_per_metric_and_the_changed_rows(tmp_path: Path) -
     cmp = flowkit.compare(a, b)
     frame = cmp.to_pandas()
     assert list(frame.columns) == [
-        "source", "rows", "A", "B", "difference", "ci_low", "ci_high", "verdict"
+        "source", "rows", "A", "B", "difference", "ci_low", "ci_high", "verdict", "interval"
     ]  # fmt: skip
     score = frame.loc["y.score"]
     assert (score["source"], score["rows"], score["A"], score["B"]) == (
@@ -44,8 +48,16 @@ def test_compare_gives_a_table_per_metric_and_the_changed_rows(tmp_path: Path) -
     assert score["difference"] == pytest.approx(-0.75)
     assert score["ci_low"] <= score["difference"] <= score["ci_high"] <= 0
     assert score["verdict"] == "worse"
+    assert score["interval"] == "paired bootstrap"
     mean = frame.loc["t.mean"]
     assert (mean["source"], mean["A"], mean["B"]) == ("metrics.json", 4.5, 3.75)
+    # t.mean is y.score's mean, every row paired: the same interval, and its verdict.
+    assert (mean["ci_low"], mean["ci_high"], mean["verdict"]) == (
+        score["ci_low"],
+        score["ci_high"],
+        "worse",
+    )
+    assert mean["interval"] == "paired bootstrap of the per-row output y.score, whose mean it is"
     changes = cmp.changes()
     assert list(changes["line"]) == [0, 1, 2]
     assert list(changes["regression"]) == [True, True, True]
@@ -69,3 +81,68 @@ def test_compare_refuses_what_is_not_a_run(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as info:
         flowkit.compare(1, 2)
     assert str(info.value) == "compare takes a run's name, its folder or a RunResult, not int"
+
+
+def test_a_mean_of_rows_not_all_paired_gets_an_unpaired_interval(tmp_path: Path) -> None:
+    a = _run(tmp_path, "a", [3, 4, 5, 6])
+    b = _run(tmp_path, "b", [1, 1, 2, 2, 1, 2])  # two rows only B has
+    frame = flowkit.compare(a, b).to_pandas()
+    mean = frame.loc["t.mean"]
+    assert mean["difference"] == pytest.approx(1.5 - 4.5)
+    assert mean["ci_low"] <= mean["difference"] <= mean["ci_high"] < 0
+    assert mean["verdict"] == "worse"
+    assert mean["interval"] == (
+        "bootstrap of each run's y.score values apart (the metric is their mean; not every row "
+        "is paired)"
+    )
+    # Wider than the paired interval over the rows both runs have.
+    score = frame.loc["y.score"]
+    assert mean["ci_high"] - mean["ci_low"] > score["ci_high"] - score["ci_low"]
+
+
+STORED = """
+import statistics
+
+def f(x):
+    return {"score": x}
+
+def agg(ys):
+    doubled = [2 * y["score"] for y in ys]
+    return {
+        "mean": statistics.mean(doubled),
+        "stdev": statistics.stdev(doubled),
+        "count": len(doubled),
+        "total": sum(doubled),
+        "other.mean": 1.5 * statistics.mean(doubled),
+    }
+"""
+
+
+def test_a_mean_with_a_stored_stdev_and_count_or_none_and_why(tmp_path: Path) -> None:
+    flow = python_flow(tmp_path, STORED, "agg")
+    runs = []
+    for name, xs in (("a", [3, 4, 5, 6, 7]), ("b", [1, 2, 2, 3, 4])):
+        data = write_jsonl(tmp_path / f"{name}.jsonl", [{"x": x} for x in xs])
+        runs.append(flowkit.run(flow, data, name=name, runs_root=tmp_path / "runs"))
+    frame = flowkit.compare(*runs).to_pandas()
+    mean = frame.loc["t.mean"]
+    a, b = ([2 * x for x in xs] for xs in ([3, 4, 5, 6, 7], [1, 2, 2, 3, 4]))
+    half = NormalDist().inv_cdf(0.975) * math.sqrt(
+        statistics.variance(a) / len(a) + statistics.variance(b) / len(b)
+    )
+    difference = statistics.mean(b) - statistics.mean(a)
+    assert mean["ci_low"] == pytest.approx(difference - half)
+    assert mean["ci_high"] == pytest.approx(difference + half)
+    assert pd.isna(mean["verdict"])  # whether higher is better, metrics.json does not say
+    assert mean["interval"] == (
+        "normal, from each run's t.stdev and t.count (runs taken as independent)"
+    )
+    total, other = frame.loc["t.total"], frame.loc["t.other.mean"]
+    assert pd.isna(total["ci_low"]) and pd.isna(other["ci_low"])
+    assert (
+        total["interval"] == "none: only a mean's interval can be worked out from the runs' files"
+    )
+    assert other["interval"] == (
+        "none: no per-row output has this mean in both runs, and metrics.json stores no "
+        "t.other.stdev and t.other.count for it"
+    )

@@ -26,7 +26,7 @@ def test_clients_share_one_verifying_tls_context(llm_server: LocalServer) -> Non
         )
         for name, concurrency in (("a", 4), ("b", 8))
     ]
-    clients.warm_up()  # as preparing a run does; the clients must wait for it, not race it
+    clients.warm_up()  # as importing the module does; the clients must wait for it, not race it
 
     async def main() -> list[Any]:
         made = [await clients.get_client(endpoint) for endpoint in endpoints]

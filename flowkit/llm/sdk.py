@@ -1,0 +1,155 @@
+"""The openai SDK, imported with the packages of its ``openai.types`` tree run on first use.
+
+``import openai`` runs ``openai/types/__init__.py`` (and the SDK's client module reaches
+``openai.types.responses`` and ``openai.types.chat`` through its helpers): some 470 modules and
+hundreds of pydantic classes, about two thirds of the SDK's import time (0.6 s of 0.9 s
+measured), none of which a chat request needs to go on the wire (flowkit builds bodies as plain
+JSON and reads replies as plain JSON: ``prepared``). So while flowkit imports the SDK, each
+*package* under ``openai.types`` is created with its ``__path__`` but without running its
+``__init__``; the first attribute looked up on it that it lacks (``openai.types.ChatCompletion``,
+``from openai.types.chat import completion_create_params``) runs the ``__init__`` then, under a
+lock, and from then on the package is as it would have been. Modules (not packages) load as
+always, so whatever the SDK's client imports from one is there at once.
+
+While the SDK imports, aiohttp (its transport's library) is imported on a thread: its default
+TLS contexts, made at import, load the system's certificate store twice, with the GIL released,
+so that work overlaps the rest of the SDK's import.
+
+Nothing depends on the SDK's layout: a release that needs more of ``openai.types`` at import
+time gets it at import time (the first look-up runs the ``__init__``), only slower. The SDK is
+imported this way only when flowkit imports it first; a process that imported it already keeps
+its module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+from typing import Any
+
+DEFERRED = "openai.types"
+"""The SDK's tree whose packages' ``__init__`` runs on first use."""
+
+
+class _DeferredInit(importlib.abc.Loader):
+    """Loads a package as ``loader`` would, but runs its ``__init__`` at the first look-up of
+    a name it lacks (PEP 562's module ``__getattr__``)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        def __getattr__(name: str) -> Any:
+            if module.__dict__.get("__getattr__") is __getattr__:
+                self._run_init(module, __getattr__)
+            try:
+                return module.__dict__[name]
+            except KeyError:
+                # While the __init__ runs, a name it has not defined yet is missing, as in any
+                # package being imported (``from . import x`` then imports the submodule).
+                raise AttributeError(
+                    f"module {module.__name__!r} has no attribute {name!r}"
+                ) from None
+
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
+
+    def _run_init(self, module: ModuleType, hook: Any) -> None:
+        """Run the package's ``__init__`` once, as an import would: under the import system's
+        lock for the module, marked initialising, so that another thread's ``import`` of it
+        waits for the whole package (and the same thread's nested look-ups see it partial, as
+        in any import)."""
+        spec = module.__spec__
+        with _module_lock(module.__name__):
+            if module.__dict__.get("__getattr__") is not hook or getattr(
+                spec, "_initializing", False
+            ):
+                return  # done by another thread meanwhile, or running in this one
+            spec._initializing = True  # type: ignore[union-attr]
+            try:
+                self.loader.exec_module(module)
+            finally:
+                spec._initializing = False  # type: ignore[union-attr]
+                if module.__dict__.get("__getattr__") is hook:
+                    del module.__dict__["__getattr__"]
+
+
+def _module_lock(name: str) -> Any:
+    """The import system's lock for module ``name`` (what ``import`` holds while a module
+    runs, with its detection of cross-thread cycles); a plain lock where it is not to be had."""
+    manager = getattr(importlib._bootstrap, "_ModuleLockManager", None)
+    return manager(name) if manager is not None else _fallback_lock
+
+
+_fallback_lock = threading.RLock()
+
+
+class _DeferringFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, tree: str) -> None:
+        self.tree = tree
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.tree and not fullname.startswith(self.tree + "."):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+            return spec  # a module, or something this finder does not know: as always
+        spec.loader = _DeferredInit(spec.loader)
+        return spec
+
+
+_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def deferring(tree: str) -> Iterator[None]:
+    """Packages in ``tree`` (``tree`` itself included) first imported in the block run their
+    ``__init__`` on first use (see the module's docstring)."""
+    finder = _DeferringFinder(tree)
+    with _lock:
+        sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        with _lock:
+            sys.meta_path.remove(finder)
+
+
+def _prefetch(name: str) -> threading.Thread | None:
+    """Import ``name`` on a thread. Importing aiohttp loads the system's certificate store twice
+    (its default TLS contexts, made at import), which releases the GIL: on a thread it overlaps
+    the SDK's own import instead of following it. The SDK's import waits for the module (the
+    import system's lock for it) wherever it needs it; a failure here leaves it to that import,
+    which then fails or succeeds as it would have."""
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+    if name in sys.modules:
+        return None
+    try:
+        thread = threading.Thread(target=run, name=f"flowkit-import-{name}", daemon=True)
+        thread.start()
+    except RuntimeError:  # no thread to be had (interpreter shutting down)
+        return None
+    return thread
+
+
+_prefetching = _prefetch("aiohttp")
+with deferring(DEFERRED):
+    import openai
+if _prefetching is not None:
+    _prefetching.join()  # whatever the SDK did not need of it is imported before going on
+
+__all__ = ["openai"]
