@@ -35,7 +35,6 @@ from flowkit.runs.folder import (
     RUNNING,
     RunWriter,
     claim_run_dir,
-    claimed,
     effective_status,
     iso,
     lock_run_dir,
@@ -45,6 +44,7 @@ from flowkit.runs.folder import (
 )
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
 from flowkit.runs.judging import changes, judging, refusal, rerun_notice
+from flowkit.runs.lease import Lease, LocalPlace, take
 from flowkit.runs.resume import data_fingerprint, prior_fingerprint
 from flowkit.runs.stop import awaitable, outside_any_loop
 
@@ -274,22 +274,27 @@ def resume(
     if concurrency is not None and (isinstance(concurrency, bool) or concurrency < 1):
         raise UsageError(f"concurrency must be a whole number of at least 1, not {concurrency!r}")
     run_dir = resolve_run_dir(run, Path(runs_root))
-    with claimed(run_dir):  # read run.json under the claim: another resume may just have ended
-        info = read_run_info(run_dir)
-        where = f"run {run_dir.name!r}"
-        if effective_status(info) == RUNNING:
-            raise UsageError(
-                f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
-            )
+    where = f"run {run_dir.name!r}"
+    info = read_run_info(run_dir)
+    if "lease" not in info and effective_status(info) == RUNNING:  # a run from before leases
+        raise UsageError(
+            f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
+        )
+    # The lease first, from any host: of two resumes at once exactly one takes it.
+    lease = take(LocalPlace(run_dir), run_dir.name, "resume")
+    try:
+        info = read_run_info(run_dir)  # under the lease: another resume may just have ended
         # The folder's own lock too, as a new run takes it: a run started meanwhile with
         # --overwrite on this folder would otherwise clear it under the resume.
         lock = lock_run_dir(run_dir)
         try:
             return _resume(
-                run_dir, info, where, concurrency, allow_changes, settings, on_progress, lock
+                run_dir, info, where, concurrency, allow_changes, settings, on_progress, lock, lease
             )
         finally:
             lock.close()  # the run's writer closes it when the run ends; this, after a refusal
+    finally:
+        lease.release()
 
 
 def _resume(
@@ -301,6 +306,7 @@ def _resume(
     settings: Settings | None,
     on_progress: Callable[[Stats], None] | None,
     lock: BinaryIO,
+    lease: Lease,
 ) -> RunResult:
     inv = info.get("invocation")
     if not inv:
@@ -353,7 +359,8 @@ def _resume(
         info["resumes"] = [*info.get("resumes", []), record]
         for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
             info.pop(stale, None)
-        return execute(job, RunWriter(run_dir, info, resuming=True, lock=lock), kept=run_dir)
+        writer = RunWriter(run_dir, info, resuming=True, lock=lock, lease=lease)
+        return execute(job, writer, kept=run_dir)
 
 
 def with_target(

@@ -26,7 +26,8 @@ from typing import Any, BinaryIO
 from flowkit.cache.canonical import dumps
 from flowkit.data.jsonl import raw_records
 from flowkit.engine.records import NodeRecord, decode, encode, encode_compact
-from flowkit.errors import UsageError
+from flowkit.errors import FlowkitError, UsageError
+from flowkit.runs.lease import Lease, LocalPlace, take
 from flowkit.runs.space import give_back, hold, no_space
 from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here before)
     COMPLETED,
@@ -34,7 +35,6 @@ from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here b
     INTERRUPTED,
     RUNNING,
     DamagedRunFile,
-    claimed,
     effective_status,
     process_start,
     read_run_info,
@@ -191,9 +191,13 @@ class RunWriter:
         flush_seconds: float = 1.0,
         resuming: bool = False,
         lock: BinaryIO | None = None,
+        lease: Lease | None = None,
     ):
         self.dir = directory
         self._lock = lock  # from claim_run_dir or lock_run_dir: released when the run is closed
+        # The folder's lease (flowkit.runs.lease), renewed until the run is closed: a resume's
+        # was taken before its checks, a new run's is taken here.
+        self.lease = lease or take(LocalPlace(directory), directory.name, "run")
         hold(lock)
         self.out_of_space = False
         """A write found the disk full: the run was closed as interrupted."""
@@ -208,6 +212,7 @@ class RunWriter:
             "pid": os.getpid(),
             "pid_started": process_start(os.getpid()),
             "host": socket.gethostname(),
+            "lease": self.lease.record(),
         }
         self.info.setdefault("started", iso(time.time()))
         self._kept: Collection[int] = ()
@@ -248,7 +253,8 @@ class RunWriter:
 
     def write_info(self, **updates: Any) -> None:
         self.info.update(updates)
-        write_json(self.dir / "run.json", self.info)
+        if self.lease.lost is None:  # a folder taken over is the new holder's to describe
+            write_json(self.dir / "run.json", self.info)
 
     def trace(self, record: NodeRecord) -> None:
         self._files()[1].write(self._encode(record) + b"\n")
@@ -289,6 +295,8 @@ class RunWriter:
         # Traces first: a row that reached outputs.jsonl then always has its node records on
         # disk, which is what a resume after kill -9 rebuilds the aggregates from.
         self._last_flush = time.monotonic()
+        if self.lease.lost is not None:
+            raise LeaseLost(self.run_id, self.lease.lost)
         outputs, traces = self._files()
         traces.flush()
         outputs.flush()
@@ -303,6 +311,12 @@ class RunWriter:
         self.write_info(counts=counts(), updated=iso(time.time()))
 
     def close(self, status: str, metrics: dict[str, Any] | None, **updates: Any) -> None:
+        if self.lease.lost is not None:  # the folder is another's now: leave it as it is
+            for f in (self._outputs, self._traces, self._lock):
+                if f is not None:
+                    with suppress(OSError, ValueError):
+                        f.close()
+            return
         try:
             self._close_files()
         except OSError as err:
@@ -328,6 +342,7 @@ class RunWriter:
         give_back(self._lock)
         if self._lock is not None:
             self._lock.close()
+        self.lease.release()
 
     def _full(self) -> None:
         self.out_of_space = True
@@ -345,6 +360,19 @@ class RunWriter:
             _merge_sorted_parts(self.dir / "outputs.jsonl", self._merge_from)
         if self._tally is not None:
             write_json(self.dir / SUMMARY_FILE, self._tally.snapshot(self.dir))
+
+
+class LeaseLost(FlowkitError):
+    """The run's lease expired while it ran (its host stalled) and another process took the
+    folder over: this one stops rather than write rows the new holder writes too."""
+
+    exit_code = 1
+
+    def __init__(self, run_id: str, holder: dict[str, Any]) -> None:
+        super().__init__(
+            f"run {run_id!r} was taken over by {holder.get('holder')} (host "
+            f"{holder.get('host')}) after this process's lease expired; it stops writing"
+        )
 
 
 def _merge_sorted_parts(path: Path, split: int) -> None:

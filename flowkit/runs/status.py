@@ -1,7 +1,7 @@
 """A run's status, and whether it is true: run.json says ``running`` until the run ends, so a
-killed run still says it; ``effective_status`` checks the process (and its start time, as ids
-are reused) and reads such a run as interrupted. ``claimed`` holds a run folder for one resume
-at a time on the same check.
+killed run still says it. ``effective_status`` reads such a run as interrupted once its lease
+(flowkit.runs.lease) has expired, from any host; a run folder written before leases is judged
+as then, by its process (and the process's start time, as ids are reused) on the same host.
 """
 
 from __future__ import annotations
@@ -9,24 +9,26 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from flowkit.errors import UsageError, display
+from flowkit.runs.lease import LocalPlace, alive, live, newest, process_start
 
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
 
 
 def effective_status(info: dict[str, Any]) -> str:
-    """run.json's status, except that a `running` run whose process is gone was killed.
+    """run.json's status, except that a `running` run whose lease expired, or (a run from before
+    leases) whose process is gone, was killed.
 
     A process id alone can mislead: ids are reused (in a container the run and whoever reads
     it later are both often pid 1), so the process's start time, where recorded, must match too.
     """
     status = str(info.get("status", "?"))
+    lease = info.get("lease")
+    if isinstance(lease, dict):
+        return INTERRUPTED if status == RUNNING and not live(lease) else status
     pid, host = info.get("pid"), info.get("host")
     if status != RUNNING or not pid or host not in (None, socket.gethostname()):
         return status
@@ -34,68 +36,10 @@ def effective_status(info: dict[str, Any]) -> str:
     started = info.get("pid_started")
     gone = (
         pid == os.getpid()  # this process is reading it, so it is not running it
-        or not _alive(pid)
+        or not alive(pid)
         or (started is not None and process_start(pid) not in (None, started))
     )
     return INTERRUPTED if gone else status
-
-
-@contextmanager
-def claimed(run_dir: Path) -> Iterator[None]:
-    """Hold ``run_dir`` for one resume at a time: two at once would both append the same rows.
-
-    An O_EXCL lock file names its holder; one left by a process that is gone is taken over.
-    """
-    lock = run_dir / "resume.lock"
-    me = {"pid": os.getpid(), "pid_started": process_start(os.getpid())}
-    for _ in range(3):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                holder = json.loads(lock.read_text("utf-8"))
-            except (OSError, ValueError):
-                holder = {}  # being written this instant, or torn: look again
-            if holder and effective_status({**holder, "status": RUNNING}) == RUNNING:
-                raise UsageError(
-                    f"run {run_dir.name!r} is being resumed by process {holder.get('pid')}",
-                    hint="wait for it to finish",
-                ) from None
-            if holder:
-                lock.unlink(missing_ok=True)
-            else:
-                time.sleep(0.05)
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({**me, "host": socket.gethostname()}, f)
-        break
-    else:
-        raise UsageError(f"run {run_dir.name!r}: could not take {lock}", hint="remove it")
-    try:
-        yield
-    finally:
-        lock.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def process_start(pid: int) -> int | None:
-    """When the process started, in clock ticks since boot (Linux); None where unknown."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces; count after it.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
 
 
 class DamagedRunFile(UsageError, ValueError):
@@ -120,4 +64,8 @@ def read_run_info(run_dir: Path) -> dict[str, Any]:
             "not a run's record",
             hint="restore it from a copy, or start a new run",
         )
+    # The newest lease says whether a `running` run still runs: it is renewed, run.json is not.
+    generation, lease = newest(LocalPlace(run_dir))
+    if lease is not None:
+        info["lease"] = {**lease, "generation": generation}
     return info
