@@ -45,6 +45,7 @@ from flowkit.runs.folder import (
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
 from flowkit.runs.judging import changes, judging, refusal, rerun_notice
 from flowkit.runs.lease import Lease, LocalPlace, take
+from flowkit.runs.remote import RemoteFolder, find_run, remote_url, staging_dir
 from flowkit.runs.resume import data_fingerprint, prior_fingerprint
 from flowkit.runs.stop import awaitable, outside_any_loop
 
@@ -135,6 +136,11 @@ def run_configured(
     if not isinstance(flow, Flow):  # a list: several flows run as one, as `flowkit run A B`
         flow = load_flows(flow if isinstance(flow, list) else [flow])
     flow = fresh(flow)  # (a flow just loaded is fresh: its code files' stamps are unchanged)
+    url = remote_url(config.output) if config.output else None
+    if not config.output and remote_url(config.runs_root):
+        url = f"{remote_url(config.runs_root)}/{new_run_dir(Path(), flow.name, config.name).name}"
+    if url is not None:  # a folder in an object store: written in staging under its lease
+        return _remote_start(flow, data, url, config, settings, on_progress)
     run_dir = (
         Path(config.output)
         if config.output
@@ -145,6 +151,30 @@ def run_configured(
     lock = claim_run_dir(run_dir, overwrite=config.overwrite) if is_in_memory(data) else None
     with _data_file(data, run_dir, lock) as data_path:
         return _start(flow, data_path, run_dir, config, settings, on_progress, lock)
+
+
+def _remote_start(
+    flow: Flow,
+    data: Any,
+    url: str,
+    config: RunConfig,
+    settings: Settings | None,
+    on_progress: Callable[[Stats], None] | None,
+) -> RunResult:
+    """A new run whose folder is ``url`` in an object store (flowkit.runs.remote): the folder
+    is checked and leased before its staging copy is claimed, whatever the data."""
+    remote = RemoteFolder(url, staging_dir(url))
+    remote.check_new(config.overwrite)
+    lease = take(remote, url.rsplit("/", 1)[-1], "run")
+    try:
+        remote.clear()
+        lock = claim_run_dir(remote.staging, overwrite=True)
+        with _data_file(data, remote.staging, lock) as data_path:
+            return _start(
+                flow, data_path, remote.staging, config, settings, on_progress, lock, lease, remote
+            )
+    finally:
+        lease.release()  # the writer's close released it, unless the run never started
 
 
 @contextlib.contextmanager
@@ -178,6 +208,8 @@ def _start(
     settings: Settings | None,
     on_progress: Callable[[Stats], None] | None,
     lock: BinaryIO | None,
+    lease: Lease | None = None,
+    remote: RemoteFolder | None = None,
 ) -> RunResult:
     if config.target is not None and flow.target is None:
         flow = with_target(flow, config.target, data_path)
@@ -238,7 +270,8 @@ def _start(
     }
     if lock is None:
         lock = claim_run_dir(run_dir, overwrite=config.overwrite)
-    return execute(job, RunWriter(run_dir, info, lock=lock), kept=None)
+    writer = RunWriter(run_dir, info, lock=lock, lease=lease, remote=remote)
+    return execute(job, writer, kept=None)
 
 
 def _prior_run(run: str | os.PathLike[str], root: Path) -> Path:
@@ -273,28 +306,50 @@ def resume(
         raise UsageError(f"allow_changes must be True or False, not {allow_changes!r}")
     if concurrency is not None and (isinstance(concurrency, bool) or concurrency < 1):
         raise UsageError(f"concurrency must be a whole number of at least 1, not {concurrency!r}")
-    run_dir = resolve_run_dir(run, Path(runs_root))
+    url = remote_url(run)
+    if url is None and remote_url(runs_root) and len(Path(run).parts) == 1:
+        url = find_run(str(remote_url(runs_root)), os.fspath(run))
+    remote = RemoteFolder(url, staging_dir(url)) if url is not None else None
+    run_dir = remote.staging if remote is not None else resolve_run_dir(run, Path(runs_root))
     where = f"run {run_dir.name!r}"
-    info = read_run_info(run_dir)
-    if "lease" not in info and effective_status(info) == RUNNING:  # a run from before leases
-        raise UsageError(
-            f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
-        )
+    if remote is None:
+        _not_running(read_run_info(run_dir), where)
     # The lease first, from any host: of two resumes at once exactly one takes it.
-    lease = take(LocalPlace(run_dir), run_dir.name, "resume")
+    lease = take(remote or LocalPlace(run_dir), run_dir.name, "resume")
     try:
+        if remote is not None:  # the folder as the store has it, under the lease
+            remote.download()
         info = read_run_info(run_dir)  # under the lease: another resume may just have ended
+        if remote is not None:
+            _not_running(info, where)
         # The folder's own lock too, as a new run takes it: a run started meanwhile with
         # --overwrite on this folder would otherwise clear it under the resume.
         lock = lock_run_dir(run_dir)
         try:
             return _resume(
-                run_dir, info, where, concurrency, allow_changes, settings, on_progress, lock, lease
+                run_dir,
+                info,
+                where,
+                concurrency,
+                allow_changes,
+                settings,
+                on_progress,
+                lock,
+                lease,
+                remote,
             )
         finally:
             lock.close()  # the run's writer closes it when the run ends; this, after a refusal
     finally:
         lease.release()
+
+
+def _not_running(info: dict[str, Any], where: str) -> None:
+    """A run folder from before leases is refused while its process runs on this host."""
+    if "lease" not in info and effective_status(info) == RUNNING:
+        raise UsageError(
+            f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
+        )
 
 
 def _resume(
@@ -307,6 +362,7 @@ def _resume(
     on_progress: Callable[[Stats], None] | None,
     lock: BinaryIO,
     lease: Lease,
+    remote: RemoteFolder | None = None,
 ) -> RunResult:
     inv = info.get("invocation")
     if not inv:
@@ -326,6 +382,8 @@ def _resume(
             flow = with_target(flow, config.target, Path(inv["data"]), inv.get("target_dir"))
         flow, mapping = with_settings(flow, config.mapping)
         data_path = Path(inv["data"])
+        if not data_path.is_file() and data_path.name == DATA_FILE:
+            data_path = run_dir / DATA_FILE  # rows given in memory travel with their folder
         if not data_path.is_file() or data_fingerprint(data_path) != inv["data_fingerprint"]:
             raise UsageError(
                 f"{where}: data file {inv['data']} is missing or changed since the run",
@@ -359,7 +417,7 @@ def _resume(
         info["resumes"] = [*info.get("resumes", []), record]
         for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
             info.pop(stale, None)
-        writer = RunWriter(run_dir, info, resuming=True, lock=lock, lease=lease)
+        writer = RunWriter(run_dir, info, resuming=True, lock=lock, lease=lease, remote=remote)
         return execute(job, writer, kept=run_dir)
 
 

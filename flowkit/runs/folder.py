@@ -21,13 +21,14 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import suppress
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from flowkit.cache.canonical import dumps
 from flowkit.data.jsonl import raw_records
 from flowkit.engine.records import NodeRecord, decode, encode, encode_compact
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.runs.lease import Lease, LocalPlace, take
+from flowkit.runs.remote import find_run, read_copy, remote_url
 from flowkit.runs.space import give_back, hold, no_space
 from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here before)
     COMPLETED,
@@ -40,6 +41,9 @@ from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here b
     read_run_info,
 )
 from flowkit.runs.summary import SUMMARY_FILE, Tally, decode_brief
+
+if TYPE_CHECKING:
+    from flowkit.runs.remote import RemoteFolder
 
 RUN_FORMAT = "flowkit.run"
 RUN_VERSION = 1
@@ -192,12 +196,15 @@ class RunWriter:
         resuming: bool = False,
         lock: BinaryIO | None = None,
         lease: Lease | None = None,
+        remote: RemoteFolder | None = None,
     ):
         self.dir = directory
         self._lock = lock  # from claim_run_dir or lock_run_dir: released when the run is closed
         # The folder's lease (flowkit.runs.lease), renewed until the run is closed: a resume's
         # was taken before its checks, a new run's is taken here.
         self.lease = lease or take(LocalPlace(directory), directory.name, "run")
+        # A folder in an object store (flowkit.runs.remote): this one is its staging copy.
+        self.remote = remote
         hold(lock)
         self.out_of_space = False
         """A write found the disk full: the run was closed as interrupted."""
@@ -214,6 +221,8 @@ class RunWriter:
             "host": socket.gethostname(),
             "lease": self.lease.record(),
         }
+        if remote is not None:
+            self.info["location"] = remote.where
         self.info.setdefault("started", iso(time.time()))
         self._kept: Collection[int] = ()
         # --trace (run.json's options.trace; runs from before it kept every field).
@@ -289,6 +298,9 @@ class RunWriter:
         if time.monotonic() - self._last_flush < self._flush_seconds:
             return False
         self.flush()
+        if self.remote is not None:
+            with suppress(OSError):  # a store down for a moment: the next heartbeat sends it
+                self.remote.upload(every=self.lease.period)
         return True
 
     def flush(self) -> None:
@@ -342,7 +354,11 @@ class RunWriter:
         give_back(self._lock)
         if self._lock is not None:
             self._lock.close()
-        self.lease.release()
+        try:
+            if self.remote is not None:
+                self.remote.finish()
+        finally:
+            self.lease.release()
 
     def _full(self) -> None:
         self.out_of_space = True
@@ -397,7 +413,13 @@ def _merge_sorted_parts(path: Path, split: int) -> None:
 
 # -- reading ---------------------------------------------------------------------------------
 def resolve_run_dir(run: str | os.PathLike[str], root: Path = Path("runs")) -> Path:
-    """A run folder given as a path, or as a name inside ``root``; a unique prefix is enough."""
+    """A run folder given as a path, or as a name inside ``root``; a unique prefix is enough.
+    A folder in an object store (a URL, or a name under a URL root) is read from a copy."""
+    url, base = remote_url(run), remote_url(root)
+    if url is None and base is not None and len(Path(run).parts) == 1:
+        url = find_run(base, os.fspath(run))
+    if url is not None:
+        return read_copy(url)
     path = Path(run)
     if (path / "run.json").is_file():
         return path
