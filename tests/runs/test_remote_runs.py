@@ -61,6 +61,7 @@ def stored(url: str) -> dict[str, bytes]:
     return {name: folder.read(name) or b"" for name in folder.names()}
 
 
+@pytest.mark.slow
 def test_a_run_written_to_an_object_store_reads_back_as_a_local_one(project: Path, s3: str) -> None:
     flows = load_flows(["flaky.yaml", "f1_score"])
     local = flowkit.run(flows, "data.jsonl", name="local")
@@ -100,6 +101,7 @@ def test_a_run_written_to_an_object_store_reads_back_as_a_local_one(project: Pat
     assert f"error: no run folder '{s3}/nothing' (no run.json there)" in missing.stderr
 
 
+@pytest.mark.slow
 def test_of_two_takers_at_once_in_the_store_exactly_one_wins(s3: str) -> None:
     for attempt in range(3):
         folder = RemoteFolder(f"{s3}/r{attempt}")
