@@ -32,21 +32,19 @@ from flowkit.llm.config import Settings  # at run time: help() shows the paramet
 from flowkit.runs.config import Backend, BatchFallback, RunConfig, Trace, recorded_config
 from flowkit.runs.folder import (
     LOCK_FILE,
-    RUNNING,
     RunWriter,
     claim_run_dir,
-    effective_status,
     iso,
     lock_run_dir,
     new_run_dir,
-    read_run_info,
     resolve_run_dir,
 )
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
 from flowkit.runs.judging import changes, judging, refusal, rerun_notice
-from flowkit.runs.lease import Lease, LocalPlace, take
-from flowkit.runs.remote import RemoteFolder, find_run, remote_url, staging_dir
+from flowkit.runs.lease import Lease
+from flowkit.runs.remote import RemoteFolder, claim_remote, remote_url
 from flowkit.runs.resume import data_fingerprint, prior_fingerprint
+from flowkit.runs.status import Claim, claimed
 from flowkit.runs.stop import awaitable, outside_any_loop
 
 __all__ = ["Interrupted", "RunConfig", "RunResult", "arun", "resume", "run", "run_configured"]
@@ -161,14 +159,10 @@ def _remote_start(
     settings: Settings | None,
     on_progress: Callable[[Stats], None] | None,
 ) -> RunResult:
-    """A new run whose folder is ``url`` in an object store (flowkit.runs.remote): the folder
-    is checked and leased before its staging copy is claimed, whatever the data."""
-    remote = RemoteFolder(url, staging_dir(url))
-    remote.check_new(config.overwrite)
-    lease = take(remote, url.rsplit("/", 1)[-1], "run")
+    """A new run whose folder is ``url`` in an object store (flowkit.runs.remote), written in
+    a staging copy under its lease."""
+    remote, lease, lock = claim_remote(url, config.overwrite)
     try:
-        remote.clear()
-        lock = claim_run_dir(remote.staging, overwrite=True)
         with _data_file(data, remote.staging, lock) as data_path:
             return _start(
                 flow, data_path, remote.staging, config, settings, on_progress, lock, lease, remote
@@ -306,64 +300,25 @@ def resume(
         raise UsageError(f"allow_changes must be True or False, not {allow_changes!r}")
     if concurrency is not None and (isinstance(concurrency, bool) or concurrency < 1):
         raise UsageError(f"concurrency must be a whole number of at least 1, not {concurrency!r}")
-    url = remote_url(run)
-    if url is None and remote_url(runs_root) and len(Path(run).parts) == 1:
-        url = find_run(str(remote_url(runs_root)), os.fspath(run))
-    remote = RemoteFolder(url, staging_dir(url)) if url is not None else None
-    run_dir = remote.staging if remote is not None else resolve_run_dir(run, Path(runs_root))
-    where = f"run {run_dir.name!r}"
-    if remote is None:
-        _not_running(read_run_info(run_dir), where)
-    # The lease first, from any host: of two resumes at once exactly one takes it.
-    lease = take(remote or LocalPlace(run_dir), run_dir.name, "resume")
-    try:
-        if remote is not None:  # the folder as the store has it, under the lease
-            remote.download()
-        info = read_run_info(run_dir)  # under the lease: another resume may just have ended
-        if remote is not None:
-            _not_running(info, where)
+    with claimed(run, runs_root) as held:
         # The folder's own lock too, as a new run takes it: a run started meanwhile with
         # --overwrite on this folder would otherwise clear it under the resume.
-        lock = lock_run_dir(run_dir)
+        lock = lock_run_dir(held.run_dir)
         try:
-            return _resume(
-                run_dir,
-                info,
-                where,
-                concurrency,
-                allow_changes,
-                settings,
-                on_progress,
-                lock,
-                lease,
-                remote,
-            )
+            return _resume(held, concurrency, allow_changes, settings, on_progress, lock)
         finally:
             lock.close()  # the run's writer closes it when the run ends; this, after a refusal
-    finally:
-        lease.release()
-
-
-def _not_running(info: dict[str, Any], where: str) -> None:
-    """A run folder from before leases is refused while its process runs on this host."""
-    if "lease" not in info and effective_status(info) == RUNNING:
-        raise UsageError(
-            f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
-        )
 
 
 def _resume(
-    run_dir: Path,
-    info: dict[str, Any],
-    where: str,
+    held: Claim,
     concurrency: int | None,
     allow_changes: bool,
     settings: Settings | None,
     on_progress: Callable[[Stats], None] | None,
     lock: BinaryIO,
-    lease: Lease,
-    remote: RemoteFolder | None = None,
 ) -> RunResult:
+    run_dir, info, where = held.run_dir, held.info, held.where
     inv = info.get("invocation")
     if not inv:
         raise UsageError(f"{where} does not record how it was started, so it cannot be resumed")
@@ -417,7 +372,9 @@ def _resume(
         info["resumes"] = [*info.get("resumes", []), record]
         for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
             info.pop(stale, None)
-        writer = RunWriter(run_dir, info, resuming=True, lock=lock, lease=lease, remote=remote)
+        writer = RunWriter(
+            run_dir, info, resuming=True, lock=lock, lease=held.lease, remote=held.remote
+        )
         return execute(job, writer, kept=run_dir)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import glob
 import heapq
 import json
 import os
@@ -26,9 +25,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from flowkit.cache.canonical import dumps
 from flowkit.data.jsonl import raw_records
 from flowkit.engine.records import NodeRecord, decode, encode, encode_compact
-from flowkit.errors import FlowkitError, UsageError
-from flowkit.runs.lease import Lease, LocalPlace, take
-from flowkit.runs.remote import find_run, read_copy, remote_url
+from flowkit.errors import UsageError
+from flowkit.runs.lease import Lease, LeaseLost, LocalPlace, take
 from flowkit.runs.space import give_back, hold, no_space
 from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here before)
     COMPLETED,
@@ -38,7 +36,9 @@ from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here b
     DamagedRunFile,
     effective_status,
     process_start,
+    read_metrics,
     read_run_info,
+    resolve_run_dir,
 )
 from flowkit.runs.summary import SUMMARY_FILE, Tally, decode_brief
 
@@ -378,19 +378,6 @@ class RunWriter:
             write_json(self.dir / SUMMARY_FILE, self._tally.snapshot(self.dir))
 
 
-class LeaseLost(FlowkitError):
-    """The run's lease expired while it ran (its host stalled) and another process took the
-    folder over: this one stops rather than write rows the new holder writes too."""
-
-    exit_code = 1
-
-    def __init__(self, run_id: str, holder: dict[str, Any]) -> None:
-        super().__init__(
-            f"run {run_id!r} was taken over by {holder.get('holder')} (host "
-            f"{holder.get('host')}) after this process's lease expired; it stops writing"
-        )
-
-
 def _merge_sorted_parts(path: Path, split: int) -> None:
     """Rewrite ``path``, whose bytes before and after ``split`` are each sorted by line, as one
     sorted file; streaming, so a million-row resume needs no memory for it."""
@@ -409,40 +396,3 @@ def _merge_sorted_parts(path: Path, split: int) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)
-
-
-# -- reading ---------------------------------------------------------------------------------
-def resolve_run_dir(run: str | os.PathLike[str], root: Path = Path("runs")) -> Path:
-    """A run folder given as a path, or as a name inside ``root``; a unique prefix is enough.
-    A folder in an object store (a URL, or a name under a URL root) is read from a copy."""
-    url, base = remote_url(run), remote_url(root)
-    if url is None and base is not None and len(Path(run).parts) == 1:
-        url = find_run(base, os.fspath(run))
-    if url is not None:
-        return read_copy(url)
-    path = Path(run)
-    if (path / "run.json").is_file():
-        return path
-    if (root / path / "run.json").is_file():  # an exact name wins over longer names it starts
-        return root / path
-    # Only a bare name is looked up inside root (glob refuses absolute patterns anyway).
-    bare = not path.is_absolute() and len(path.parts) == 1
-    candidates = (
-        sorted(p for p in root.glob(f"{glob.escape(str(run))}*") if (p / "run.json").is_file())
-        if bare
-        else []
-    )
-    if len(candidates) == 1:
-        return candidates[0]
-    if len(candidates) > 1:
-        names = ", ".join(p.name for p in candidates[:5])
-        raise UsageError(f"run {str(run)!r} is ambiguous: {names}", hint="give more of the name")
-    raise UsageError(
-        f"no run folder {str(run)!r} (looked for run.json there and in {root}/)",
-        hint="`flowkit runs` lists the runs",
-    )
-
-
-def read_metrics(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "metrics.json"
-    return json.loads(path.read_text("utf-8")) if path.is_file() else {}

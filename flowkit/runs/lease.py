@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from flowkit.errors import UsageError
+from flowkit.errors import FlowkitError, UsageError
 
 LEASE_ENV = "FLOWKIT_LEASE_SECONDS"
 """Seconds a lease lasts unless renewed (default 30); it is renewed every third of that."""
@@ -272,3 +272,16 @@ def take(place: Place, run: str, role: str) -> Lease:
             return lease
         # Another taker created it first: read again, and find its lease live.
     raise UsageError(f"run {run!r}: could not take its lease in {place.where}", hint="try again")
+
+
+class LeaseLost(FlowkitError):
+    """The run's lease expired while it ran (its host stalled) and another process took the
+    folder over: this one stops rather than write rows the new holder writes too."""
+
+    exit_code = 1
+
+    def __init__(self, run_id: str, holder: dict[str, Any]) -> None:
+        super().__init__(
+            f"run {run_id!r} was taken over by {holder.get('holder')} (host "
+            f"{holder.get('host')}) after this process's lease expired; it stops writing"
+        )

@@ -22,8 +22,12 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 from flowkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from flowkit.runs.lease import Lease
 
 STAGING_ENV = "FLOWKIT_STAGING_DIR"
 """Where remote run folders are staged (default: flowkit-runs in the temporary directory)."""
@@ -189,6 +193,23 @@ class RemoteFolder:
                 f"could not upload the run to {self.where}: {err}",
                 hint=f"the run is complete in {self.staging}; copy it there when the store is back",
             ) from None
+
+
+def claim_remote(url: str, overwrite: bool) -> tuple[RemoteFolder, Lease, BinaryIO]:
+    """A new run's folder in the store: checked (as a local one is), leased, cleared, and its
+    staging copy claimed; the lease is the caller's to release if the run never starts."""
+    from flowkit.runs.folder import claim_run_dir
+    from flowkit.runs.lease import take
+
+    remote = RemoteFolder(url, staging_dir(url))
+    remote.check_new(overwrite)
+    lease = take(remote, url.rsplit("/", 1)[-1], "run")
+    try:
+        remote.clear()
+        return remote, lease, claim_run_dir(remote.staging, overwrite=True)
+    except BaseException:
+        lease.release()
+        raise
 
 
 def _stamp(path: Path) -> tuple[int, int]:
