@@ -26,7 +26,7 @@ from flowkit.cache.canonical import dumps
 from flowkit.data.jsonl import raw_records
 from flowkit.engine.records import NodeRecord, decode, encode, encode_compact
 from flowkit.errors import UsageError
-from flowkit.runs.lease import Lease, LeaseLost, LocalPlace, take
+from flowkit.runs.lease import Lease, LeaseLost, LocalPlace, refuse_live, take
 from flowkit.runs.space import give_back, hold, no_space
 from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here before)
     COMPLETED,
@@ -114,6 +114,11 @@ def claim_run_dir(path: Path, *, overwrite: bool = False) -> BinaryIO:
             f"run folder {shown!r} already exists and {what}",
             hint="choose another --output or --name, or --overwrite (overwrite=True in Python)",
         )
+    try:  # a run another host is writing (its lease is live) is never cleared
+        refuse_live(LocalPlace(path), path.name)
+    except UsageError:
+        lock.close()
+        raise
     for name in RUN_FILES:
         (path / name).unlink(missing_ok=True)
         (path / (name + ".tmp")).unlink(missing_ok=True)
@@ -181,10 +186,9 @@ class RunWriter:
     """Owns the files of one run while it executes; the engine writes to it as a ``RunSink``
     (flowkit.engine.sink).
 
-    A resumed run (see flowkit.runs.resume) opens its files only once the folder
-    has been cut back to
-    the kept rows, which are in order: new rows are appended, and ``close`` merges the two
-    sorted parts into one.
+    A resumed run (see flowkit.runs.resume) opens its files only once the folder has been cut
+    back to the kept rows, which are in order: new rows are appended, and ``close`` merges the
+    two sorted parts into one.
     """
 
     def __init__(
@@ -200,8 +204,7 @@ class RunWriter:
     ):
         self.dir = directory
         self._lock = lock  # from claim_run_dir or lock_run_dir: released when the run is closed
-        # The folder's lease (flowkit.runs.lease), renewed until the run is closed: a resume's
-        # was taken before its checks, a new run's is taken here.
+        # Renewed until closed (flowkit.runs.lease); a resume's was taken before its checks.
         self.lease = lease or take(LocalPlace(directory), directory.name, "run")
         # A folder in an object store (flowkit.runs.remote): this one is its staging copy.
         self.remote = remote
@@ -299,8 +302,7 @@ class RunWriter:
             return False
         self.flush()
         if self.remote is not None:
-            with suppress(OSError):  # a store down for a moment: the next heartbeat sends it
-                self.remote.upload(every=self.lease.period)
+            self.remote.checkpoint(every=self.lease.period)
         return True
 
     def flush(self) -> None:

@@ -73,6 +73,13 @@ class LocalPlace:
             os.link(tmp, self.path / name)
         except FileExistsError:
             return False
+        except OSError:  # a file system without hard links: create it in place, exclusively
+            try:
+                fd = os.open(self.path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
         finally:
             tmp.unlink(missing_ok=True)
         return True
@@ -245,6 +252,18 @@ class Lease:
             self.place.replace(lease_name(self.generation), self.body(time.time(), released=True))
 
 
+def refuse_live(place: Place, run: str) -> int:
+    """Refuse a folder whose newest lease is live, naming its holder and when it expires;
+    return that lease's generation (0 when there is none)."""
+    generation, current = newest(place)
+    if current is not None and live(current):
+        raise UsageError(
+            held_message(run, current),
+            hint="wait for it, or stop it; once its lease expires any host can resume it",
+        )
+    return generation
+
+
 def take(place: Place, run: str, role: str) -> Lease:
     """Take the run folder's lease for a run or a resume (``role``), renewed from now on.
 
@@ -260,12 +279,7 @@ def take(place: Place, run: str, role: str) -> Lease:
         "role": role,
     }
     for _ in range(5):
-        generation, current = newest(place)
-        if current is not None and live(current):
-            raise UsageError(
-                held_message(run, current),
-                hint="wait for it, or stop it; once its lease expires any host can resume it",
-            )
+        generation = refuse_live(place, run)
         lease = Lease(place, generation + 1, holder, ttl)
         if place.create(lease_name(lease.generation), lease.body(time.time() + ttl)):
             lease.start()

@@ -15,6 +15,7 @@ a URL is used; credentials and endpoint come from the store's own configuration 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import re
@@ -183,6 +184,12 @@ class RemoteFolder:
                 continue
             self.fs.put_file(str(path), self._path(path.name))
             self._sent[path.name] = stamp
+
+    def checkpoint(self, every: float) -> None:
+        """:meth:`upload` while the run goes on: a store down for a moment is tried again at
+        the next heartbeat, and the end's upload sends everything anyway."""
+        with contextlib.suppress(OSError):
+            self.upload(every=every)
 
     def finish(self) -> None:
         """The last upload, which must succeed: the run is only in staging until it does."""

@@ -18,8 +18,14 @@ import flowkit
 from flowkit.cli.main import main
 from flowkit.errors import UsageError
 from flowkit.flow.loader import load_flows
-from flowkit.runs.folder import LeaseLost, RunWriter, effective_status, read_run_info
-from flowkit.runs.lease import LEASE_ENV, Lease, LocalPlace, lease_name, take
+from flowkit.runs.folder import (
+    LeaseLost,
+    RunWriter,
+    claim_run_dir,
+    effective_status,
+    read_run_info,
+)
+from flowkit.runs.lease import LEASE_ENV, Lease, LocalPlace, Place, lease_name, take
 from tests.runs.test_resumption import ROWS, clean_run, comparable, wait_for_rows
 from tests.runs.test_resumption import project as project  # a fixture
 from tests.support import read_jsonl, start_flowkit
@@ -81,29 +87,33 @@ def test_a_run_killed_on_one_host_is_resumed_from_another(
     assert info["lease"]["released"] is True
 
 
+def race(place: Place, takers: int) -> None:
+    """``takers`` threads take ``place``'s lease at the same instant: exactly one wins."""
+    start = threading.Barrier(takers)
+    won: list[Lease] = []
+    refused: list[str] = []
+
+    def taker() -> None:
+        start.wait()
+        try:
+            won.append(take(place, "r", "resume"))
+        except UsageError as err:
+            refused.append(err.message)
+
+    threads = [threading.Thread(target=taker) for _ in range(takers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == takers - 1
+    assert all(m.startswith("run 'r' is being resumed on host ") for m in refused)
+    won[0].release()
+    assert sorted(place.names()) == [lease_name(1)]
+
+
 def test_of_two_resumers_at_once_exactly_one_takes_the_folder(tmp_path: Path) -> None:
     for attempt in range(10):
-        place = LocalPlace(tmp_path / f"r{attempt}")
-        start = threading.Barrier(6)
-        won: list[Lease] = []
-        refused: list[str] = []
-
-        def resumer() -> None:
-            start.wait()  # noqa: B023 (each round's own barrier, read while it runs)
-            try:
-                won.append(take(place, "r", "resume"))  # noqa: B023
-            except UsageError as err:
-                refused.append(err.message)  # noqa: B023
-
-        threads = [threading.Thread(target=resumer) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert len(won) == 1 and len(refused) == 5
-        assert all(m.startswith("run 'r' is being resumed on host ") for m in refused)
-        won[0].release()
-        assert sorted(place.names()) == [lease_name(1)]
+        race(LocalPlace(tmp_path / f"r{attempt}"), 6)
 
 
 @pytest.mark.slow
@@ -166,3 +176,22 @@ def test_a_bad_lease_length_is_named(
     assert (
         bad.value.message == f"FLOWKIT_LEASE_SECONDS={value!r} must be a number of seconds above 0"
     )
+
+
+def test_a_new_run_never_clears_a_folder_another_host_is_writing(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text("{}")
+    lease = {"holder": "gpu-7:41:ab", "host": "gpu-7", "pid": 41, "role": "run"}
+    (run_dir / lease_name(3)).write_text(json.dumps({**lease, "expires": time.time() + 60}))
+
+    with pytest.raises(UsageError) as held:
+        claim_run_dir(run_dir, overwrite=True)
+
+    assert held.value.message.startswith(
+        "run 'r' is still running on host gpu-7 (pid 41, lease gpu-7:41:ab); its lease expires at "
+    )
+    assert (run_dir / "run.json").exists()
+    (run_dir / lease_name(3)).write_text(json.dumps({**lease, "expires": time.time() - 1}))
+    claim_run_dir(run_dir, overwrite=True).close()  # expired: the folder is free
+    assert not (run_dir / "run.json").exists()

@@ -8,7 +8,6 @@ import json
 import secrets
 import signal
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +18,10 @@ from click.testing import CliRunner
 
 import flowkit
 from flowkit.cli.main import main
-from flowkit.errors import UsageError
 from flowkit.flow.loader import load_flows
-from flowkit.runs.lease import LEASE_ENV, Lease, take
+from flowkit.runs.lease import LEASE_ENV
 from flowkit.runs.remote import STAGING_ENV, RemoteFolder
+from tests.runs.test_lease import race
 from tests.runs.test_resumption import ROWS, clean_run, comparable
 from tests.runs.test_resumption import project as project  # a fixture
 from tests.support import read_jsonl, start_flowkit
@@ -104,27 +103,7 @@ def test_a_run_written_to_an_object_store_reads_back_as_a_local_one(project: Pat
 @pytest.mark.slow
 def test_of_two_takers_at_once_in_the_store_exactly_one_wins(s3: str) -> None:
     for attempt in range(3):
-        folder = RemoteFolder(f"{s3}/r{attempt}")
-        start = threading.Barrier(4)
-        won: list[Lease] = []
-        refused: list[str] = []
-
-        def resumer() -> None:
-            start.wait()  # noqa: B023 (each round's own barrier, read while it runs)
-            try:
-                won.append(take(folder, "r", "resume"))  # noqa: B023
-            except UsageError as err:
-                refused.append(err.message)  # noqa: B023
-
-        threads = [threading.Thread(target=resumer) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert len(won) == 1 and len(refused) == 3
-        assert all(m.startswith("run 'r' is being resumed on host ") for m in refused)
-        won[0].release()
-        assert folder.names() == ["lease-000001.json"]
+        race(RemoteFolder(f"{s3}/r{attempt}"), 4)
 
 
 @pytest.mark.slow
