@@ -68,6 +68,7 @@ class LocalPlace:
     def create(self, name: str, data: bytes) -> bool:
         # Written aside, then linked into place: link fails if the name exists, and a reader
         # never sees the file half written.
+        self.path.mkdir(parents=True, exist_ok=True)
         tmp = self._aside(name, data)
         try:
             os.link(tmp, self.path / name)
@@ -94,7 +95,7 @@ class LocalPlace:
             return []
 
     def _aside(self, name: str, data: bytes) -> Path:
-        self.path.mkdir(parents=True, exist_ok=True)
+        # (Never makes the folder: a renewal must not bring back a folder someone removed.)
         tmp = self.path / f".{name}.{secrets.token_hex(4)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "wb") as f:
