@@ -32,20 +32,19 @@ from flowkit.llm.config import Settings  # at run time: help() shows the paramet
 from flowkit.runs.config import Backend, BatchFallback, RunConfig, Trace, recorded_config
 from flowkit.runs.folder import (
     LOCK_FILE,
-    RUNNING,
     RunWriter,
     claim_run_dir,
-    claimed,
-    effective_status,
     iso,
     lock_run_dir,
     new_run_dir,
-    read_run_info,
     resolve_run_dir,
 )
 from flowkit.runs.job import Interrupted, RunResult, check_every_row, execute, make_job
 from flowkit.runs.judging import changes, judging, refusal, rerun_notice
+from flowkit.runs.lease import Lease
+from flowkit.runs.remote import RemoteFolder, claim_remote, remote_url
 from flowkit.runs.resume import data_fingerprint, prior_fingerprint
+from flowkit.runs.status import Claim, claimed
 from flowkit.runs.stop import awaitable, outside_any_loop
 
 __all__ = ["Interrupted", "RunConfig", "RunResult", "arun", "resume", "run", "run_configured"]
@@ -135,6 +134,11 @@ def run_configured(
     if not isinstance(flow, Flow):  # a list: several flows run as one, as `flowkit run A B`
         flow = load_flows(flow if isinstance(flow, list) else [flow])
     flow = fresh(flow)  # (a flow just loaded is fresh: its code files' stamps are unchanged)
+    url = remote_url(config.output) if config.output else None
+    if not config.output and remote_url(config.runs_root):
+        url = f"{remote_url(config.runs_root)}/{new_run_dir(Path(), flow.name, config.name).name}"
+    if url is not None:  # a folder in an object store: written in staging under its lease
+        return _remote_start(flow, data, url, config, settings, on_progress)
     run_dir = (
         Path(config.output)
         if config.output
@@ -145,6 +149,26 @@ def run_configured(
     lock = claim_run_dir(run_dir, overwrite=config.overwrite) if is_in_memory(data) else None
     with _data_file(data, run_dir, lock) as data_path:
         return _start(flow, data_path, run_dir, config, settings, on_progress, lock)
+
+
+def _remote_start(
+    flow: Flow,
+    data: Any,
+    url: str,
+    config: RunConfig,
+    settings: Settings | None,
+    on_progress: Callable[[Stats], None] | None,
+) -> RunResult:
+    """A new run whose folder is ``url`` in an object store (flowkit.runs.remote), written in
+    a staging copy under its lease."""
+    remote, lease, lock = claim_remote(url, config.overwrite)
+    try:
+        with _data_file(data, remote.staging, lock) as data_path:
+            return _start(
+                flow, data_path, remote.staging, config, settings, on_progress, lock, lease, remote
+            )
+    finally:
+        lease.release()  # the writer's close released it, unless the run never started
 
 
 @contextlib.contextmanager
@@ -178,6 +202,8 @@ def _start(
     settings: Settings | None,
     on_progress: Callable[[Stats], None] | None,
     lock: BinaryIO | None,
+    lease: Lease | None = None,
+    remote: RemoteFolder | None = None,
 ) -> RunResult:
     if config.target is not None and flow.target is None:
         flow = with_target(flow, config.target, data_path)
@@ -238,7 +264,8 @@ def _start(
     }
     if lock is None:
         lock = claim_run_dir(run_dir, overwrite=config.overwrite)
-    return execute(job, RunWriter(run_dir, info, lock=lock), kept=None)
+    writer = RunWriter(run_dir, info, lock=lock, lease=lease, remote=remote)
+    return execute(job, writer, kept=None)
 
 
 def _prior_run(run: str | os.PathLike[str], root: Path) -> Path:
@@ -273,35 +300,25 @@ def resume(
         raise UsageError(f"allow_changes must be True or False, not {allow_changes!r}")
     if concurrency is not None and (isinstance(concurrency, bool) or concurrency < 1):
         raise UsageError(f"concurrency must be a whole number of at least 1, not {concurrency!r}")
-    run_dir = resolve_run_dir(run, Path(runs_root))
-    with claimed(run_dir):  # read run.json under the claim: another resume may just have ended
-        info = read_run_info(run_dir)
-        where = f"run {run_dir.name!r}"
-        if effective_status(info) == RUNNING:
-            raise UsageError(
-                f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
-            )
+    with claimed(run, runs_root) as held:
         # The folder's own lock too, as a new run takes it: a run started meanwhile with
         # --overwrite on this folder would otherwise clear it under the resume.
-        lock = lock_run_dir(run_dir)
+        lock = lock_run_dir(held.run_dir)
         try:
-            return _resume(
-                run_dir, info, where, concurrency, allow_changes, settings, on_progress, lock
-            )
+            return _resume(held, concurrency, allow_changes, settings, on_progress, lock)
         finally:
             lock.close()  # the run's writer closes it when the run ends; this, after a refusal
 
 
 def _resume(
-    run_dir: Path,
-    info: dict[str, Any],
-    where: str,
+    held: Claim,
     concurrency: int | None,
     allow_changes: bool,
     settings: Settings | None,
     on_progress: Callable[[Stats], None] | None,
     lock: BinaryIO,
 ) -> RunResult:
+    run_dir, info, where = held.run_dir, held.info, held.where
     inv = info.get("invocation")
     if not inv:
         raise UsageError(f"{where} does not record how it was started, so it cannot be resumed")
@@ -320,6 +337,8 @@ def _resume(
             flow = with_target(flow, config.target, Path(inv["data"]), inv.get("target_dir"))
         flow, mapping = with_settings(flow, config.mapping)
         data_path = Path(inv["data"])
+        if not data_path.is_file() and data_path.name == DATA_FILE:
+            data_path = run_dir / DATA_FILE  # rows given in memory travel with their folder
         if not data_path.is_file() or data_fingerprint(data_path) != inv["data_fingerprint"]:
             raise UsageError(
                 f"{where}: data file {inv['data']} is missing or changed since the run",
@@ -353,7 +372,10 @@ def _resume(
         info["resumes"] = [*info.get("resumes", []), record]
         for stale in ("counts", "ended", "metrics", "aggregates", "updated"):
             info.pop(stale, None)
-        return execute(job, RunWriter(run_dir, info, resuming=True, lock=lock), kept=run_dir)
+        writer = RunWriter(
+            run_dir, info, resuming=True, lock=lock, lease=held.lease, remote=held.remote
+        )
+        return execute(job, writer, kept=run_dir)
 
 
 def with_target(

@@ -7,10 +7,15 @@
 - ``cost``: what the model calls cost, per node and in all, at the list or the batch price.
 - ``environment``: the environment variables a run sets, set for it and restored after.
 - ``result``: ``RunResult``, what a run returns (rows, ``to_pandas()``, notebook display).
-- ``folder``: the run folder (run.json, outputs.jsonl, traces.jsonl, metrics.json) and reading
-  it back.
-- ``status``: a run's status words, whether a ``running`` run's process is still alive, and
-  the claim that lets one resume at a time into a folder.
+- ``folder``: the run folder (run.json, outputs.jsonl, traces.jsonl, metrics.json) and the
+  writer that fills it.
+- ``status``: a run's status words, whether a ``running`` run still runs (its lease, or for a
+  folder from before leases its process), finding a run folder and reading it back, and the
+  claim that lets one resume at a time into a folder, from any host.
+- ``lease``: who writes a run folder: a lease renewed by a heartbeat, taken over from any host
+  once it expires, by one taker at a time.
+- ``remote``: run folders in an object store (``s3://…`` through fsspec): a staging copy
+  uploaded at each heartbeat and at the end, downloaded to read or resume.
 - ``summary``: what `show` says about the traces, tallied as the run writes them.
 - ``stop``: stopping a run that goes on in a worker thread (a kernel interrupt, a cancelled
   ``arun``) as Ctrl-C stops one.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import glob
 import heapq
 import json
 import os
@@ -21,12 +20,13 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import suppress
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from flowkit.cache.canonical import dumps
 from flowkit.data.jsonl import raw_records
 from flowkit.engine.records import NodeRecord, decode, encode, encode_compact
 from flowkit.errors import UsageError
+from flowkit.runs.lease import Lease, LeaseLost, LocalPlace, refuse_live, take
 from flowkit.runs.space import give_back, hold, no_space
 from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here before)
     COMPLETED,
@@ -34,12 +34,16 @@ from flowkit.runs.status import (  # noqa: F401 (some re-exported: public here b
     INTERRUPTED,
     RUNNING,
     DamagedRunFile,
-    claimed,
     effective_status,
     process_start,
+    read_metrics,
     read_run_info,
+    resolve_run_dir,
 )
 from flowkit.runs.summary import SUMMARY_FILE, Tally, decode_brief
+
+if TYPE_CHECKING:
+    from flowkit.runs.remote import RemoteFolder
 
 RUN_FORMAT = "flowkit.run"
 RUN_VERSION = 1
@@ -110,6 +114,11 @@ def claim_run_dir(path: Path, *, overwrite: bool = False) -> BinaryIO:
             f"run folder {shown!r} already exists and {what}",
             hint="choose another --output or --name, or --overwrite (overwrite=True in Python)",
         )
+    try:  # a run another host is writing (its lease is live) is never cleared
+        refuse_live(LocalPlace(path), path.name)
+    except UsageError:
+        lock.close()
+        raise
     for name in RUN_FILES:
         (path / name).unlink(missing_ok=True)
         (path / (name + ".tmp")).unlink(missing_ok=True)
@@ -177,10 +186,9 @@ class RunWriter:
     """Owns the files of one run while it executes; the engine writes to it as a ``RunSink``
     (flowkit.engine.sink).
 
-    A resumed run (see flowkit.runs.resume) opens its files only once the folder
-    has been cut back to
-    the kept rows, which are in order: new rows are appended, and ``close`` merges the two
-    sorted parts into one.
+    A resumed run (see flowkit.runs.resume) opens its files only once the folder has been cut
+    back to the kept rows, which are in order: new rows are appended, and ``close`` merges the
+    two sorted parts into one.
     """
 
     def __init__(
@@ -191,9 +199,15 @@ class RunWriter:
         flush_seconds: float = 1.0,
         resuming: bool = False,
         lock: BinaryIO | None = None,
+        lease: Lease | None = None,
+        remote: RemoteFolder | None = None,
     ):
         self.dir = directory
         self._lock = lock  # from claim_run_dir or lock_run_dir: released when the run is closed
+        # Renewed until closed (flowkit.runs.lease); a resume's was taken before its checks.
+        self.lease = lease or take(LocalPlace(directory), directory.name, "run")
+        # A folder in an object store (flowkit.runs.remote): this one is its staging copy.
+        self.remote = remote
         hold(lock)
         self.out_of_space = False
         """A write found the disk full: the run was closed as interrupted."""
@@ -208,7 +222,10 @@ class RunWriter:
             "pid": os.getpid(),
             "pid_started": process_start(os.getpid()),
             "host": socket.gethostname(),
+            "lease": self.lease.record(),
         }
+        if remote is not None:
+            self.info["location"] = remote.where
         self.info.setdefault("started", iso(time.time()))
         self._kept: Collection[int] = ()
         # --trace (run.json's options.trace; runs from before it kept every field).
@@ -248,7 +265,8 @@ class RunWriter:
 
     def write_info(self, **updates: Any) -> None:
         self.info.update(updates)
-        write_json(self.dir / "run.json", self.info)
+        if self.lease.lost is None:  # a folder taken over is the new holder's to describe
+            write_json(self.dir / "run.json", self.info)
 
     def trace(self, record: NodeRecord) -> None:
         self._files()[1].write(self._encode(record) + b"\n")
@@ -283,12 +301,16 @@ class RunWriter:
         if time.monotonic() - self._last_flush < self._flush_seconds:
             return False
         self.flush()
+        if self.remote is not None:
+            self.remote.checkpoint(every=self.lease.period)
         return True
 
     def flush(self) -> None:
         # Traces first: a row that reached outputs.jsonl then always has its node records on
         # disk, which is what a resume after kill -9 rebuilds the aggregates from.
         self._last_flush = time.monotonic()
+        if self.lease.lost is not None:
+            raise LeaseLost(self.run_id, self.lease.lost)
         outputs, traces = self._files()
         traces.flush()
         outputs.flush()
@@ -303,6 +325,12 @@ class RunWriter:
         self.write_info(counts=counts(), updated=iso(time.time()))
 
     def close(self, status: str, metrics: dict[str, Any] | None, **updates: Any) -> None:
+        if self.lease.lost is not None:  # the folder is another's now: leave it as it is
+            for f in (self._outputs, self._traces, self._lock):
+                if f is not None:
+                    with suppress(OSError, ValueError):
+                        f.close()
+            return
         try:
             self._close_files()
         except OSError as err:
@@ -328,6 +356,11 @@ class RunWriter:
         give_back(self._lock)
         if self._lock is not None:
             self._lock.close()
+        try:
+            if self.remote is not None:
+                self.remote.finish()
+        finally:
+            self.lease.release()
 
     def _full(self) -> None:
         self.out_of_space = True
@@ -365,34 +398,3 @@ def _merge_sorted_parts(path: Path, split: int) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)
-
-
-# -- reading ---------------------------------------------------------------------------------
-def resolve_run_dir(run: str | os.PathLike[str], root: Path = Path("runs")) -> Path:
-    """A run folder given as a path, or as a name inside ``root``; a unique prefix is enough."""
-    path = Path(run)
-    if (path / "run.json").is_file():
-        return path
-    if (root / path / "run.json").is_file():  # an exact name wins over longer names it starts
-        return root / path
-    # Only a bare name is looked up inside root (glob refuses absolute patterns anyway).
-    bare = not path.is_absolute() and len(path.parts) == 1
-    candidates = (
-        sorted(p for p in root.glob(f"{glob.escape(str(run))}*") if (p / "run.json").is_file())
-        if bare
-        else []
-    )
-    if len(candidates) == 1:
-        return candidates[0]
-    if len(candidates) > 1:
-        names = ", ".join(p.name for p in candidates[:5])
-        raise UsageError(f"run {str(run)!r} is ambiguous: {names}", hint="give more of the name")
-    raise UsageError(
-        f"no run folder {str(run)!r} (looked for run.json there and in {root}/)",
-        hint="`flowkit runs` lists the runs",
-    )
-
-
-def read_metrics(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "metrics.json"
-    return json.loads(path.read_text("utf-8")) if path.is_file() else {}

@@ -1,32 +1,39 @@
 """A run's status, and whether it is true: run.json says ``running`` until the run ends, so a
-killed run still says it; ``effective_status`` checks the process (and its start time, as ids
-are reused) and reads such a run as interrupted. ``claimed`` holds a run folder for one resume
-at a time on the same check.
+killed run still says it. ``effective_status`` reads such a run as interrupted once its lease
+(flowkit.runs.lease) has expired, from any host; a run folder written before leases is judged
+as then, by its process (and the process's start time, as ids are reused) on the same host.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flowkit.errors import UsageError, display
+from flowkit.runs.lease import Lease, LocalPlace, alive, live, newest, process_start, take
+from flowkit.runs.remote import RemoteFolder, find_run, read_copy, remote_url, staging_dir
 
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
 
 
 def effective_status(info: dict[str, Any]) -> str:
-    """run.json's status, except that a `running` run whose process is gone was killed.
+    """run.json's status, except that a `running` run whose lease expired, or (a run from before
+    leases) whose process is gone, was killed.
 
     A process id alone can mislead: ids are reused (in a container the run and whoever reads
     it later are both often pid 1), so the process's start time, where recorded, must match too.
     """
     status = str(info.get("status", "?"))
+    lease = info.get("lease")
+    if isinstance(lease, dict):
+        return INTERRUPTED if status == RUNNING and not live(lease) else status
     pid, host = info.get("pid"), info.get("host")
     if status != RUNNING or not pid or host not in (None, socket.gethostname()):
         return status
@@ -34,68 +41,10 @@ def effective_status(info: dict[str, Any]) -> str:
     started = info.get("pid_started")
     gone = (
         pid == os.getpid()  # this process is reading it, so it is not running it
-        or not _alive(pid)
+        or not alive(pid)
         or (started is not None and process_start(pid) not in (None, started))
     )
     return INTERRUPTED if gone else status
-
-
-@contextmanager
-def claimed(run_dir: Path) -> Iterator[None]:
-    """Hold ``run_dir`` for one resume at a time: two at once would both append the same rows.
-
-    An O_EXCL lock file names its holder; one left by a process that is gone is taken over.
-    """
-    lock = run_dir / "resume.lock"
-    me = {"pid": os.getpid(), "pid_started": process_start(os.getpid())}
-    for _ in range(3):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                holder = json.loads(lock.read_text("utf-8"))
-            except (OSError, ValueError):
-                holder = {}  # being written this instant, or torn: look again
-            if holder and effective_status({**holder, "status": RUNNING}) == RUNNING:
-                raise UsageError(
-                    f"run {run_dir.name!r} is being resumed by process {holder.get('pid')}",
-                    hint="wait for it to finish",
-                ) from None
-            if holder:
-                lock.unlink(missing_ok=True)
-            else:
-                time.sleep(0.05)
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({**me, "host": socket.gethostname()}, f)
-        break
-    else:
-        raise UsageError(f"run {run_dir.name!r}: could not take {lock}", hint="remove it")
-    try:
-        yield
-    finally:
-        lock.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def process_start(pid: int) -> int | None:
-    """When the process started, in clock ticks since boot (Linux); None where unknown."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces; count after it.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
 
 
 class DamagedRunFile(UsageError, ValueError):
@@ -120,4 +69,93 @@ def read_run_info(run_dir: Path) -> dict[str, Any]:
             "not a run's record",
             hint="restore it from a copy, or start a new run",
         )
+    # The newest lease says whether a `running` run still runs: it is renewed, run.json is not.
+    generation, lease = newest(LocalPlace(run_dir))
+    if lease is not None:
+        info["lease"] = {**lease, "generation": generation}
     return info
+
+
+# -- finding a run ---------------------------------------------------------------------------------
+def resolve_run_dir(run: str | os.PathLike[str], root: Path = Path("runs")) -> Path:
+    """A run folder given as a path, or as a name inside ``root``; a unique prefix is enough.
+    A folder in an object store (a URL, or a name under a URL root) is read from a copy."""
+    url, base = remote_url(run), remote_url(root)
+    if url is None and base is not None and len(Path(run).parts) == 1:
+        url = find_run(base, os.fspath(run))
+    if url is not None:
+        return read_copy(url)
+    path = Path(run)
+    if (path / "run.json").is_file():
+        return path
+    if (root / path / "run.json").is_file():  # an exact name wins over longer names it starts
+        return root / path
+    # Only a bare name is looked up inside root (glob refuses absolute patterns anyway).
+    bare = not path.is_absolute() and len(path.parts) == 1
+    candidates = (
+        sorted(p for p in root.glob(f"{glob.escape(str(run))}*") if (p / "run.json").is_file())
+        if bare
+        else []
+    )
+    if len(candidates) == 1:
+        return candidates[0]
+    if len(candidates) > 1:
+        names = ", ".join(p.name for p in candidates[:5])
+        raise UsageError(f"run {str(run)!r} is ambiguous: {names}", hint="give more of the name")
+    raise UsageError(
+        f"no run folder {str(run)!r} (looked for run.json there and in {root}/)",
+        hint="`flowkit runs` lists the runs",
+    )
+
+
+def read_metrics(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "metrics.json"
+    return json.loads(path.read_text("utf-8")) if path.is_file() else {}
+
+
+@dataclass
+class Claim:
+    """A run folder held for one resume (see :func:`claimed`)."""
+
+    run_dir: Path
+    """The folder, or the staging copy of one in an object store."""
+    info: dict[str, Any]
+    """Its run.json, read under the lease."""
+    where: str
+    """``run 'NAME'``, as messages name it."""
+    lease: Lease
+    remote: RemoteFolder | None
+
+
+@contextmanager
+def claimed(run: str | os.PathLike[str], runs_root: str | os.PathLike[str]) -> Iterator[Claim]:
+    """Hold a run folder for one resume, from any host: its lease (of two resumes at once
+    exactly one takes it), then, for a folder in an object store, a fresh staging copy, and
+    run.json read under it (another resume may just have ended). The lease is released after
+    (the run's writer releases it first when the resume runs)."""
+    url = remote_url(run)
+    if url is None and remote_url(runs_root) and len(Path(run).parts) == 1:
+        url = find_run(str(remote_url(runs_root)), os.fspath(run))
+    remote = RemoteFolder(url, staging_dir(url)) if url is not None else None
+    run_dir = remote.staging if remote is not None else resolve_run_dir(run, Path(runs_root))
+    where = f"run {run_dir.name!r}"
+    if remote is None:
+        _not_running(read_run_info(run_dir), where)
+    lease = take(remote or LocalPlace(run_dir), run_dir.name, "resume")
+    try:
+        if remote is not None:
+            remote.download()
+        info = read_run_info(run_dir)
+        if remote is not None:
+            _not_running(info, where)
+        yield Claim(run_dir, info, where, lease, remote)
+    finally:
+        lease.release()
+
+
+def _not_running(info: dict[str, Any], where: str) -> None:
+    """A run folder from before leases is refused while its process runs on this host."""
+    if "lease" not in info and effective_status(info) == RUNNING:
+        raise UsageError(
+            f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
+        )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -241,7 +242,10 @@ def test_resume_refuses_a_changed_flow_or_data_or_a_live_run(project: Path) -> N
         flowkit.resume("r1")
 
     run_dir = project / "runs" / "r1"
-    info = read_run_info(run_dir)
+    # A run folder from before leases: its run.json's process says whether it runs.
+    info = {k: v for k, v in read_run_info(run_dir).items() if k != "lease"}
+    for lease in run_dir.glob("lease-*.json"):
+        lease.unlink()
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as other:
         try:
             alive = {
@@ -255,17 +259,19 @@ def test_resume_refuses_a_changed_flow_or_data_or_a_live_run(project: Path) -> N
             # The same id, started at another time, is another process: the run was killed.
             write(run_dir / "run.json", json.dumps({**alive, "pid_started": 1}))
             assert effective_status(read_run_info(run_dir)) == "interrupted"
-            # A lock held by a live process: another resume is under way.
-            write(run_dir / "resume.lock", json.dumps({"pid": other.pid, "pid_started": None}))
-            with pytest.raises(UsageError, match=rf"being resumed by process {other.pid}"):
+            # A live lease held by a live process: another resume is under way.
+            held = {**alive, "host": socket.gethostname(), "role": "resume", "holder": "h"}
+            write(run_dir / "lease-000001.json", json.dumps({**held, "expires": time.time() + 60}))
+            with pytest.raises(UsageError, match=rf"being resumed on host .* \(pid {other.pid}, "):
                 flowkit.resume("r1")
         finally:
             other.kill()
-    # The run.json of this very process, and a lock left by a dead one, are no obstacle.
+    # The run.json of this very process, and a lease left by a dead one, are no obstacle.
     write(run_dir / "run.json", json.dumps({**info, "status": "running", "pid": os.getpid()}))
     (project / "data.jsonl").write_bytes(data)
     assert flowkit.resume("r1").counts["rows"] == ROWS
-    assert not (run_dir / "resume.lock").exists()
+    newest = json.loads((run_dir / "lease-000002.json").read_text())
+    assert newest["released"] and newest["role"] == "resume"
 
 
 def test_a_resume_holds_the_folder_as_a_new_run_does(project: Path) -> None:
