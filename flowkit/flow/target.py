@@ -370,6 +370,7 @@ def _picker(name: str, node: str, key: str) -> dict[str, Any]:
     }
 
 
-def output_named(outputs: dict[str, Any], key: str) -> Any:
-    """One of a sub-flow's outputs, by a name a reference cannot spell."""
-    return outputs.get(key)
+def output_named(outputs: dict[str, Any] | None, key: str) -> Any:
+    """One of a sub-flow's outputs, by a name a reference cannot spell; None where the
+    sub-flow was skipped in the row (its ``when:`` was false), as its other outputs read."""
+    return None if outputs is None else outputs.get(key)
