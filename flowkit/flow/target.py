@@ -61,6 +61,9 @@ AGENT_TOKENS = ("agent/total_token_count", "agent/input_token_count", "agent/out
 """agent_metrics' per-row token counts, which a run with --target has among its outputs."""
 USAGE = "usage"
 """The target node's output with the tokens the app took for the row (flowkit.kinds.app)."""
+AGENT_COLUMNS = ("input_tokens", "output_tokens", "total_tokens")
+"""A metric flow's own token inputs (rag_suite's, agent_metrics'): with --target the app's
+measured usage is the count, so these data columns (another run's) are not read."""
 UNCACHED = "uncached"
 """The code input of a target whose state cannot be fingerprinted (its node is not cached)."""
 
@@ -224,6 +227,7 @@ def _with_target(
             "--target to fill",
         )
     inputs: dict[str, Any] = {}
+    out: dict[str, str | None]  # metric input → what the app gives it (None: nothing)
     notices: list[str] = []
     claims = ModuleClaims()  # the app's modules and the metric flow's are one tree
     if _is_flow(target):
@@ -276,30 +280,47 @@ def _with_target(
         }
         _apps[(target, code or UNCACHED)] = fn
         out = {k: f"${{{TARGET_NODE}.output.{k}}}" for k in provides}
-    inputs.update(app_inputs)
-    for name, spec in metric.inputs.items():
-        if name not in provides and name not in inputs:
-            inputs[name] = spec.model_dump(exclude_unset=True)
-    metric_outputs, pickers = _metric_outputs(metric)
-    nodes: list[dict[str, Any]] = [app_node, *_metric_nodes(metric, out), *pickers]
     latency = f"${{{TARGET_NODE}.output.{LATENCY_OUTPUT}}}"
     usage = f"${{{TARGET_NODE}.output.{USAGE}}}"
-    nodes.append(
-        {
-            "name": "agent",
-            "type": "flow",
-            "flow": "agent_metrics",
-            "inputs": {"latency_seconds": latency, "usage": usage},
-        }
-    )
-    tokens = [_picker(f"agent_output_{i}", "agent", k) for i, k in enumerate(AGENT_TOKENS)]
-    nodes += tokens
+    # A metric flow that measures the app itself (rag_suite: latency and usage inputs feeding
+    # its agent_metrics) is given the app's measured ones: one source for the row's counts.
+    measures = LATENCY_OUTPUT in metric.inputs and USAGE in metric.inputs
+    if measures:
+        out.update({LATENCY_OUTPUT: latency, USAGE: usage})
+        out.update({k: None for k in AGENT_COLUMNS if k in metric.inputs})
+    inputs.update(app_inputs)
+    for name, spec in metric.inputs.items():
+        if name not in out and name not in inputs:
+            inputs[name] = spec.model_dump(exclude_unset=True)
+    metric_outputs, pickers = _metric_outputs(metric)
+    metric_nodes = _metric_nodes(metric, out)
+    nodes: list[dict[str, Any]] = [app_node, *metric_nodes, *pickers]
+    # The node whose outputs hold the app's per-row counts: the metric flow's own (one of the
+    # composed flows) when it measures the app, else agent_metrics fed here.
+    counter = next((n["name"] for n in metric_nodes if _measures(n["inputs"], latency)), None)
+    if counter is None:
+        counter = "agent"
+        nodes.append(
+            {
+                "name": counter,
+                "type": "flow",
+                "flow": "agent_metrics",
+                "inputs": {"latency_seconds": latency, "usage": usage},
+            }
+        )
+    # Per row, as Databricks names them (None where the app's tokens were not seen), unless
+    # the metric flow's own outputs already carry them.
+    tokens = {
+        k: _picker(f"agent_output_{i}", counter, k)
+        for i, k in enumerate(AGENT_TOKENS)
+        if k not in metric_outputs
+    }
+    nodes += tokens.values()
     outputs = {
         **metric_outputs,
-        **{f"app_{k}": v for k, v in out.items()},
+        **{f"app_{k}": out[k] for k in provides},
         LATENCY_OUTPUT: latency,
-        # Per row, as Databricks names them (None where the app's tokens were not seen).
-        **{k: f"${{{n['name']}.output}}" for k, n in zip(AGENT_TOKENS, tokens, strict=True)},
+        **{k: f"${{{n['name']}.output}}" for k, n in tokens.items()},
     }
     name = f"{metric.name}_on_target"
     raw = YDict(
@@ -322,7 +343,12 @@ def _with_target(
     )
 
 
-def _metric_nodes(metric: Flow, out: dict[str, str]) -> list[dict[str, Any]]:
+def _measures(inputs: dict[str, Any], latency: str) -> bool:
+    """Whether a metric node is fed the app's measured latency (and usage with it)."""
+    return inputs.get(LATENCY_OUTPUT) == latency
+
+
+def _metric_nodes(metric: Flow, out: dict[str, str | None]) -> list[dict[str, Any]]:
     """The metric flow as a sub-flow node fed from the app's reply where the app provides an
     input; several composed flows (`flowkit run A B --target APP`), one node each."""
     if not metric.composed:
