@@ -25,6 +25,7 @@ from flowkit.errors import (
 )
 from flowkit.flow.graph import Flow
 from flowkit.flow.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk
+from flowkit.flow.settings import flows_of
 from flowkit.flow.source import line_of
 from flowkit.metrics.adapters import is_messages, reply_text, request_text
 
@@ -43,9 +44,13 @@ class Mapping:
         overrides = dict(overrides or {})
         unknown = [k for k in overrides if k not in flow.inputs]
         if unknown:
+            flows = flows_of(flow) if flow.composed or flow.target else [flow.name]
+            whose = (
+                f"flow {flows[0]!r}" if len(flows) == 1 else f"the run's flows ({', '.join(flows)})"
+            )
             raise UsageError(
-                f"--map names {', '.join(map(repr, unknown))}, not an input of flow "
-                f"{flow.name!r}{did_you_mean(unknown[0], flow.inputs)}",
+                f"--map names {', '.join(map(repr, unknown))}, not an input of "
+                f"{whose}{did_you_mean(unknown[0], flow.inputs)}",
                 hint=f"the flow's inputs are: {one_of(flow.inputs)}",
             )
         self.sources: dict[str, Ref | None] = {}

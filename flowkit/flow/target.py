@@ -57,6 +57,8 @@ ANSWER_INPUTS = ("answer", "response")
 APP_FIELDS = ("retrieved_context", "context", "documents")
 """Metric inputs that an app's reply may carry, taken from it when the data has no such column."""
 TARGET_NODE = "target"
+AGENT_NODE = "agent"
+"""The agent_metrics node --target adds where the metric flow does not measure the app."""
 AGENT_TOKENS = ("agent/total_token_count", "agent/input_token_count", "agent/output_token_count")
 """agent_metrics' per-row token counts, which a run with --target has among its outputs."""
 USAGE = "usage"
@@ -299,7 +301,7 @@ def _with_target(
     # composed flows) when it measures the app, else agent_metrics fed here.
     counter = next((n["name"] for n in metric_nodes if _measures(n["inputs"], latency)), None)
     if counter is None:
-        counter = "agent"
+        counter = AGENT_NODE
         nodes.append(
             {
                 "name": counter,
