@@ -236,14 +236,8 @@ def _with_target(
         app = load_flow(base / target)
         # The app flow's own input specs: its defaults, never a None in their place.
         app_inputs = {k: s.model_dump(exclude_unset=True) for k, s in app.inputs.items()}
-        missing = [k for k in provides if k not in app.outputs]
-        if missing and not (len(app.outputs) == 1 and len(provides) == 1):
-            raise UsageError(
-                f"app flow {app.name!r} has no output {missing[0]!r} for flow {metric.name!r}",
-                hint=f"its outputs are: {one_of(app.outputs)}",
-            )
-        only = next(iter(app.outputs))
-        out = {k: f"${{{TARGET_NODE}.output.{k if k in app.outputs else only}}}" for k in provides}
+        out = _app_flow_outputs(app, provides, metric)
+        provides = list(out)
         app_node = {
             "name": TARGET_NODE,
             "type": "flow",
@@ -343,6 +337,29 @@ def _with_target(
         sources=metric.sources,
         target=Target(target, tuple(columns), str(base), tuple(notices)),
     )
+
+
+def _app_flow_outputs(app: Flow, provides: list[str], metric: Flow) -> dict[str, str | None]:
+    """Metric input → the app flow's output that fills it: the one of its name; for the answer,
+    else the app's answer under its other name (answer/response) or its only output. An
+    optional field the app does not output (rag_suite's retrieved_context) is left to the
+    data, as a python app's reply without it is; a required one is refused up front."""
+    ref = {k: f"${{{TARGET_NODE}.output.{k}}}" for k in app.outputs}
+    out: dict[str, str | None] = {k: ref[k] for k in provides if k in app.outputs}
+    answer = next((k for k in ANSWER_INPUTS if k in app.outputs), None)
+    if answer is None and len(app.outputs) == 1:
+        answer = next(iter(app.outputs))
+    for k in provides:
+        if k not in out and k in ANSWER_INPUTS and answer is not None:
+            out[k] = ref[answer]
+    needed = [k for k in provides if k in ANSWER_INPUTS or metric.inputs[k].required]
+    missing = [k for k in needed if k not in out]
+    if missing:
+        raise UsageError(
+            f"app flow {app.name!r} has no output {missing[0]!r} for flow {metric.name!r}",
+            hint=f"its outputs are: {one_of(app.outputs)}",
+        )
+    return {k: v for k, v in out.items() if k in provides}
 
 
 def _measures(inputs: dict[str, Any], latency: str) -> bool:

@@ -226,3 +226,20 @@ def test_a_suite_that_measures_the_app_counts_what_the_app_took(data: Path) -> N
     ]  # fmt: skip
     mean = sum(r["latency_seconds"] for r in rows) / len(rows)
     assert metrics["agent/latency_seconds/average"] == pytest.approx(mean)
+
+
+@pytest.mark.parametrize("output", ["response", "answer"])
+def test_rag_suite_judges_an_app_flow_that_outputs_no_chunks(data: Path, output: str) -> None:
+    """An app flow without a retrieved_context output runs under rag_suite (its chunk judges
+    skip), as a python app replying with text does; its answer may be called answer too, and
+    its own model calls are the row's tokens."""
+    app = APP_FLOW.replace("question", "request").replace("{answer:", f"{{{output}:")
+    write(Path("app.yaml"), app)
+    write_jsonl(Path("r.jsonl"), [{"request": "Capital of France?"}])
+    result = flowkit("rag_suite", "--data", "r.jsonl", "--target", "app.yaml", "--output", output)
+    assert result.exit_code == 0, result.output
+    (row,) = [r["outputs"] for r in read_jsonl(Path(output) / "outputs.jsonl")]
+    assert row["app_response"] == "Paris"
+    assert row["retrieval/llm_judged/chunk_relevance_precision"] is None
+    (calls,) = _app_calls(output)
+    assert row["total_tokens"] == row["agent/total_token_count"] == calls["total_tokens"]
