@@ -23,7 +23,9 @@ or an app flow's outputs go by name, an MLflow trace by Databricks' rules (flowk
 The app's tokens feed ``agent_metrics`` (per row as ``agent/total_token_count`` …, and the
 run's usage and cost): an app flow's own model calls (its node is ``usage: true``, unless it
 has a ``usage`` output of its own), a python app's ``usage`` in its reply, its trace's, or the
-calls seen while it ran (flowkit.kinds.app).
+calls seen while it ran (flowkit.kinds.app). A metric flow that measures the app itself (its
+inputs ``latency_seconds`` and ``usage``: rag_suite) is fed them instead of a second
+``agent_metrics``, so its own counts and the ``agent/`` names are one count.
 """
 
 from __future__ import annotations
