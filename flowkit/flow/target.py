@@ -30,8 +30,6 @@ inputs ``latency_seconds`` and ``usage``: rag_suite) is fed them instead of a se
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import inspect
 import re
 import sys
@@ -43,12 +41,11 @@ from flowkit.cache.canonical import UnstorableValue, canonical_bytes
 from flowkit.code import freshness
 from flowkit.code.fingerprint import (
     ImportProblem,
+    app_fingerprint,
     is_async_callable,
     load_function,
-    value_fingerprint,
 )
 from flowkit.code.imports import ModuleClaims, recording_names
-from flowkit.code.state import Unfingerprintable, attributes
 from flowkit.errors import UsageError, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
@@ -140,39 +137,6 @@ def _json(value: Any) -> bool:
     except (TypeError, UnstorableValue):
         return False
     return True
-
-
-def app_fingerprint(app: Any, roots: tuple[Path, ...] = ()) -> tuple[str | None, str]:
-    """(the fingerprint of what ``app`` is, or None when it cannot be had, and what part
-    resisted). A function is its code and its closure's cells (a ``__main__`` function, its
-    source and what it reaches by global name: flowkit.code.state); a bound method, its
-    function's code and its object's state; an object with ``__call__``, its class's code and
-    its state (its attributes, and its class's plain attributes along the MRO); a
-    ``functools.partial``, its function's and its arguments'."""
-    try:
-        if inspect.ismethod(app) and not inspect.isclass(app.__self__):
-            parts = [
-                value_fingerprint(app.__func__, app.__qualname__, roots),
-                _state(app.__self__, roots),
-            ]
-        elif inspect.isroutine(app) or inspect.isclass(app) or isinstance(app, functools.partial):
-            app = inspect.unwrap(app) if inspect.isfunction(app) else app  # decorators: its code
-            return value_fingerprint(app, getattr(app, "__qualname__", "the app"), roots), ""
-        else:
-            parts = [
-                value_fingerprint(type(app), type(app).__qualname__, roots),
-                _state(app, roots),
-            ]
-    except Unfingerprintable as err:
-        return None, str(err)
-    return hashlib.sha256(canonical_bytes(parts)).hexdigest(), ""
-
-
-def _state(obj: Any, roots: tuple[Path, ...]) -> str:
-    what = f"the state of {type(obj).__name__}"
-    values = attributes(obj)
-    parts = {k: value_fingerprint(v, f"{what} (attribute {k!r})", roots) for k, v in values.items()}
-    return hashlib.sha256(canonical_bytes(parts)).hexdigest()
 
 
 def cached_notice(cached_nodes: dict[str, int]) -> list[str]:
