@@ -1,7 +1,8 @@
 """Users' code: importing a node's function and fingerprinting the code behind it.
 
 - ``fingerprint``: importing a node's function (its flow's folder importable), and the
-  fingerprint of the code behind it; ``load_from_folder`` does both for any front end.
+  fingerprint of the code behind it; ``load_from_folder`` does both for any front end;
+  ``app_fingerprint``, what a --target app is (its code, and an object's state).
 - ``static``: a function read from its source (``ast``) without running it, for inspecting a
   flow (``inspect_only``: validate, describe, convert).
 - ``importpath``: a flow's folder and ``python_path`` folders, on sys.path only while it

@@ -32,7 +32,7 @@ from flowkit.cache.canonical import canonical_bytes
 from flowkit.code import freshness
 from flowkit.code.importpath import active, importable
 from flowkit.code.imports import is_user_code, module_file, project_files, reach
-from flowkit.code.state import Unfingerprintable, Walker, is_unfiled
+from flowkit.code.state import Unfingerprintable, Walker, attributes, is_unfiled
 from flowkit.code.static import inspecting, read_function, user_file
 from flowkit.errors import did_you_mean, display
 
@@ -240,6 +240,39 @@ def value_fingerprint(value: Any, what: str, roots: tuple[Path, ...] = ()) -> st
     :class:`~flowkit.code.state.Unfingerprintable` raised when it cannot be had."""
     walker = Walker(lambda v: _filed(v, roots), lambda name: _imported(name, roots))
     return hashlib.sha256(canonical_bytes(walker.value(value, what))).hexdigest()
+
+
+def app_fingerprint(app: Any, roots: tuple[Path, ...] = ()) -> tuple[str | None, str]:
+    """(the fingerprint of what ``app`` is, or None when it cannot be had, and what part
+    resisted). A function is its code and its closure's cells (a ``__main__`` function, its
+    source and what it reaches by global name: flowkit.code.state); a bound method, its
+    function's code and its object's state; an object with ``__call__``, its class's code and
+    its state (its attributes, and its class's plain attributes along the MRO); a
+    ``functools.partial``, its function's and its arguments'."""
+    try:
+        if inspect.ismethod(app) and not inspect.isclass(app.__self__):
+            parts = [
+                value_fingerprint(app.__func__, app.__qualname__, roots),
+                _state(app.__self__, roots),
+            ]
+        elif inspect.isroutine(app) or inspect.isclass(app) or isinstance(app, functools.partial):
+            app = inspect.unwrap(app) if inspect.isfunction(app) else app  # decorators: its code
+            return value_fingerprint(app, getattr(app, "__qualname__", "the app"), roots), ""
+        else:
+            parts = [
+                value_fingerprint(type(app), type(app).__qualname__, roots),
+                _state(app, roots),
+            ]
+    except Unfingerprintable as err:
+        return None, str(err)
+    return hashlib.sha256(canonical_bytes(parts)).hexdigest(), ""
+
+
+def _state(obj: Any, roots: tuple[Path, ...]) -> str:
+    what = f"the state of {type(obj).__name__}"
+    values = attributes(obj)
+    parts = {k: value_fingerprint(v, f"{what} (attribute {k!r})", roots) for k, v in values.items()}
+    return hashlib.sha256(canonical_bytes(parts)).hexdigest()
 
 
 def _filed(target: Any, roots: tuple[Path, ...]) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from flowkit.data.coerce import coerce
 from flowkit.data.jsonl import read_outputs, read_usage
-from flowkit.data.needs import alias_for, alias_note, shapes_text, unmet
+from flowkit.data.needs import REPLY_INPUTS, alias_for, alias_note, shapes_text, unmet
 from flowkit.errors import (
     MOST_LISTED,
     Diagnostic,
@@ -25,8 +25,9 @@ from flowkit.errors import (
 )
 from flowkit.flow.graph import Flow
 from flowkit.flow.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk
+from flowkit.flow.settings import flows_of
 from flowkit.flow.source import line_of
-from flowkit.metrics.adapters import request_text
+from flowkit.metrics.adapters import is_messages, reply_text, request_text
 
 
 class RowError(ValueError):
@@ -43,9 +44,13 @@ class Mapping:
         overrides = dict(overrides or {})
         unknown = [k for k in overrides if k not in flow.inputs]
         if unknown:
+            flows = flows_of(flow) if flow.composed or flow.target else [flow.name]
+            whose = (
+                f"flow {flows[0]!r}" if len(flows) == 1 else f"the run's flows ({', '.join(flows)})"
+            )
             raise UsageError(
-                f"--map names {', '.join(map(repr, unknown))}, not an input of flow "
-                f"{flow.name!r}{did_you_mean(unknown[0], flow.inputs)}",
+                f"--map names {', '.join(map(repr, unknown))}, not an input of "
+                f"{whose}{did_you_mean(unknown[0], flow.inputs)}",
                 hint=f"the flow's inputs are: {one_of(flow.inputs)}",
             )
         self.sources: dict[str, Ref | None] = {}
@@ -203,11 +208,13 @@ class Mapping:
                         inputs[name] = self._defaults[name]
                         continue
                     raise RowError(f"input {name!r}: {err}") from None
-            if name in self._requests and self._types[name] == "string":
-                # Databricks' request may be a chat request ({messages}) or {query, history}:
-                # a text input reads its last user turn, as Databricks' judges do.
+            if self._types[name] == "string" and (name in self._requests or is_messages(value)):
+                # Databricks' request may be a chat request ({messages}) or {query, history},
+                # azure-ai-evaluation's query and response a message list: a question reads its
+                # last user turn, as both tools' judges do, a reply its assistant text.
+                read = reply_text if name in REPLY_INPUTS else request_text
                 try:
-                    value = request_text(value)
+                    value = read(value)
                 except ValueError as err:
                     raise RowError(f"input {name!r} ({ref.text if ref else ''}): {err}") from None
             try:

@@ -48,6 +48,10 @@ TOOLS: dict[str, str] = {
 }
 """Whose name a column is, for the note that says which mapping was applied."""
 
+REPLY_INPUTS = ("answer", "response")
+"""Inputs that hold the app's reply: given as messages, they read the assistant's text (any
+other text input given as messages reads the last user turn, the question)."""
+
 Requirement = tuple[str, tuple[tuple[str, ...], ...]]
 """(the flow that needs it, the input sets of which a row must fill one)."""
 

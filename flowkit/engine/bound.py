@@ -141,21 +141,57 @@ class BoundFlow:
 
 
 def slow_notices(bound: BoundFlow) -> list[str]:
-    """One notice per inline python node whose calls averaged over ``SLOW_CALL_SECONDS``."""
+    """One notice per inline python node whose calls averaged over ``SLOW_CALL_SECONDS``, named
+    as the user wrote it; flowkit's own nodes (the built-in flows', --target's) are left out,
+    since no ``blocking: true`` of the user's reaches them."""
     notices = []
-    for node in bound.walk():
+    for node, name in _own_nodes(bound):
         timing = node.timing
         if node.is_async or not timing.calls:
             continue
         mean = timing.seconds / timing.calls
         if mean > SLOW_CALL_SECONDS:
             notices.append(
-                f"node {node.qual!r}: its function took {mean * 1000:.0f} ms a call on average "
+                f"{name}: its function took {mean * 1000:.0f} ms a call on average "
                 f"({timing.calls} calls), run inline, so no other row progressed meanwhile; "
                 "if it waits on I/O (a network, a disk, a subprocess), declare `blocking: true` "
                 "on the node to run it in a thread"
             )
     return notices
+
+
+def _own_nodes(bound: BoundFlow, where: str = "") -> Iterator[tuple[BoundNode, str]]:
+    """The nodes of the user's own flow files, each with the words that name it: ``node 'x'``
+    (``node 'sub.x'`` in a sub-flow, as traces name it), and in a --target app flow
+    ``node 'x' of app flow 'app' (app.yaml)``, not the ``target.x`` of the flow flowkit wraps
+    it in."""
+    from flowkit.flow.builtin import builtin_dirs
+    from flowkit.flow.target import TARGET_NODE
+
+    if _inside(bound.path, builtin_dirs()):
+        return
+    wrapper = bound.target is not None and not where
+    for node in bound.nodes.values():
+        if wrapper and node.name != TARGET_NODE:
+            continue  # the judges and pickers --target adds around the app
+        if node.sub is not None:
+            app = wrapper and node.name == TARGET_NODE
+            yield from _own_nodes(node.sub, _app_flow(node.sub) if app else where)
+        elif where:
+            yield node, f"node {node.qual.partition('.')[2]!r} of {where}"
+        else:
+            yield node, f"node {node.qual!r}"
+
+
+def _app_flow(app: BoundFlow) -> str:
+    path = app.path
+    shown = path.relative_to(Path.cwd()) if _inside(path, [Path.cwd()]) else path
+    return f"app flow {app.name!r} ({shown})"
+
+
+def _inside(path: Path, dirs: list[Path]) -> bool:
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(d.resolve()) for d in dirs)
 
 
 def timings(bound: BoundFlow) -> dict[str, tuple[int, float]]:

@@ -23,13 +23,13 @@ or an app flow's outputs go by name, an MLflow trace by Databricks' rules (flowk
 The app's tokens feed ``agent_metrics`` (per row as ``agent/total_token_count`` …, and the
 run's usage and cost): an app flow's own model calls (its node is ``usage: true``, unless it
 has a ``usage`` output of its own), a python app's ``usage`` in its reply, its trace's, or the
-calls seen while it ran (flowkit.kinds.app).
+calls seen while it ran (flowkit.kinds.app). A metric flow that measures the app itself (its
+inputs ``latency_seconds`` and ``usage``: rag_suite) is fed them instead of a second
+``agent_metrics``, so its own counts and the ``agent/`` names are one count.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import inspect
 import re
 import sys
@@ -41,12 +41,11 @@ from flowkit.cache.canonical import UnstorableValue, canonical_bytes
 from flowkit.code import freshness
 from flowkit.code.fingerprint import (
     ImportProblem,
+    app_fingerprint,
     is_async_callable,
     load_function,
-    value_fingerprint,
 )
 from flowkit.code.imports import ModuleClaims, recording_names
-from flowkit.code.state import Unfingerprintable, attributes
 from flowkit.errors import UsageError, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
@@ -57,10 +56,15 @@ ANSWER_INPUTS = ("answer", "response")
 APP_FIELDS = ("retrieved_context", "context", "documents")
 """Metric inputs that an app's reply may carry, taken from it when the data has no such column."""
 TARGET_NODE = "target"
+AGENT_NODE = "agent"
+"""The agent_metrics node --target adds where the metric flow does not measure the app."""
 AGENT_TOKENS = ("agent/total_token_count", "agent/input_token_count", "agent/output_token_count")
 """agent_metrics' per-row token counts, which a run with --target has among its outputs."""
 USAGE = "usage"
 """The target node's output with the tokens the app took for the row (flowkit.kinds.app)."""
+AGENT_COLUMNS = ("input_tokens", "output_tokens", "total_tokens")
+"""A metric flow's own token inputs (rag_suite's, agent_metrics'): with --target the app's
+measured usage is the count, so these data columns (another run's) are not read."""
 UNCACHED = "uncached"
 """The code input of a target whose state cannot be fingerprinted (its node is not cached)."""
 
@@ -135,39 +139,6 @@ def _json(value: Any) -> bool:
     return True
 
 
-def app_fingerprint(app: Any, roots: tuple[Path, ...] = ()) -> tuple[str | None, str]:
-    """(the fingerprint of what ``app`` is, or None when it cannot be had, and what part
-    resisted). A function is its code and its closure's cells (a ``__main__`` function, its
-    source and what it reaches by global name: flowkit.code.state); a bound method, its
-    function's code and its object's state; an object with ``__call__``, its class's code and
-    its state (its attributes, and its class's plain attributes along the MRO); a
-    ``functools.partial``, its function's and its arguments'."""
-    try:
-        if inspect.ismethod(app) and not inspect.isclass(app.__self__):
-            parts = [
-                value_fingerprint(app.__func__, app.__qualname__, roots),
-                _state(app.__self__, roots),
-            ]
-        elif inspect.isroutine(app) or inspect.isclass(app) or isinstance(app, functools.partial):
-            app = inspect.unwrap(app) if inspect.isfunction(app) else app  # decorators: its code
-            return value_fingerprint(app, getattr(app, "__qualname__", "the app"), roots), ""
-        else:
-            parts = [
-                value_fingerprint(type(app), type(app).__qualname__, roots),
-                _state(app, roots),
-            ]
-    except Unfingerprintable as err:
-        return None, str(err)
-    return hashlib.sha256(canonical_bytes(parts)).hexdigest(), ""
-
-
-def _state(obj: Any, roots: tuple[Path, ...]) -> str:
-    what = f"the state of {type(obj).__name__}"
-    values = attributes(obj)
-    parts = {k: value_fingerprint(v, f"{what} (attribute {k!r})", roots) for k, v in values.items()}
-    return hashlib.sha256(canonical_bytes(parts)).hexdigest()
-
-
 def cached_notice(cached_nodes: dict[str, int]) -> list[str]:
     """What a run with a target says of the rows whose app reply came from the cache: their
     latency is the one measured then (each such row's trace record is a ``cache_hit``)."""
@@ -224,20 +195,15 @@ def _with_target(
             "--target to fill",
         )
     inputs: dict[str, Any] = {}
+    out: dict[str, str | None]  # metric input → what the app gives it (None: nothing)
     notices: list[str] = []
     claims = ModuleClaims()  # the app's modules and the metric flow's are one tree
     if _is_flow(target):
         app = load_flow(base / target)
         # The app flow's own input specs: its defaults, never a None in their place.
         app_inputs = {k: s.model_dump(exclude_unset=True) for k, s in app.inputs.items()}
-        missing = [k for k in provides if k not in app.outputs]
-        if missing and not (len(app.outputs) == 1 and len(provides) == 1):
-            raise UsageError(
-                f"app flow {app.name!r} has no output {missing[0]!r} for flow {metric.name!r}",
-                hint=f"its outputs are: {one_of(app.outputs)}",
-            )
-        only = next(iter(app.outputs))
-        out = {k: f"${{{TARGET_NODE}.output.{k if k in app.outputs else only}}}" for k in provides}
+        out = _app_flow_outputs(app, provides, metric)
+        provides = list(out)
         app_node = {
             "name": TARGET_NODE,
             "type": "flow",
@@ -276,30 +242,47 @@ def _with_target(
         }
         _apps[(target, code or UNCACHED)] = fn
         out = {k: f"${{{TARGET_NODE}.output.{k}}}" for k in provides}
-    inputs.update(app_inputs)
-    for name, spec in metric.inputs.items():
-        if name not in provides and name not in inputs:
-            inputs[name] = spec.model_dump(exclude_unset=True)
-    metric_outputs, pickers = _metric_outputs(metric)
-    nodes: list[dict[str, Any]] = [app_node, *_metric_nodes(metric, out), *pickers]
     latency = f"${{{TARGET_NODE}.output.{LATENCY_OUTPUT}}}"
     usage = f"${{{TARGET_NODE}.output.{USAGE}}}"
-    nodes.append(
-        {
-            "name": "agent",
-            "type": "flow",
-            "flow": "agent_metrics",
-            "inputs": {"latency_seconds": latency, "usage": usage},
-        }
-    )
-    tokens = [_picker(f"agent_output_{i}", "agent", k) for i, k in enumerate(AGENT_TOKENS)]
-    nodes += tokens
+    # A metric flow that measures the app itself (rag_suite: latency and usage inputs feeding
+    # its agent_metrics) is given the app's measured ones: one source for the row's counts.
+    measures = LATENCY_OUTPUT in metric.inputs and USAGE in metric.inputs
+    if measures:
+        out.update({LATENCY_OUTPUT: latency, USAGE: usage})
+        out.update({k: None for k in AGENT_COLUMNS if k in metric.inputs})
+    inputs.update(app_inputs)
+    for name, spec in metric.inputs.items():
+        if name not in out and name not in inputs:
+            inputs[name] = spec.model_dump(exclude_unset=True)
+    metric_outputs, pickers = _metric_outputs(metric)
+    metric_nodes = _metric_nodes(metric, out)
+    nodes: list[dict[str, Any]] = [app_node, *metric_nodes, *pickers]
+    # The node whose outputs hold the app's per-row counts: the metric flow's own (one of the
+    # composed flows) when it measures the app, else agent_metrics fed here.
+    counter = next((n["name"] for n in metric_nodes if _measures(n["inputs"], latency)), None)
+    if counter is None:
+        counter = AGENT_NODE
+        nodes.append(
+            {
+                "name": counter,
+                "type": "flow",
+                "flow": "agent_metrics",
+                "inputs": {"latency_seconds": latency, "usage": usage},
+            }
+        )
+    # Per row, as Databricks names them (None where the app's tokens were not seen), unless
+    # the metric flow's own outputs already carry them.
+    tokens = {
+        k: _picker(f"agent_output_{i}", counter, k)
+        for i, k in enumerate(AGENT_TOKENS)
+        if k not in metric_outputs
+    }
+    nodes += tokens.values()
     outputs = {
         **metric_outputs,
-        **{f"app_{k}": v for k, v in out.items()},
+        **{f"app_{k}": out[k] for k in provides},
         LATENCY_OUTPUT: latency,
-        # Per row, as Databricks names them (None where the app's tokens were not seen).
-        **{k: f"${{{n['name']}.output}}" for k, n in zip(AGENT_TOKENS, tokens, strict=True)},
+        **{k: f"${{{n['name']}.output}}" for k, n in tokens.items()},
     }
     name = f"{metric.name}_on_target"
     raw = YDict(
@@ -322,7 +305,35 @@ def _with_target(
     )
 
 
-def _metric_nodes(metric: Flow, out: dict[str, str]) -> list[dict[str, Any]]:
+def _app_flow_outputs(app: Flow, provides: list[str], metric: Flow) -> dict[str, str | None]:
+    """Metric input → the app flow's output that fills it: the one of its name; for the answer,
+    else the app's answer under its other name (answer/response) or its only output. An
+    optional field the app does not output (rag_suite's retrieved_context) is left to the
+    data, as a python app's reply without it is; a required one is refused up front."""
+    ref = {k: f"${{{TARGET_NODE}.output.{k}}}" for k in app.outputs}
+    out: dict[str, str | None] = {k: ref[k] for k in provides if k in app.outputs}
+    answer = next((k for k in ANSWER_INPUTS if k in app.outputs), None)
+    if answer is None and len(app.outputs) == 1:
+        answer = next(iter(app.outputs))
+    for k in provides:
+        if k not in out and k in ANSWER_INPUTS and answer is not None:
+            out[k] = ref[answer]
+    needed = [k for k in provides if k in ANSWER_INPUTS or metric.inputs[k].required]
+    missing = [k for k in needed if k not in out]
+    if missing:
+        raise UsageError(
+            f"app flow {app.name!r} has no output {missing[0]!r} for flow {metric.name!r}",
+            hint=f"its outputs are: {one_of(app.outputs)}",
+        )
+    return {k: v for k, v in out.items() if k in provides}
+
+
+def _measures(inputs: dict[str, Any], latency: str) -> bool:
+    """Whether a metric node is fed the app's measured latency (and usage with it)."""
+    return inputs.get(LATENCY_OUTPUT) == latency
+
+
+def _metric_nodes(metric: Flow, out: dict[str, str | None]) -> list[dict[str, Any]]:
     """The metric flow as a sub-flow node fed from the app's reply where the app provides an
     input; several composed flows (`flowkit run A B --target APP`), one node each."""
     if not metric.composed:
@@ -370,6 +381,7 @@ def _picker(name: str, node: str, key: str) -> dict[str, Any]:
     }
 
 
-def output_named(outputs: dict[str, Any], key: str) -> Any:
-    """One of a sub-flow's outputs, by a name a reference cannot spell."""
-    return outputs.get(key)
+def output_named(outputs: dict[str, Any] | None, key: str) -> Any:
+    """One of a sub-flow's outputs, by a name a reference cannot spell; None where the
+    sub-flow was skipped in the row (its ``when:`` was false), as its other outputs read."""
+    return None if outputs is None else outputs.get(key)

@@ -64,10 +64,12 @@ def parse_gate(text: str) -> Gate:
     # `…/rating/percentage`), so either spelling a Databricks user knows works.
     # Likewise a flow's other name (`ada_similarity.mean`) gates the metric the flow reports.
     from flowkit.flow.builtin import ALIASES
+    from flowkit.metrics.aggregate import FORMER_AGENT_NAMES
     from flowkit.metrics.judges import ROW_NAMES
 
     prefix, dot, key = parts[0].partition(".")
     metric = f"{ALIASES[prefix]}.{key}" if dot and prefix in ALIASES else parts[0]
+    metric = FORMER_AGENT_NAMES.get(metric, metric)
     return Gate(ROW_NAMES.get(metric, metric), parts[1], value)
 
 

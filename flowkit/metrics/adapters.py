@@ -106,7 +106,29 @@ def _last_user(messages: list[Mapping[str, Any]]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":
             return message_text(message.get("content"))
-    raise ValueError("request.messages holds no user message to judge")
+    raise ValueError("the messages hold no user message to judge")
+
+
+def is_messages(value: Any) -> bool:
+    """Whether ``value`` is a message list, or ``{"messages": [...]}``, as azure-ai-evaluation's
+    ``query`` and ``response`` may be (a JSON text of one is not: it may be the text itself)."""
+    return not isinstance(value, str) and _messages(value) is not None
+
+
+def reply_text(response: Any) -> str:
+    """The text of a response given as messages, as azure-ai-evaluation reads one: its
+    assistant messages' text, one per line; tool calls and results are not the reply."""
+    messages = _messages(response)
+    if messages is None:
+        raise ValueError(
+            "a response must be a string or a list of {role, content} messages; "
+            f"got {type(response).__name__} {str(response)[:60]!r}"
+        )
+    texts = [message_text(m.get("content")) for m in messages if m.get("role") == "assistant"]
+    texts = [t for t in texts if t]
+    if not texts:
+        raise ValueError("the response's messages hold no assistant text to judge")
+    return "\n".join(texts)
 
 
 def history_text(history: Any) -> str:

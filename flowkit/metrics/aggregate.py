@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowkit.metrics.keys import PER_ROW, returns_keys
@@ -175,19 +175,26 @@ AGENT_NAMES = {
 }
 """Column → Databricks' name for its per-row mean."""
 
+FORMER_AGENT_NAMES = {f"agent.{k}.mean": v for k, v in AGENT_NAMES.items()}
+"""The names flowkit 0.1.0 also gave those means (``agent.latency_seconds.mean``), which a gate
+still reads as the Databricks name, so a CI gate written then keeps working."""
 
-@returns_keys(
-    lambda columns: [
-        *(f"{k}.{s}" for k in columns for s in ("sum", "mean")),
-        *(AGENT_NAMES[k] for k in columns if k in AGENT_NAMES),
+
+def _agent_keys(columns: Mapping[str, Any]) -> list[str]:
+    return [
+        *(f"{k}.sum" for k in columns),
+        *(AGENT_NAMES.get(k, f"{k}.mean") for k in columns),
     ]
-)
+
+
+@returns_keys(_agent_keys)
 def agent_sums(**columns: Sequence[Any]) -> Metrics:
-    """``sums`` plus Databricks' names for the per-row means (token counts, latency)."""
+    """``sums``, each mean under Databricks' name (``agent/latency_seconds/average``) only:
+    one name per value."""
     out = sums(**columns)
     for key in columns:
         if key in AGENT_NAMES:
-            out[AGENT_NAMES[key]] = out[f"{key}.mean"]
+            out[AGENT_NAMES[key]] = out.pop(f"{key}.mean")
     # Only what the rows measured: an app that reports no tokens has no token rows.
     return {k: v for k, v in out.items() if v is not None}
 

@@ -218,3 +218,60 @@ def test_a_databricks_chat_request_fills_question_with_its_last_user_turn(
     assert result.counts["succeeded"] == 2
     questions = [row["inputs"]["question"] for row in result.rows()]
     assert questions == ["What is the capital?", "And of Italy?"]
+
+
+CHAT_QUERY = [
+    {"role": "system", "content": "You are a geography tutor."},
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hello! Ask me anything."},
+    {"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]},
+]
+
+
+def test_azure_ai_evaluation_message_lists_fill_question_and_answer(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    """azure-ai-evaluation's query and response may be message lists (or {messages}): the
+    question is the last user turn, the answer the assistant's text (tool calls left out)."""
+    reply = [
+        {"role": "assistant", "content": [{"type": "tool_call", "name": "lookup"}]},
+        {"role": "tool", "content": [{"type": "tool_result", "tool_result": "Paris"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Paris is the capital."}]},
+    ]
+    context = "Paris is the capital of France."
+    rows = [
+        {"query": CHAT_QUERY, "response": reply, "context": context},
+        {"query": {"messages": CHAT_QUERY}, "response": {"messages": reply}, "context": context},
+        {"query": CHAT_QUERY[1:2], "response": "Paris.", "context": context},
+    ]
+    result = _run(["groundedness", "relevance"], rows, tmp_path)
+    assert result.counts["succeeded"] == 3
+    got = [(r["inputs"]["question"], r["inputs"]["answer"]) for r in result.rows()]
+    assert got == [
+        ("What is the capital of France?", "Paris is the capital."),
+        ("What is the capital of France?", "Paris is the capital."),
+        ("Hi", "Paris."),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (
+            {"query": [{"role": "assistant", "content": "Hello"}], "response": "Paris."},
+            "input 'question' (${data.query}): the messages hold no user message to judge",
+        ),
+        (
+            {"query": "Capital?", "response": [{"role": "tool", "content": "Paris"}]},
+            "input 'answer' (${data.response}): the response's messages hold no assistant text "
+            "to judge",
+        ),
+    ],
+)
+def test_message_lists_without_the_turn_a_flow_needs_are_bad_rows(
+    llm_server: LocalServer, tmp_path: Path, row: dict[str, Any], message: str
+) -> None:
+    result = _run("relevance", [{**row, "context": "Paris."}], tmp_path)
+    (bad,) = result.rows()
+    assert bad["status"] == "bad_input"
+    assert bad["error"]["message"] == f"{tmp_path / 'data.jsonl'}:1: {message}"

@@ -408,7 +408,7 @@ class _Client:
 
 
 def test_a_bound_method_whose_object_cannot_be_fingerprinted_makes_the_app_uncacheable() -> None:
-    from flowkit.flow.target import app_fingerprint
+    from flowkit.code.fingerprint import app_fingerprint
 
     client = _Client()
     why = (

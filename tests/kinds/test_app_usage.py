@@ -200,3 +200,46 @@ def test_a_trace_without_outputs_fails_the_row_with_its_reason(data: Path) -> No
     assert record["error"]["message"] == (
         "the target replied with an MLflow trace whose root span has no outputs"
     )
+
+
+def test_a_suite_that_measures_the_app_counts_what_the_app_took(data: Path) -> None:
+    """rag_suite has its own agent_metrics: with --target it is fed the app's measured usage
+    and latency, so its total_tokens and the Databricks names are one count (the data's token
+    columns, another run's, are not read), and each agent metric is reported once."""
+    write(Path("usage_app.py"), USAGE_APP.replace("(question)", "(request)").replace(
+        "len(question)", "len(request)"))  # fmt: skip
+    questions = ["Capital of France?", "Capital of Italy?"]
+    write_jsonl(Path("r.jsonl"), [{"request": q, "input_tokens": 999} for q in questions])
+    result = flowkit("rag_suite", "--data", "r.jsonl", "--target", "usage_app.py:answer",
+                     "--output", "s")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [r["outputs"] for r in read_jsonl(Path("s/outputs.jsonl"))]
+    assert [r["agent/input_token_count"] for r in rows] == [len(q) for q in questions]
+    assert [r["total_tokens"] for r in rows] == [len(q) + 1 for q in questions]
+    assert [r["agent/total_token_count"] for r in rows] == [len(q) + 1 for q in questions]
+    metrics = read_json(Path("s/metrics.json"))
+    agent = sorted(k for k in metrics if k.startswith("agent"))
+    assert agent == [
+        "agent.input.sum", "agent.latency_seconds.sum", "agent.output.sum", "agent.total.sum",
+        "agent/latency_seconds/average", "agent/total_input_token_count/average",
+        "agent/total_output_token_count/average", "agent/total_token_count/average",
+    ]  # fmt: skip
+    mean = sum(r["latency_seconds"] for r in rows) / len(rows)
+    assert metrics["agent/latency_seconds/average"] == pytest.approx(mean)
+
+
+@pytest.mark.parametrize("output", ["response", "answer"])
+def test_rag_suite_judges_an_app_flow_that_outputs_no_chunks(data: Path, output: str) -> None:
+    """An app flow without a retrieved_context output runs under rag_suite (its chunk judges
+    skip), as a python app replying with text does; its answer may be called answer too, and
+    its own model calls are the row's tokens."""
+    app = APP_FLOW.replace("question", "request").replace("{answer:", f"{{{output}:")
+    write(Path("app.yaml"), app)
+    write_jsonl(Path("r.jsonl"), [{"request": "Capital of France?"}])
+    result = flowkit("rag_suite", "--data", "r.jsonl", "--target", "app.yaml", "--output", output)
+    assert result.exit_code == 0, result.output
+    (row,) = [r["outputs"] for r in read_jsonl(Path(output) / "outputs.jsonl")]
+    assert row["app_response"] == "Paris"
+    assert row["retrieval/llm_judged/chunk_relevance_precision"] is None
+    (calls,) = _app_calls(output)
+    assert row["total_tokens"] == row["agent/total_token_count"] == calls["total_tokens"]

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 import flowkit
 from flowkit.cli.main import main
+from flowkit.flow.builtin import builtin_flows
 from flowkit.metrics.judges import ROW_NAMES
 from flowkit.testing.server import LocalServer
 from tests.support import write_jsonl
@@ -103,3 +104,38 @@ def test_rag_suite_reads_token_and_latency_columns(llm_server: LocalServer, tmp_
     # Without such columns (and no trace) there is nothing to report: no empty agent rows.
     bare = _run(tmp_path / "bare", "rag_suite", [{"request": "Q?", "response": "A."}]).metrics
     assert not any(k.startswith("agent") for k in bare)
+
+
+def test_every_suite_carries_the_row_names_of_the_judges_it_runs() -> None:
+    """A suite made of Databricks' judges (rag_suite) gives each row their names, as each
+    judge run alone does; the rule holds for every built-in flow that composes others."""
+    for name, path in builtin_flows().items():
+        flow = flowkit.load_flow(path)
+        for node in flow.nodes.values():
+            sub = getattr(node.spec, "flow", None)
+            if not sub:
+                continue
+            own = set(flowkit.load_flow(path.parent / sub).outputs) & set(ROW_NAMES)
+            assert own <= set(flow.outputs), (name, node.name, own - set(flow.outputs))
+
+
+def test_rag_suite_rows_carry_the_seed_names(llm_server: LocalServer, tmp_path: Path) -> None:
+    rows = [{**ROW, "input_tokens": 100, "output_tokens": 20}, {"request": "Q?", "response": "A."}]
+    result = _run(tmp_path, "rag_suite", rows)
+    full, bare = (r["outputs"] for r in result.rows())
+    assert set(ROW_NAMES) <= set(full)
+    judges = {"relevance_to_query", "safety", "groundedness", "correctness",
+              "context_sufficiency"}  # fmt: skip
+    for judge in judges:
+        name = next(k for k in ROW_NAMES if k.split("/")[2] == judge)
+        assert full[name] == ("yes" if full[judge] == 1 else "no")
+    precision = full["retrieval/llm_judged/chunk_relevance_precision"]
+    assert isinstance(precision, float) and precision == full["chunk_relevance"]
+    assert full["retrieval/ground_truth/document_recall"] == full["document_recall"]
+    assert (full["agent/input_token_count"], full["agent/output_token_count"]) == (100, 20)
+    assert full["agent/total_token_count"] == 120 == full["total_tokens"]
+    # A judge that did not run on a row (no chunks there) has no assessment, not a crash.
+    assert bare["response/llm_judged/groundedness/rating"] is None
+    assert bare["response/llm_judged/relevance_to_query/rating"] in ("yes", "no")
+    for row_name in ROW_NAMES:
+        assert ROW_NAMES[row_name] in result.metrics

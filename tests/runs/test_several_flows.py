@@ -69,7 +69,58 @@ def test_a_suite_passes_settings_through_to_its_metrics(
     scores = [r["outputs"]["groundedness"] for r in result.rows()]
     assert result.metrics["groundedness.pass_rate"] == sum(s > 4 for s in scores) / len(scores)
     with pytest.raises(UsageError) as info:
-        flowkit.run("qa_suite", pd.DataFrame(AIE_ROWS), mapping={"nosuch.threshold": "1"})
-    assert str(info.value).startswith(
-        "--map names 'nosuch.threshold', not an input of flow 'qa_suite'"
+        flowkit.run("qa_suite", pd.DataFrame(AIE_ROWS), mapping={"groundednes.threshold": "1"})
+    assert info.value.message == (
+        "--map groundednes.threshold: no flow 'groundednes' in this run (did you mean "
+        "'groundedness'?)"
     )
+    assert info.value.hint == (
+        "the run's flows are: coherence, embedding_similarity, exact_match, f1_score, fluency, "
+        "groundedness, hate_unfairness, qa_suite, relevance, self_harm, sexual, similarity, "
+        "violence; --map FLOW.INPUT=VALUE sets one of them"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flows", "key", "message", "hint"),
+    [
+        (["groundedness", "f1_score"], "nosuch.threshold",
+         "--map nosuch.threshold: no flow 'nosuch' in this run",
+         "the run's flows are: f1_score, groundedness; --map FLOW.INPUT=VALUE sets one of them"),
+        (["groundedness", "f1_score"], "groundednes.threshold",
+         "--map groundednes.threshold: no flow 'groundednes' in this run (did you mean "
+         "'groundedness'?)",
+         "the run's flows are: f1_score, groundedness; --map FLOW.INPUT=VALUE sets one of them"),
+        ("groundedness", "relevance.threshold",
+         "--map relevance.threshold: no flow 'relevance' in this run",
+         "the run's flows are: groundedness; --map FLOW.INPUT=VALUE sets one of them"),
+        (["groundedness", "f1_score"], "groundedness.treshold",
+         "--map groundedness.treshold: flow 'groundedness' has no input 'treshold' (did you "
+         "mean 'threshold'?)",
+         "its inputs are: answer, comparator, context, invalid_as_fail, messages, question, "
+         "threshold"),
+        (["groundedness", "f1_score"], "ada_similarity.threshold",
+         "--map ada_similarity.threshold: no flow 'ada_similarity' in this run",
+         "the run's flows are: f1_score, groundedness; --map FLOW.INPUT=VALUE sets one of them"),
+        (["groundedness", "f1_score"], "nosuch",
+         "--map names 'nosuch', not an input of the run's flows (groundedness, f1_score)", None),
+    ],
+)  # fmt: skip
+def test_a_setting_for_no_flow_of_the_run_names_the_runs_flows(
+    flows: object, key: str, message: str, hint: str | None
+) -> None:
+    """Not 'suite' (the name `flowkit run A B` gives the run's flow), nor 'not an input'."""
+    with pytest.raises(UsageError) as info:
+        flowkit.run(flows, pd.DataFrame(AIE_ROWS), mapping={key: "1"})  # type: ignore[arg-type]
+    assert info.value.message == message
+    if hint is not None:
+        assert info.value.hint == hint
+
+
+def test_a_flows_other_name_sets_its_inputs(llm_server: LocalServer, tmp_path: Path) -> None:
+    """`--map ada_similarity.threshold=…` sets the flow ada_similarity names, as its gates do."""
+    result = _run(["ada_similarity", "f1_score"], tmp_path,
+                  mapping={"ada_similarity.threshold": "0.99"})  # fmt: skip
+    scores = list(result.to_pandas()["outputs.embedding_similarity.score"])
+    passed = sum(s >= 0.99 for s in scores) / len(scores)
+    assert result.metrics["embedding_similarity.pass_rate"] == passed
