@@ -68,6 +68,8 @@ class ChunkResult:
     (flowkit.engine.scope.MissingKeys)."""
     notes: list[str] = field(default_factory=list)
     """Endpoints this worker opened where an earlier run left them (flowkit.llm.memory)."""
+    cache_misses: int = 0
+    """Lookups the worker's cache did not answer (hits are in ``stats``)."""
 
 
 class MemoryWriter:
@@ -224,6 +226,7 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         timings(bound),
         executor.missing.counts(),
         list(session.memory.notes) if session.memory is not None else [],
+        cache.misses if cache else 0,
     )
     if cache is not None:
         cache.close()
@@ -245,74 +248,37 @@ def _chunks(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-def _parallel_config(backend: str, scheduler: str | None) -> Any:
-    import joblib
-
-    if backend == "dask":
-        try:
-            from dask.distributed import Client
-        except ImportError:
-            raise UsageError(
-                "--backend dask needs dask[distributed]", hint="pip install 'dask[distributed]'"
-            ) from None
-        try:
-            client = Client(scheduler, timeout=10) if scheduler else Client(processes=True)
-        except OSError as err:
-            raise UsageError(
-                f"cannot reach the Dask scheduler at {scheduler}: {err}",
-                hint="check --scheduler (tcp://HOST:8786), or leave it out for a local cluster",
-            ) from None
-        return joblib.parallel_config(backend="dask", wait_for_workers_timeout=60), client
-    if backend == "ray":
-        try:
-            from ray.util.joblib import register_ray
-        except ImportError:
-            raise UsageError("--backend ray needs ray", hint="pip install 'ray[default]'") from None
-        register_ray()
-        if scheduler:
-            import ray
-
-            # A running cluster's address (ray://host:10001 or host:6379); without one, Ray
-            # starts a local instance on first use, or joins the one RAY_ADDRESS names.
-            ray.init(address=scheduler, ignore_reinit_error=True)
-        return joblib.parallel_config(backend="ray"), None
-    return joblib.parallel_config(backend=backend), None
+CHUNK_ROWS_LLM = 32
+"""Rows per chunk of a flow that calls a model: a worker lost mid-chunk costs at most this
+many rows' calls again (docs/scale-out.md, Losing a worker)."""
+CHUNK_ROWS_PYTHON = 512
+"""Rows per chunk of a python-only flow: cheap rows, where each chunk's round trip counts."""
 
 
-def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob) -> None:
-    """Send ``rows`` to joblib workers in chunks (``job.config``'s backend, scheduler and
-    chunk size) and fold their results into ``executor``."""
-    parallel, client = _parallel_config(job.config.backend, job.config.scheduler)
+def chunk_rows(config: RunConfig, flow: Flow) -> int:
+    """``--chunk-size``, else the default for what the flow does."""
+    if config.chunk_size is not None:
+        return config.chunk_size
+    from flowkit.engine.prepare import needs_settings
+
+    return CHUNK_ROWS_LLM if needs_settings(flow) else CHUNK_ROWS_PYTHON
+
+
+def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob, size: int) -> None:
+    """Send ``rows`` to ``job.config``'s backend in chunks of ``size`` rows and fold each
+    chunk's results into ``executor`` as it comes back (flowkit.runs.dispatch)."""
+    from flowkit.runs.dispatch import dispatch, open_pool
+
+    config = job.config
+    pool = open_pool(config.backend, config.workers, config.scheduler, run_chunk)
     writer, cache, stats = executor.writer, executor.cache, executor.stats
-    try:
-        with parallel:
-            chunks = _chunks(rows, job.config.chunk_size)
-            for result in _results(job, chunks):
-                _fold(result, writer, cache, executor, stats)
-                executor._tick()
-    finally:
-        if client is not None:
-            client.close()
 
+    def fold(result: ChunkResult) -> None:
+        _fold(result, writer, cache, executor, stats)
+        executor._tick()
 
-def _results(job: WorkerJob, chunks: Iterator[list[Any]]) -> Iterator[ChunkResult]:
-    """Chunk results in input order, with at most a few chunks out at a time, so memory stays
-    flat however many rows there are."""
-    import joblib
-
-    tasks = (joblib.delayed(run_chunk)(job, chunk) for chunk in chunks)
-    try:
-        parallel = joblib.Parallel(
-            n_jobs=job.config.workers, return_as="generator", pre_dispatch="2*n_jobs"
-        )
-    except ValueError:
-        # Ray's joblib backend returns whole lists only: hand it a window of chunks at a time.
-        window = 2 * job.config.workers
-        with joblib.Parallel(n_jobs=job.config.workers) as batches:
-            while part := list(itertools.islice(tasks, window)):
-                yield from batches(part)
-        return
-    yield from parallel(tasks)
+    # Two chunks per worker: one running, one waiting, so a worker never idles between chunks.
+    dispatch(pool, run_chunk, job, _chunks(rows, size), 2 * (pool.slots or config.workers), fold)
 
 
 def _fold(result: ChunkResult, writer: Any, cache: Any, executor: Any, stats: Any) -> None:
@@ -320,8 +286,9 @@ def _fold(result: ChunkResult, writer: Any, cache: Any, executor: Any, stats: An
         writer.trace_bytes(line)
     for index, record in result.rows:
         writer.row(index, record)
-    if cache is not None and result.cache:
+    if cache is not None:
         cache.put_encoded(result.cache)
+        cache.misses += result.cache_misses  # run.json counts the workers' lookups too
     for agg, (columns, lines, left_out, skipped) in zip(
         executor.aggregates, result.aggregates, strict=True
     ):

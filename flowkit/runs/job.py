@@ -250,7 +250,7 @@ def _run_rows(
         run_rows(lambda: _drive(executor, rows, collector))
         return
     from flowkit.flow.variants import CHOSEN
-    from flowkit.runs.backends import WorkerJob, run_distributed
+    from flowkit.runs.backends import WorkerJob, chunk_rows, run_distributed
 
     chosen = CHOSEN.get()
     worker_job = WorkerJob(
@@ -261,7 +261,7 @@ def _run_rows(
         job.flow.target,
         str(chosen) if chosen is not None else None,
     )
-    run_distributed(executor, rows, worker_job)
+    run_distributed(executor, rows, worker_job, chunk_rows(job.config, job.flow))
 
 
 def check_every_row(path: Path, maps: Mapping, limit: int | None) -> None:

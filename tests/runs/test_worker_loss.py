@@ -1,0 +1,116 @@
+"""A worker that dies mid-run (flowkit.runs.dispatch): its chunk runs again on another worker,
+nothing is lost, the outputs are a local run's, and the extra model calls are at most one chunk.
+
+The worker kills itself (SIGKILL, as the OOM killer or a lost machine would) while it runs one
+row of the middle of the data, after that row's model call: a python node of the flow does it,
+once, the first time it meets that row in a process that has ``FLOWKIT_TEST_KILL`` set. The
+Dask and Ray tests start real clusters: they are marked ``cluster`` (a stage of .ci/run).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flowkit
+from flowkit.runs.backends import CHUNK_ROWS_LLM
+from flowkit.runs.dispatch import shutdown_pools
+from flowkit.testing.server import LocalServer
+from tests.support import read_jsonl, write, write_jsonl
+
+ROWS = 160
+KILL_AT = 70  # in the third chunk of 32: chunks before it have finished, others are out
+
+FLOW = """
+    name: judged
+    inputs: {q: {type: string}}
+    outputs: {said: ${judge.output}, size: ${check.output}}
+    nodes:
+      - name: judge
+        type: llm
+        messages: [{role: user, content: "[[latency: 0.02]] Say something about {{ q }}"}]
+        inputs: {q: ${inputs.q}}
+      - {name: check, type: python, source: killer.py, function: check,
+         inputs: {said: ${judge.output}, q: ${inputs.q}}}
+    """
+KILLER = f"""
+import os, signal
+from pathlib import Path
+
+def check(said: str, q: str) -> int:
+    marker = os.environ.get("FLOWKIT_TEST_KILL")
+    if marker and q == "q-{KILL_AT}" and not Path(marker).exists():
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return len(said)
+"""
+
+
+@pytest.fixture
+def flow(llm_server: LocalServer, workdir: Path) -> Iterator[Path]:
+    write(workdir / "killer.py", KILLER)
+    yield write(workdir / "judged.yaml", FLOW)
+    shutdown_pools()  # the next test's workers start in its own directory and environment
+
+
+def _killed_on(backend: str, flow: Path, server: LocalServer, tmp: Path, **options: Any) -> None:
+    """Run the flow locally, then on ``backend`` with one worker killed mid-run; compare."""
+    data = write_jsonl(tmp / "rows.jsonl", [{"q": f"q-{i}"} for i in range(ROWS)])
+    local = flowkit.run(str(flow), data, use_cache=False, output=str(tmp / "local"))
+    assert server.stats()["chat_completions"] == ROWS
+    server.reset()
+    marker = tmp / "killed"
+    remote = flowkit.run(
+        str(flow),
+        data,
+        use_cache=False,
+        output=str(tmp / backend),
+        backend=backend,
+        environment={"FLOWKIT_TEST_KILL": str(marker)},
+        **options,
+    )
+    assert marker.exists(), "no worker was killed"
+    assert read_jsonl(remote.run_dir / "outputs.jsonl") == read_jsonl(
+        local.run_dir / "outputs.jsonl"
+    )
+    assert remote.counts["succeeded"] == ROWS
+    extra = server.stats()["chat_completions"] - ROWS
+    assert 0 <= extra <= CHUNK_ROWS_LLM, extra
+
+
+def test_a_killed_loky_worker_costs_at_most_one_chunk(
+    flow: Path, llm_server: LocalServer, tmp_path: Path
+) -> None:
+    shutdown_pools()  # workers that see this test's server and directory
+    _killed_on("loky", flow, llm_server, tmp_path, workers=2)
+
+
+@pytest.mark.cluster
+def test_a_killed_dask_worker_costs_at_most_one_chunk(
+    flow: Path, llm_server: LocalServer, tmp_path: Path
+) -> None:
+    distributed = pytest.importorskip("distributed")
+    env = {k: os.environ[k] for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "FLOWKIT_MODEL")}
+    with distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, env=env
+    ) as cluster:
+        _killed_on("dask", flow, llm_server, tmp_path, scheduler=cluster.scheduler_address)
+
+
+@pytest.mark.cluster
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+def test_a_killed_ray_worker_costs_at_most_one_chunk(
+    flow: Path, llm_server: LocalServer, tmp_path: Path
+) -> None:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        _killed_on("ray", flow, llm_server, tmp_path)
+    finally:
+        ray.shutdown()
