@@ -145,6 +145,11 @@ from flowkit.pfcompat.variant_options import take_variants, variant_options
 )
 @click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
 @click.option(
+    "--chunk-size",
+    type=_Number(int, 1),
+    help="Rows sent to a worker at a time (default 32 if the flow calls a model, else 512).",
+)
+@click.option(
     "--trace",
     "trace_level",
     default="compact",
@@ -204,6 +209,7 @@ def run(
     backend: str,
     workers: int,
     scheduler: str | None,
+    chunk_size: int | None,
     quiet: bool,
     otel: bool,
     batch: bool = False,
@@ -324,6 +330,7 @@ def run(
             backend=backend,
             workers=workers,
             scheduler=scheduler,
+            chunk_size=chunk_size,
             strict=strict,
             target=target,
             overwrite=overwrite,
@@ -368,6 +375,7 @@ _RUN_DEFINING = (
     "backend",
     "workers",
     "scheduler",
+    "chunk_size",
     "strict",
     "overwrite",
     "trace_level",

@@ -334,8 +334,8 @@ def dispatch(
 def _lost(chunk: list[Any], tries: int, err: BaseException) -> WorkerLost:
     first, last = chunk[0][0], chunk[-1][0]
     return WorkerLost(
-        f"the chunk of rows {first}-{last} was lost {tries + 1} times with its worker "
-        f"({type(err).__name__}: {err}); the rows that finished are kept",
+        f"the worker running rows {first}-{last} died {tries + 1} times "
+        f"({type(err).__name__}); the rows that finished are kept",
         hint="see why the workers die (memory, a node that crashes the process), "
         "then resume the run",
     )

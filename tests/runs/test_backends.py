@@ -2,8 +2,8 @@
 and the cache come out as a local run's, whichever backend ran the rows.
 
 The Dask tests start a real two-process LocalCluster and pass its address as `--scheduler`, as
-a user would for a cluster of their own. Ray's test runs only where ray is installed (it is not
-in the dev extra: see docs/scale-out.md).
+a user would for a cluster of their own. Ray's test is in the `cluster` stage of .ci/run, which
+installs ray (it is not in the dev extra: see docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ def test_threading_backend_folds_chunks_in_input_order(tmp_path: Path, workdir: 
     _f1_here_and_on("threading", tmp_path, 300, workers=3, chunk_size=40)
 
 
+@pytest.mark.cluster  # a local Ray takes seconds to start (.ci/run installs ray for this stage)
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 def test_ray_runs_a_python_flow_as_a_local_run_does(tmp_path: Path, workdir: Path) -> None:
     import ray

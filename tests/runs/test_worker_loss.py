@@ -3,8 +3,9 @@ nothing is lost, the outputs are a local run's, and the extra model calls are at
 
 The worker kills itself (SIGKILL, as the OOM killer or a lost machine would) while it runs one
 row of the middle of the data, after that row's model call: a python node of the flow does it,
-once, the first time it meets that row in a process that has ``FLOWKIT_TEST_KILL`` set. The
-Dask and Ray tests start real clusters: they are marked ``cluster`` (a stage of .ci/run).
+once, the first time it meets that row in a process that has ``FLOWKIT_TEST_KILL`` set. Each
+test starts worker processes (and the Dask and Ray ones real clusters), which takes seconds:
+they are marked ``cluster``, a stage of .ci/run of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from flowkit.runs.backends import CHUNK_ROWS_LLM
 from flowkit.runs.dispatch import shutdown_pools
 from flowkit.testing.server import LocalServer
 from tests.support import read_jsonl, write, write_jsonl
+
+pytestmark = pytest.mark.cluster
 
 ROWS = 160
 KILL_AT = 70  # in the third chunk of 32: chunks before it have finished, others are out
@@ -44,8 +47,9 @@ from pathlib import Path
 
 def check(said: str, q: str) -> int:
     marker = os.environ.get("FLOWKIT_TEST_KILL")
-    if marker and q == "q-{KILL_AT}" and not Path(marker).exists():
-        Path(marker).touch()
+    if marker and q == "q-{KILL_AT}" and (marker == "always" or not Path(marker).exists()):
+        if marker != "always":
+            Path(marker).touch()
         os.kill(os.getpid(), signal.SIGKILL)
     return len(said)
 """
@@ -90,7 +94,6 @@ def test_a_killed_loky_worker_costs_at_most_one_chunk(
     _killed_on("loky", flow, llm_server, tmp_path, workers=2)
 
 
-@pytest.mark.cluster
 def test_a_killed_dask_worker_costs_at_most_one_chunk(
     flow: Path, llm_server: LocalServer, tmp_path: Path
 ) -> None:
@@ -102,7 +105,6 @@ def test_a_killed_dask_worker_costs_at_most_one_chunk(
         _killed_on("dask", flow, llm_server, tmp_path, scheduler=cluster.scheduler_address)
 
 
-@pytest.mark.cluster
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 def test_a_killed_ray_worker_costs_at_most_one_chunk(
     flow: Path, llm_server: LocalServer, tmp_path: Path
@@ -114,3 +116,62 @@ def test_a_killed_ray_worker_costs_at_most_one_chunk(
         _killed_on("ray", flow, llm_server, tmp_path)
     finally:
         ray.shutdown()
+
+
+def test_a_chunk_whose_workers_keep_dying_stops_the_run_keeping_finished_rows(
+    flow: Path, llm_server: LocalServer, tmp_path: Path
+) -> None:
+    from flowkit.runs.dispatch import RETRIES, WorkerLost
+
+    shutdown_pools()
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"q": f"q-{i}"} for i in range(ROWS)])
+    with pytest.raises(WorkerLost) as raised:
+        flowkit.run(
+            str(flow),
+            data,
+            use_cache=False,
+            output=str(tmp_path / "lost"),
+            backend="loky",
+            environment={"FLOWKIT_TEST_KILL": "always"},  # every worker that runs the row
+        )
+    first = KILL_AT // CHUNK_ROWS_LLM * CHUNK_ROWS_LLM
+    assert raised.value.message == (
+        f"the worker running rows {first}-{first + CHUNK_ROWS_LLM - 1} died {RETRIES + 1} times "
+        "(TerminatedWorkerError); the rows that finished are kept"
+    )
+    kept = read_jsonl(tmp_path / "lost" / "outputs.jsonl")
+    assert [row["line"] for row in kept[:first]] == list(range(first))
+
+
+def test_sigterm_on_the_driver_stops_the_workers_and_keeps_finished_rows(
+    flow: Path, llm_server: LocalServer, tmp_path: Path
+) -> None:
+    import signal
+    import threading
+    import time
+
+    from flowkit.runs.job import Interrupted
+    from tests.support import read_json
+
+    shutdown_pools()
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"q": f"q-{i}"} for i in range(2000)])
+
+    def stop_when_busy() -> None:
+        while llm_server.stats()["chat_completions"] < 100:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    stopper = threading.Thread(target=stop_when_busy)
+    stopper.start()
+    with pytest.raises(Interrupted):
+        flowkit.run(str(flow), data, use_cache=False, output=str(tmp_path / "s"), backend="loky")
+    stopper.join()
+    time.sleep(0.5)  # requests the workers had sent before they were stopped are answered
+    calls = llm_server.stats()["chat_completions"]
+    time.sleep(1.0)
+    assert llm_server.stats()["chat_completions"] == calls  # no worker went on
+    assert calls < 2000
+    info = read_json(tmp_path / "s" / "run.json")
+    kept = read_jsonl(tmp_path / "s" / "outputs.jsonl")
+    assert info["status"] == "interrupted"
+    assert 0 < len(kept) == info["counts"]["succeeded"]
