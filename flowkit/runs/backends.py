@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowkit.code.importpath import importable
-from flowkit.errors import UsageError
+from flowkit.errors import FlowkitError, UsageError
+from flowkit.runs.bundle import FlowBundle, unpack
 from flowkit.runs.config import RunConfig
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 class WorkerJob:
     """Everything a worker needs, in picklable form (no compiled flow, no secrets)."""
 
-    flows: tuple[str, ...]
+    flows: FlowBundle
+    """The run's flows by content (flowkit.runs.bundle): no worker reads the driver's paths."""
     config: RunConfig
     """The run's options: its model options, cache, backend and workers."""
     run_id: str
@@ -94,38 +96,44 @@ class MemoryWriter:
         return False
 
 
-_flows: dict[tuple[tuple[str, ...], str], Flow] = {}
+_flows: dict[tuple[object, str], Flow] = {}
 
 
 def _load(job: WorkerJob) -> Flow:
     """Each worker process loads the flow once, then reuses it for every chunk (each chunk binds
-    it for itself: a frozen flow may be shared)."""
-    from flowkit.flow.loader import load_flows
-
-    # Keyed by the hash too: a long-lived worker (loky reuses its processes) must load an
+    it for itself: a frozen flow may be shared). What goes wrong says it happened on a worker."""
+    # Keyed by the content too: a long-lived worker (loky reuses its processes) must load an
     # edited flow afresh, not keep running the version it first saw.
-    cached = (job.flows, job.flow_hash)
+    cached = (job.flows.digest or job.flows.entries, job.flow_hash)
     if cached not in _flows:
-        from flowkit.flow.variants import chosen_variant
-
-        with chosen_variant(job.variant):
-            flow = load_flows(list(job.flows))
-        if job.target is not None:
-            from flowkit.flow.target import with_target
-
-            target = job.target
-            flow = with_target(flow, target.target, target.columns, Path(target.base))
-        from flowkit.flow.settings import with_settings
-
-        flow, _ = with_settings(flow, job.config.mapping)  # as the driver rebuilt it
-        if job.flow_hash and flow.content_hash != job.flow_hash:
-            raise UsageError(
-                f"worker on {socket.gethostname()} loaded flow {flow.name!r} from "
-                f"{', '.join(job.flows)} and got different nodes, prompts or code than the driver",
-                hint="workers need the same flow files at the same paths as the driver",
-            )
-        _flows[cached] = flow
+        try:
+            _flows[cached] = _load_flow(job)
+        except FlowkitError as err:
+            err.message = f"worker on {socket.gethostname()}: {err.message}"
+            raise
     return _flows[cached]
+
+
+def _load_flow(job: WorkerJob) -> Flow:
+    from flowkit.flow.loader import load_flows
+    from flowkit.flow.settings import with_settings
+    from flowkit.flow.variants import chosen_variant
+
+    with chosen_variant(job.variant):
+        flow = load_flows(list(unpack(job.flows)))
+    if job.target is not None:
+        from flowkit.flow.target import with_target
+
+        target = job.target
+        flow = with_target(flow, target.target, target.columns, Path(target.base))
+    flow, _ = with_settings(flow, job.config.mapping)  # as the driver rebuilt it
+    if job.flow_hash and flow.content_hash != job.flow_hash:
+        raise UsageError(
+            f"loaded flow {flow.name!r} and got different nodes, prompts or code than the driver",
+            hint="a built-in flow and the packages a flow's code imports come from the worker's "
+            "own installation: install the driver's flowkit and packages on the workers",
+        )
+    return flow
 
 
 IN_PROCESS = frozenset({"threading"})

@@ -251,10 +251,11 @@ def _run_rows(
         return
     from flowkit.flow.variants import CHOSEN
     from flowkit.runs.backends import WorkerJob, chunk_rows, run_distributed
+    from flowkit.runs.bundle import pack
 
     chosen = CHOSEN.get()
     worker_job = WorkerJob(
-        job.flow.sources,
+        pack(job.flow),
         job.config,
         writer.run_id,
         job.flow.content_hash,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,14 +140,19 @@ def test_a_worker_refuses_a_flow_that_differs_from_the_drivers(tmp_path: Path) -
     from flowkit.errors import UsageError
     from flowkit.flow.loader import load_flow
     from flowkit.runs.backends import WorkerJob, _load
+    from flowkit.runs.bundle import pack
     from flowkit.runs.config import RunConfig
 
     flow = load_flow("f1_score")
-    job = WorkerJob(flow.sources, RunConfig(), "r", flow.content_hash)
+    job = WorkerJob(pack(flow), RunConfig(), "r", flow.content_hash)
     assert _load(job).content_hash == flow.content_hash
-    stale = WorkerJob(flow.sources, RunConfig(), "r", "0" * 64)
-    with pytest.raises(UsageError, match="got different nodes, prompts or code than the driver"):
+    stale = WorkerJob(pack(flow), RunConfig(), "r", "0" * 64)
+    with pytest.raises(UsageError) as raised:
         _load(stale)
+    assert raised.value.message == (
+        f"worker on {socket.gethostname()}: loaded flow 'f1_score' and got different nodes, "
+        "prompts or code than the driver"
+    )
 
 
 def test_workers_use_the_runs_model_options(llm_server: LocalServer, workdir: Path) -> None:

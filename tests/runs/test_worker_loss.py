@@ -62,8 +62,11 @@ def flow(llm_server: LocalServer, workdir: Path) -> Iterator[Path]:
     shutdown_pools()  # the next test's workers start in its own directory and environment
 
 
-def _killed_on(backend: str, flow: Path, server: LocalServer, tmp: Path, **options: Any) -> None:
-    """Run the flow locally, then on ``backend`` with one worker killed mid-run; compare."""
+def _killed_on(
+    backend: str, flow: Path, server: LocalServer, tmp: Path, chunks: int = 1, **options: Any
+) -> None:
+    """Run the flow locally, then on ``backend`` with one worker killed mid-run; compare. At
+    most ``chunks`` chunks' calls are made again."""
     data = write_jsonl(tmp / "rows.jsonl", [{"q": f"q-{i}"} for i in range(ROWS)])
     local = flowkit.run(str(flow), data, use_cache=False, output=str(tmp / "local"))
     assert server.stats()["chat_completions"] == ROWS
@@ -84,7 +87,7 @@ def _killed_on(backend: str, flow: Path, server: LocalServer, tmp: Path, **optio
     )
     assert remote.counts["succeeded"] == ROWS
     extra = server.stats()["chat_completions"] - ROWS
-    assert 0 <= extra <= CHUNK_ROWS_LLM, extra
+    assert 0 <= extra <= chunks * CHUNK_ROWS_LLM, extra
 
 
 def test_a_killed_loky_worker_costs_at_most_one_chunk(
@@ -94,7 +97,7 @@ def test_a_killed_loky_worker_costs_at_most_one_chunk(
     _killed_on("loky", flow, llm_server, tmp_path, workers=2)
 
 
-def test_a_killed_dask_worker_costs_at_most_one_chunk(
+def test_a_killed_dask_worker_costs_at_most_two_chunks(
     flow: Path, llm_server: LocalServer, tmp_path: Path
 ) -> None:
     distributed = pytest.importorskip("distributed")
@@ -102,7 +105,11 @@ def test_a_killed_dask_worker_costs_at_most_one_chunk(
     with distributed.LocalCluster(
         n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, env=env
     ) as cluster:
-        _killed_on("dask", flow, llm_server, tmp_path, scheduler=cluster.scheduler_address)
+        # A chunk the dead worker had finished but the driver had not fetched yet is lost with
+        # it (Dask keeps results on the worker until they are gathered): sometimes two chunks.
+        _killed_on(
+            "dask", flow, llm_server, tmp_path, chunks=2, scheduler=cluster.scheduler_address
+        )
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
