@@ -18,7 +18,10 @@
 - ``resume``: keeping the finished rows of an earlier run and rerunning the rest.
 - ``judging``: what identifies each model-calling node's judging (model, params, prompt), so a
   resume refuses to mix two judges.
-- ``backends``: joblib backends (loky, Dask, Ray) whose workers send results to the driver.
+- ``backends``: workers (loky, threading, multiprocessing, Dask, Ray) that run chunks of rows
+  and send their results to the driver; ``dispatch``: the chunks sent out through each
+  backend's own futures, a lost one sent again, all cancelled when the driver stops;
+  ``bundle``: the flow sent to workers by content.
 
 Imports point down to ``flowkit.engine``, ``flowkit.data``, ``flowkit.flow``, ``flowkit.cache``
 and ``flowkit.llm``.

@@ -1,10 +1,11 @@
-"""Running rows on other processes or machines through joblib: loky, threading, Dask or Ray.
+"""Running rows on other processes or machines: loky, threading, multiprocessing, Dask or Ray.
 
-Rows go out in chunks. Each worker loads the flow from its files, runs the chunk with the same
-executor as a local run (its own event loop), reads the shared cache, and sends back what it
-produced: output rows, trace lines, new cache entries, aggregate columns and counts. The driver
-alone writes the run folder and the cache, so both stay coherent whatever the backend; chunks
-come back in order, so outputs.jsonl stays in input order with a bounded buffer.
+Rows go out in chunks (flowkit.runs.dispatch). Each worker loads the flow the driver sent by
+content (flowkit.runs.bundle), runs the chunk with the same executor as a local run (its own
+event loop), reads the shared cache, and sends back what it produced: output rows, trace lines,
+new cache entries, aggregate columns and counts. The driver alone writes the run folder and the
+cache, so both stay coherent whatever the backend; chunks are folded as they finish, and the
+run folder keeps outputs.jsonl in input order with a bounded buffer.
 
 Rate limits: each worker (a process, or a thread of the threading backend) runs the run's model
 calls in its own session (``flowkit.llm.session``), kept across its chunks, with its own
