@@ -29,6 +29,7 @@ import concurrent.futures as cf
 import contextlib
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
@@ -197,7 +198,9 @@ def _ray_pool(scheduler: str | None, fn: Callable[..., Any]) -> Pool:
     except ImportError:
         raise UsageError("--backend ray needs ray", hint="pip install 'flowkit[ray]'") from None
     if not ray.is_initialized():
-        _ray_init(ray, scheduler)
+        # A running cluster's address (ray://host:10001 or host:6379); without one, a local
+        # Ray, or the cluster RAY_ADDRESS names.
+        ray.init(address=scheduler, ignore_reinit_error=True, log_to_driver=False)
     # Ray's own retries are off: a lost chunk is sent again by the loop below, with the same
     # bound as on every backend.
     task = ray.remote(max_retries=0)(fn)
@@ -226,32 +229,36 @@ def _ray_pool(scheduler: str | None, fn: Callable[..., Any]) -> Pool:
     )
 
 
-RAY_CONNECT_SECONDS = 10
-"""How long to wait for a Ray cluster's address to answer before saying it does not."""
+CONNECT_SECONDS = 5
+"""How long a cluster's address has to answer before the run is refused."""
 
 
-def _ray_init(ray: Any, scheduler: str | None) -> None:
-    """Join the cluster at ``scheduler`` (else RAY_ADDRESS, else a local Ray). An address that
-    does not answer is a usage error within seconds, not a traceback after Ray's own retries."""
-    address = scheduler or os.environ.get("RAY_ADDRESS")
-    if address and address not in ("auto", "local") and not address.startswith("ray://"):
-        _reachable(address, "Ray cluster", "check --scheduler (HOST:6379 or ray://HOST:10001)")
+def check_reachable(backend: str, scheduler: str | None) -> None:
+    """A Dask scheduler's or Ray cluster's address that does not answer is a usage error within
+    seconds, before the run folder exists (not a traceback after the backend's own retries).
+    Only addresses of TCP kinds are tried: others are the backend's to judge."""
+    if backend not in ("dask", "ray"):
+        return
+    address = scheduler
+    if backend == "ray" and address is None:
+        address = os.environ.get("RAY_ADDRESS")
+    if not address or address in ("auto", "local"):
+        return
+    scheme, sep, rest = address.rpartition("://")
+    if sep and scheme not in ("tcp", "ray"):
+        return
+    host, _, port = rest.rpartition(":")
+    default = {"dask": 8786, "ray": 10001 if scheme == "ray" else 6379}[backend]
+    what = "Dask scheduler" if backend == "dask" else "Ray cluster"
     try:
-        ray.init(address=scheduler, ignore_reinit_error=True, log_to_driver=False)
-    except (ConnectionError, TimeoutError) as err:
-        raise UsageError(
-            f"cannot reach the Ray cluster at {address}: {err}",
-            hint="check --scheduler (HOST:6379 or ray://HOST:10001), or leave it out",
-        ) from None
-
-
-def _reachable(address: str, what: str, hint: str) -> None:
-    import socket
-
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host or address, int(port or 6379)), RAY_CONNECT_SECONDS).close()
+        socket.create_connection((host or rest, int(port or default)), CONNECT_SECONDS).close()
     except (OSError, ValueError) as err:
+        hint = (
+            "check --scheduler (tcp://HOST:8786), or leave it out for a local cluster"
+            if backend == "dask"
+            else "check --scheduler or RAY_ADDRESS (HOST:6379 or ray://HOST:10001), "
+            "or leave both out for a local Ray"
+        )
         raise UsageError(f"cannot reach the {what} at {address}: {err}", hint=hint) from None
 
 

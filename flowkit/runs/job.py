@@ -85,6 +85,10 @@ def make_job(
             "endpoints through the environment or flowkit.yaml"
         )
     maps.check(peek_columns(data_path))
+    if config.backend in ("dask", "ray"):
+        from flowkit.runs.dispatch import check_reachable
+
+        check_reachable(config.backend, config.scheduler)
     options = config.run_options()
     with run_environment(config.environment):  # what settings and endpoints read
         settings = _settings(flow, config, settings)

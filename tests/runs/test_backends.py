@@ -46,7 +46,8 @@ def _same_results(local: RunResult, remote: RunResult) -> None:
         local.run_dir / "outputs.jsonl"
     )
     assert read_json(remote.run_dir / "metrics.json") == read_json(local.run_dir / "metrics.json")
-    for name in ("rows", "succeeded", "failed", "node_runs"):
+    # The workers' cache lookups are counted too, not only the driver's.
+    for name in ("rows", "succeeded", "failed", "node_runs", "cache_hits", "cache_misses"):
         assert remote.counts[name] == local.counts[name], name
     traces = read_jsonl(remote.run_dir / "traces.jsonl")
     assert len(traces) == len(read_jsonl(local.run_dir / "traces.jsonl"))
