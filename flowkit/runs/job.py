@@ -85,10 +85,11 @@ def make_job(
             "endpoints through the environment or flowkit.yaml"
         )
     maps.check(peek_columns(data_path))
-    if config.backend in ("dask", "ray"):
-        from flowkit.runs.dispatch import check_reachable
+    if config.backend != "local":
+        from flowkit.runs.dispatch import check_main_guard, check_reachable
 
         check_reachable(config.backend, config.scheduler)
+        check_main_guard(config.backend, config.scheduler)
     options = config.run_options()
     with run_environment(config.environment):  # what settings and endpoints read
         settings = _settings(flow, config, settings)

@@ -62,3 +62,45 @@ def test_ray_address_from_the_environment_is_checked_too(
         "cannot reach the Ray cluster at 127.0.0.1:9: [Errno 111] Connection refused"
     )
     assert not (workdir / "runs").exists()
+
+
+SCRIPT = """
+import flowkit
+flowkit.run("exact_match", "d.jsonl", backend="dask")
+"""
+
+
+@pytest.mark.slow  # a python process of its own
+def test_a_script_without_a_main_guard_is_told_what_to_add(workdir: Path) -> None:
+    import subprocess
+    import sys
+
+    write_jsonl(workdir / "d.jsonl", [{"answer": "a", "ground_truth": "a"}])
+    (workdir / "score.py").write_text(SCRIPT)
+    ran = subprocess.run(
+        [sys.executable, "score.py"], cwd=workdir, capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 1
+    assert ran.stderr.splitlines()[-2:] == [
+        "flowkit.errors.UsageError: --backend dask starts worker processes that import "
+        'score.py again, and it has no `if __name__ == "__main__":`; put the run under it',
+        "  hint: see https://docs.python.org/3/library/multiprocessing.html"
+        "#the-spawn-and-forkserver-start-methods",
+    ]
+    assert not (workdir / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "guarded"),
+    [
+        ('if __name__ == "__main__":\n    main()\n', True),
+        ("if '__main__' == __name__:\n    main()\n", True),
+        ("def main():\n    pass\nmain()\n", False),
+        ('def f():\n    if __name__ == "__main__":\n        pass\n', False),
+    ],
+)
+def test_what_counts_as_a_main_guard(tmp_path: Path, text: str, guarded: bool) -> None:
+    from flowkit.runs.dispatch import _guarded
+
+    (tmp_path / "s.py").write_text(text)
+    assert _guarded(tmp_path / "s.py") is guarded
