@@ -52,6 +52,9 @@ class FlowBundle:
     """Relative path → content of every file sent."""
     digest: str = ""
     """sha256 over the files: the folder a worker unpacks them into."""
+    folder: str = ""
+    """The name of the root the files have in common, kept on the worker: a flow without a
+    `name:` is named after its folder (flow.dag.yaml)."""
 
 
 def pack(flow: Flow) -> FlowBundle:
@@ -79,7 +82,7 @@ def pack(flow: Flow) -> FlowBundle:
             hint="move data files out of the flow's folder (they are read by the driver)",
         )
     digest = hashlib.sha256()
-    for name, text in contents:
+    for name, text in [(root.name, b""), *contents]:
         digest.update(name.encode() + b"\0" + hashlib.sha256(text).digest())
     return FlowBundle(
         tuple(
@@ -88,6 +91,7 @@ def pack(flow: Flow) -> FlowBundle:
         ),
         contents,
         digest.hexdigest(),
+        root.name,
     )
 
 
@@ -133,13 +137,14 @@ def unpack(bundle: FlowBundle) -> list[str]:
     flows to load, as ``load_flows`` takes them."""
     if not bundle.files:
         return [value for _, value in bundle.entries]
-    root = Path(tempfile.gettempdir()) / "flowkit-flows" / bundle.digest
-    if not (root / ".complete").is_file():
+    top = Path(tempfile.gettempdir()) / "flowkit-flows" / bundle.digest
+    root = top / bundle.folder if bundle.folder else top
+    if not (top / ".complete").is_file():
         for name, text in bundle.files:
             path = root / name
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(f".{path.name}.{os.getpid()}")
             partial.write_bytes(text)
             os.replace(partial, path)  # another worker on this machine may write it too
-        (root / ".complete").touch()
+        (top / ".complete").touch()
     return [str(root / value) if kind == "file" else value for kind, value in bundle.entries]
