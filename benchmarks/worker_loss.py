@@ -3,7 +3,8 @@
     python benchmarks/worker_loss.py [--rows 640] [--backends loky dask ray] [--chunk-size N]
 
 An llm flow (one judge call per row, then a python node) over N rows against the test server
-in a child process, once locally and once per backend on two workers; on the backend run, the
+in a child process (the flow of tests/runs/test_worker_loss.py, with a 20 ms latency), once
+locally and once per backend on two workers; on the backend run, the
 worker that runs the middle row kills itself (SIGKILL) right after that row's model call, once.
 Prints per backend whether the outputs equal the local run's, the rows kept and the model calls
 made beyond one per row (a lost chunk's calls, made again), against the chunk size. Ray is
@@ -16,36 +17,17 @@ import argparse
 import importlib.util
 import json
 import os
+import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 from flowkit.testing.server import ServerConfig, serve_subprocess
 
-FLOW = """
-name: judged
-inputs: {q: {type: string}}
-outputs: {said: ${judge.output}, size: ${check.output}}
-nodes:
-  - name: judge
-    type: llm
-    messages: [{role: user, content: "Say something about {{ q }}"}]
-    inputs: {q: ${inputs.q}}
-  - {name: check, type: python, source: killer.py, function: check,
-     inputs: {said: ${judge.output}, q: ${inputs.q}}}
-"""
-KILLER = """
-import os, signal
-from pathlib import Path
-
-def check(said: str, q: str) -> int:
-    marker = os.environ.get("KILL_MARKER")
-    if marker and q == os.environ["KILL_ROW"] and not Path(marker).exists():
-        Path(marker).touch()
-        os.kill(os.getpid(), signal.SIGKILL)
-    return len(said)
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the flow of the tests
+from tests.runs.test_worker_loss import FLOW, KILLER, kill_at
 
 
 def _outputs(run_dir: Path) -> list[Any]:
@@ -65,7 +47,7 @@ def main() -> None:
     size = args.chunk_size or CHUNK_ROWS_LLM
     work = Path(tempfile.mkdtemp(prefix="flowkit-worker-loss-"))
     os.chdir(work)
-    (work / "judged.yaml").write_text(FLOW)
+    (work / "judged.yaml").write_text(textwrap.dedent(FLOW))
     (work / "killer.py").write_text(KILLER)
     data = work / "rows.jsonl"
     data.write_text("".join(json.dumps({"q": f"q-{i}"}) + "\n" for i in range(args.rows)))
@@ -103,7 +85,7 @@ def main() -> None:
                     output=backend,
                     backend=backend,
                     chunk_size=size,
-                    environment={"KILL_MARKER": str(marker), "KILL_ROW": f"q-{args.rows // 2}"},
+                    environment=kill_at(str(marker), args.rows // 2),
                     **options,
                 )
             finally:

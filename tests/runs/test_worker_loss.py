@@ -41,18 +41,26 @@ FLOW = """
       - {name: check, type: python, source: killer.py, function: check,
          inputs: {said: ${judge.output}, q: ${inputs.q}}}
     """
-KILLER = f"""
+KILLER = """
 import os, signal
 from pathlib import Path
 
 def check(said: str, q: str) -> int:
     marker = os.environ.get("FLOWKIT_TEST_KILL")
-    if marker and q == "q-{KILL_AT}" and (marker == "always" or not Path(marker).exists()):
+    row = os.environ.get("FLOWKIT_TEST_KILL_ROW")
+    if marker and q == row and (marker == "always" or not Path(marker).exists()):
         if marker != "always":
             Path(marker).touch()
         os.kill(os.getpid(), signal.SIGKILL)
     return len(said)
 """
+"""The python node that kills its worker: in a process where FLOWKIT_TEST_KILL names a marker
+file not yet there (or is "always"), on the row FLOWKIT_TEST_KILL_ROW names."""
+
+
+def kill_at(marker: str, row: int) -> dict[str, str]:
+    """The run's environment that has the worker running row ``row`` killed."""
+    return {"FLOWKIT_TEST_KILL": marker, "FLOWKIT_TEST_KILL_ROW": f"q-{row}"}
 
 
 @pytest.fixture
@@ -78,7 +86,7 @@ def _killed_on(
         use_cache=False,
         output=str(tmp / backend),
         backend=backend,
-        environment={"FLOWKIT_TEST_KILL": str(marker)},
+        environment=kill_at(str(marker), KILL_AT),
         **options,
     )
     assert marker.exists(), "no worker was killed"
@@ -139,7 +147,7 @@ def test_a_chunk_whose_workers_keep_dying_stops_the_run_keeping_finished_rows(
             use_cache=False,
             output=str(tmp_path / "lost"),
             backend="loky",
-            environment={"FLOWKIT_TEST_KILL": "always"},  # every worker that runs the row
+            environment=kill_at("always", KILL_AT),  # every worker that runs the row
         )
     first = KILL_AT // CHUNK_ROWS_LLM * CHUNK_ROWS_LLM
     assert raised.value.message == (
