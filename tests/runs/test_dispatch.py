@@ -104,3 +104,57 @@ def test_what_counts_as_a_main_guard(tmp_path: Path, text: str, guarded: bool) -
 
     (tmp_path / "s.py").write_text(text)
     assert _guarded(tmp_path / "s.py") is guarded
+
+
+class Died(Exception):
+    """A worker's death, as a backend reports it."""
+
+
+def _dispatch_with_deaths(deaths: int) -> list[int]:
+    """Five chunks of two rows on two threads; the chunk of rows 4-5 dies ``deaths`` times."""
+    import concurrent.futures as cf
+    import threading
+
+    from flowkit.runs.dispatch import Pool, dispatch
+
+    left, lock = [deaths], threading.Lock()
+
+    def run(job: None, chunk: list[tuple[int, None, None]]) -> list[int]:
+        with lock:
+            dies = chunk[0][0] == 4 and left[0] > 0
+            left[0] -= dies
+        if dies:
+            raise Died("gone")
+        return [line for line, _, _ in chunk]
+
+    executor = cf.ThreadPoolExecutor(2)
+    pool = Pool(
+        executor.submit,
+        lambda err: isinstance(err, Died),
+        lambda: executor.shutdown(wait=False, cancel_futures=True),
+        executor.shutdown,
+    )
+    chunks = iter([[(i, None, None), (i + 1, None, None)] for i in range(0, 10, 2)])
+    folded: list[int] = []
+    try:
+        dispatch(pool, run, None, chunks, 2, folded.extend)
+    finally:
+        executor.shutdown()
+    return folded
+
+
+def test_a_lost_chunk_is_sent_again_until_it_runs() -> None:
+    from flowkit.runs.dispatch import RETRIES
+
+    assert sorted(_dispatch_with_deaths(RETRIES)) == list(range(10))
+
+
+def test_a_chunk_lost_more_often_than_the_retries_stops_the_run() -> None:
+    from flowkit.runs.dispatch import RETRIES, WorkerLost
+
+    with pytest.raises(WorkerLost) as raised:
+        _dispatch_with_deaths(RETRIES + 1)
+    assert raised.value.message == (
+        f"the worker running rows 4-5 died {RETRIES + 1} times (Died); the rows that finished "
+        "are kept"
+    )
