@@ -144,11 +144,7 @@ from flowkit.pfcompat.variant_options import take_variants, variant_options
     help="joblib workers (non-local backends).",
 )
 @click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
-@click.option(
-    "--chunk-size",
-    type=_Number(int, 1),
-    help="Rows sent to a worker at a time (default 32 if the flow calls a model, else 512).",
-)
+@click.option("--chunk-size", type=_Number(int, 1), help="Rows per chunk sent to a worker.")
 @click.option(
     "--trace",
     "trace_level",

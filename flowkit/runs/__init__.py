@@ -21,7 +21,8 @@
 - ``backends``: workers (loky, threading, multiprocessing, Dask, Ray) that run chunks of rows
   and send their results to the driver; ``dispatch``: the chunks sent out through each
   backend's own futures, a lost one sent again, all cancelled when the driver stops;
-  ``bundle``: the flow sent to workers by content.
+  ``bundle``: the flow sent to workers by content; ``preflight``: the cluster's address and
+  the script's `__main__` guard, checked before the run folder exists.
 
 Imports point down to ``flowkit.engine``, ``flowkit.data``, ``flowkit.flow``, ``flowkit.cache``
 and ``flowkit.llm``.

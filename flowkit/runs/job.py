@@ -86,7 +86,7 @@ def make_job(
         )
     maps.check(peek_columns(data_path))
     if config.backend != "local":
-        from flowkit.runs.dispatch import check_main_guard, check_reachable
+        from flowkit.runs.preflight import check_main_guard, check_reachable
 
         check_reachable(config.backend, config.scheduler)
         check_main_guard(config.backend, config.scheduler)

@@ -100,7 +100,7 @@ def test_a_script_without_a_main_guard_is_told_what_to_add(workdir: Path) -> Non
     ],
 )
 def test_what_counts_as_a_main_guard(tmp_path: Path, text: str, guarded: bool) -> None:
-    from flowkit.runs.dispatch import _guarded
+    from flowkit.runs.preflight import _guarded
 
     (tmp_path / "s.py").write_text(text)
     assert _guarded(tmp_path / "s.py") is guarded
