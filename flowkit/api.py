@@ -72,7 +72,7 @@ def run(
     backend: Backend = "local",
     workers: int = 2,
     scheduler: str | None = None,
-    chunk_size: int = 512,
+    chunk_size: int | None = None,
     strict: bool = False,
     target: str | Callable[..., Any] | None = None,
     overwrite: bool = False,

@@ -144,6 +144,7 @@ from flowkit.pfcompat.variant_options import take_variants, variant_options
     help="joblib workers (non-local backends).",
 )
 @click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
+@click.option("--chunk-size", type=_Number(int, 1), help="Rows per chunk sent to a worker.")
 @click.option(
     "--trace",
     "trace_level",
@@ -204,6 +205,7 @@ def run(
     backend: str,
     workers: int,
     scheduler: str | None,
+    chunk_size: int | None,
     quiet: bool,
     otel: bool,
     batch: bool = False,
@@ -324,6 +326,7 @@ def run(
             backend=backend,
             workers=workers,
             scheduler=scheduler,
+            chunk_size=chunk_size,
             strict=strict,
             target=target,
             overwrite=overwrite,
@@ -368,6 +371,7 @@ _RUN_DEFINING = (
     "backend",
     "workers",
     "scheduler",
+    "chunk_size",
     "strict",
     "overwrite",
     "trace_level",

@@ -23,8 +23,12 @@
 - ``resume``: keeping the finished rows of an earlier run and rerunning the rest.
 - ``judging``: what identifies each model-calling node's judging (model, params, prompt), so a
   resume refuses to mix two judges.
-- ``backends``: joblib backends (loky, Dask, Ray) whose workers send results to the driver
-  and draw on its endpoint budgets (``flowkit.llm.leases``).
+- ``backends``: workers (loky, threading, multiprocessing, Dask, Ray) that run chunks of rows
+  and send their results to the driver, drawing on its endpoint budgets
+  (``flowkit.llm.leases``); ``dispatch``: the chunks sent out through each
+  backend's own futures, a lost one sent again, all cancelled when the driver stops;
+  ``bundle``: the flow sent to workers by content; ``preflight``: the cluster's address and
+  the script's `__main__` guard, checked before the run folder exists.
 
 Imports point down to ``flowkit.engine``, ``flowkit.data``, ``flowkit.flow``, ``flowkit.cache``
 and ``flowkit.llm``.

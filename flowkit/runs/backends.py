@@ -1,10 +1,11 @@
-"""Running rows on other processes or machines through joblib: loky, threading, Dask or Ray.
+"""Running rows on other processes or machines: loky, threading, multiprocessing, Dask or Ray.
 
-Rows go out in chunks. Each worker loads the flow from its files, runs the chunk with the same
-executor as a local run (its own event loop), reads the shared cache, and sends back what it
-produced: output rows, trace lines, new cache entries, aggregate columns and counts. The driver
-alone writes the run folder and the cache, so both stay coherent whatever the backend; chunks
-come back in order, so outputs.jsonl stays in input order with a bounded buffer.
+Rows go out in chunks (flowkit.runs.dispatch). Each worker loads the flow the driver sent by
+content (flowkit.runs.bundle), runs the chunk with the same executor as a local run (its own
+event loop), reads the shared cache, and sends back what it produced: output rows, trace lines,
+new cache entries, aggregate columns and counts. The driver alone writes the run folder and the
+cache, so both stay coherent whatever the backend; chunks are folded as they finish, and the
+run folder keeps outputs.jsonl in input order with a bounded buffer.
 
 Rate limits: one budget per endpoint for the whole run, whatever the backend and however many
 workers (``flowkit.llm.leases``). The driver keeps the run's schedulers and serves them while
@@ -31,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowkit.code.importpath import importable
-from flowkit.errors import UsageError
+from flowkit.errors import FlowkitError, UsageError
+from flowkit.runs.bundle import FlowBundle, unpack
 from flowkit.runs.config import RunConfig
 
 if TYPE_CHECKING:
@@ -42,7 +44,8 @@ if TYPE_CHECKING:
 class WorkerJob:
     """Everything a worker needs, in picklable form (no compiled flow, no secrets)."""
 
-    flows: tuple[str, ...]
+    flows: FlowBundle
+    """The run's flows by content (flowkit.runs.bundle): no worker reads the driver's paths."""
     config: RunConfig
     """The run's options: its model options, cache, backend and workers."""
     run_id: str
@@ -72,6 +75,8 @@ class ChunkResult:
     (flowkit.engine.scope.MissingKeys)."""
     notes: list[str] = field(default_factory=list)
     """Endpoints this worker opened where an earlier run left them (flowkit.llm.memory)."""
+    cache_misses: int = 0
+    """Lookups the worker's cache did not answer (hits are in ``stats``)."""
 
 
 class MemoryWriter:
@@ -96,38 +101,44 @@ class MemoryWriter:
         return False
 
 
-_flows: dict[tuple[tuple[str, ...], str], Flow] = {}
+_flows: dict[tuple[object, str], Flow] = {}
 
 
 def _load(job: WorkerJob) -> Flow:
     """Each worker process loads the flow once, then reuses it for every chunk (each chunk binds
-    it for itself: a frozen flow may be shared)."""
-    from flowkit.flow.loader import load_flows
-
-    # Keyed by the hash too: a long-lived worker (loky reuses its processes) must load an
+    it for itself: a frozen flow may be shared). What goes wrong says it happened on a worker."""
+    # Keyed by the content too: a long-lived worker (loky reuses its processes) must load an
     # edited flow afresh, not keep running the version it first saw.
-    cached = (job.flows, job.flow_hash)
+    cached = (job.flows.digest or job.flows.entries, job.flow_hash)
     if cached not in _flows:
-        from flowkit.flow.variants import chosen_variant
-
-        with chosen_variant(job.variant):
-            flow = load_flows(list(job.flows))
-        if job.target is not None:
-            from flowkit.flow.target import with_target
-
-            target = job.target
-            flow = with_target(flow, target.target, target.columns, Path(target.base))
-        from flowkit.flow.settings import with_settings
-
-        flow, _ = with_settings(flow, job.config.mapping)  # as the driver rebuilt it
-        if job.flow_hash and flow.content_hash != job.flow_hash:
-            raise UsageError(
-                f"worker on {socket.gethostname()} loaded flow {flow.name!r} from "
-                f"{', '.join(job.flows)} and got different nodes, prompts or code than the driver",
-                hint="workers need the same flow files at the same paths as the driver",
-            )
-        _flows[cached] = flow
+        try:
+            _flows[cached] = _load_flow(job)
+        except FlowkitError as err:
+            err.message = f"worker on {socket.gethostname()}: {err.message}"
+            raise
     return _flows[cached]
+
+
+def _load_flow(job: WorkerJob) -> Flow:
+    from flowkit.flow.loader import load_flows
+    from flowkit.flow.settings import with_settings
+    from flowkit.flow.variants import chosen_variant
+
+    with chosen_variant(job.variant):
+        flow = load_flows(list(unpack(job.flows)))
+    if job.target is not None:
+        from flowkit.flow.target import with_target
+
+        target = job.target
+        flow = with_target(flow, target.target, target.columns, Path(target.base))
+    flow, _ = with_settings(flow, job.config.mapping)  # as the driver rebuilt it
+    if job.flow_hash and flow.content_hash != job.flow_hash:
+        raise UsageError(
+            f"loaded flow {flow.name!r} and got different nodes, prompts or code than the driver",
+            hint="a built-in flow and the packages a flow's code imports come from the worker's "
+            "own installation: install the driver's flowkit and packages on the workers",
+        )
+    return flow
 
 
 _sessions: dict[int, tuple[str, Any]] = {}
@@ -215,6 +226,7 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         timings(bound),
         executor.missing.counts(),
         list(session.memory.notes) if session.memory is not None else [],
+        cache.misses if cache else 0,
     )
     if cache is not None:
         cache.close()
@@ -245,54 +257,39 @@ def _chunks(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-def _parallel_config(backend: str, scheduler: str | None) -> Any:
-    import joblib
-
-    if backend == "dask":
-        try:
-            from dask.distributed import Client
-        except ImportError:
-            raise UsageError(
-                "--backend dask needs dask[distributed]", hint="pip install 'dask[distributed]'"
-            ) from None
-        try:
-            client = Client(scheduler, timeout=10) if scheduler else Client(processes=True)
-        except OSError as err:
-            raise UsageError(
-                f"cannot reach the Dask scheduler at {scheduler}: {err}",
-                hint="check --scheduler (tcp://HOST:8786), or leave it out for a local cluster",
-            ) from None
-        return joblib.parallel_config(backend="dask", wait_for_workers_timeout=60), client
-    if backend == "ray":
-        try:
-            from ray.util.joblib import register_ray
-        except ImportError:
-            raise UsageError("--backend ray needs ray", hint="pip install 'ray[default]'") from None
-        register_ray()
-        if scheduler:
-            import ray
-
-            # A running cluster's address (ray://host:10001 or host:6379); without one, Ray
-            # starts a local instance on first use, or joins the one RAY_ADDRESS names.
-            ray.init(address=scheduler, ignore_reinit_error=True)
-        return joblib.parallel_config(backend="ray"), None
-    return joblib.parallel_config(backend=backend), None
+CHUNK_ROWS_LLM = 32
+"""Rows per chunk of a flow that calls a model: a worker lost mid-chunk costs at most this
+many rows' calls again (docs/scale-out.md, Losing a worker)."""
+CHUNK_ROWS_PYTHON = 512
+"""Rows per chunk of a python-only flow: cheap rows, where each chunk's round trip counts."""
 
 
-def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob) -> None:
-    """Send ``rows`` to joblib workers in chunks (``job.config``'s backend, scheduler and
-    chunk size) and fold their results into ``executor``."""
-    parallel, client = _parallel_config(job.config.backend, job.config.scheduler)
+def chunk_rows(config: RunConfig, flow: Flow) -> int:
+    """``--chunk-size``, else the default for what the flow does."""
+    if config.chunk_size is not None:
+        return config.chunk_size
+    from flowkit.engine.prepare import needs_settings
+
+    return CHUNK_ROWS_LLM if needs_settings(flow) else CHUNK_ROWS_PYTHON
+
+
+def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob, size: int) -> None:
+    """Send ``rows`` to ``job.config``'s backend in chunks of ``size`` rows and fold each
+    chunk's results into ``executor`` as it comes back (flowkit.runs.dispatch)."""
+    from flowkit.runs.dispatch import dispatch, open_pool
+
+    config = job.config
+    pool = open_pool(config.backend, config.workers, config.scheduler, run_chunk)
     writer, cache, stats = executor.writer, executor.cache, executor.stats
-    try:
-        with parallel, _leases(executor, job) as job:
-            chunks = _chunks(rows, job.config.chunk_size)
-            for result in _results(job, chunks):
-                _fold(result, writer, cache, executor, stats)
-                executor._tick()
-    finally:
-        if client is not None:
-            client.close()
+
+    def fold(result: ChunkResult) -> None:
+        _fold(result, writer, cache, executor, stats)
+        executor._tick()
+
+    with _leases(executor, job) as job:
+        # Two chunks per worker: one running, one waiting, so a worker never idles between chunks.
+        window = 2 * (pool.slots or config.workers)
+        dispatch(pool, run_chunk, job, _chunks(rows, size), window, fold)
 
 
 @contextlib.contextmanager
@@ -315,33 +312,14 @@ def _leases(executor: Any, job: WorkerJob) -> Iterator[WorkerJob]:
         yield dataclasses.replace(job, lease=ticket)
 
 
-def _results(job: WorkerJob, chunks: Iterator[list[Any]]) -> Iterator[ChunkResult]:
-    """Chunk results in input order, with at most a few chunks out at a time, so memory stays
-    flat however many rows there are."""
-    import joblib
-
-    tasks = (joblib.delayed(run_chunk)(job, chunk) for chunk in chunks)
-    try:
-        parallel = joblib.Parallel(
-            n_jobs=job.config.workers, return_as="generator", pre_dispatch="2*n_jobs"
-        )
-    except ValueError:
-        # Ray's joblib backend returns whole lists only: hand it a window of chunks at a time.
-        window = 2 * job.config.workers
-        with joblib.Parallel(n_jobs=job.config.workers) as batches:
-            while part := list(itertools.islice(tasks, window)):
-                yield from batches(part)
-        return
-    yield from parallel(tasks)
-
-
 def _fold(result: ChunkResult, writer: Any, cache: Any, executor: Any, stats: Any) -> None:
     for line in result.traces:
         writer.trace_bytes(line)
     for index, record in result.rows:
         writer.row(index, record)
-    if cache is not None and result.cache:
+    if cache is not None:
         cache.put_encoded(result.cache)
+        cache.misses += result.cache_misses  # run.json counts the workers' lookups too
     for agg, (columns, lines, left_out, skipped) in zip(
         executor.aggregates, result.aggregates, strict=True
     ):

@@ -63,8 +63,9 @@ class RunConfig(BaseModel):
     """joblib workers, with a backend other than local."""
     scheduler: str | None = None
     """The Dask scheduler or Ray cluster address, with backend dask or ray."""
-    chunk_size: int = Field(512, ge=1, strict=True)
-    """Rows sent to a worker at a time, with a backend other than local."""
+    chunk_size: int | None = Field(None, ge=1, strict=True)
+    """Rows sent to a worker at a time, with a backend other than local; None: 32 for a flow
+    that calls a model, 512 for a python-only one (flowkit.runs.backends.chunk_rows)."""
     strict: bool = Field(False, strict=True)
     """Read every data row first and stop before running if any is bad."""
     target: str | None = Field(None, min_length=1)

@@ -85,6 +85,11 @@ def make_job(
             "endpoints through the environment or flowkit.yaml"
         )
     maps.check(peek_columns(data_path))
+    if config.backend != "local":
+        from flowkit.runs.preflight import check_main_guard, check_reachable
+
+        check_reachable(config.backend, config.scheduler)
+        check_main_guard(config.backend, config.scheduler)
     options = config.run_options()
     with run_environment(config.environment):  # what settings and endpoints read
         settings = _settings(flow, config, settings)
@@ -251,18 +256,19 @@ def _run_rows(
         run_rows(lambda: _drive(executor, rows, collector))
         return
     from flowkit.flow.variants import CHOSEN
-    from flowkit.runs.backends import WorkerJob, run_distributed
+    from flowkit.runs.backends import WorkerJob, chunk_rows, run_distributed
+    from flowkit.runs.bundle import pack
 
     chosen = CHOSEN.get()
     worker_job = WorkerJob(
-        job.flow.sources,
+        pack(job.flow),
         job.config,
         writer.run_id,
         job.flow.content_hash,
         job.flow.target,
         str(chosen) if chosen is not None else None,
     )
-    run_distributed(executor, rows, worker_job)
+    run_distributed(executor, rows, worker_job, chunk_rows(job.config, job.flow))
 
 
 def check_every_row(path: Path, maps: Mapping, limit: int | None) -> None:

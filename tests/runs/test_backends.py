@@ -2,8 +2,8 @@
 and the cache come out as a local run's, whichever backend ran the rows.
 
 The Dask tests start a real two-process LocalCluster and pass its address as `--scheduler`, as
-a user would for a cluster of their own. Ray's test runs only where ray is installed (it is not
-in the dev extra: see docs/scale-out.md).
+a user would for a cluster of their own. Ray's test is in the `cluster` stage of .ci/run, which
+installs ray (it is not in the dev extra: see docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,7 +46,8 @@ def _same_results(local: RunResult, remote: RunResult) -> None:
         local.run_dir / "outputs.jsonl"
     )
     assert read_json(remote.run_dir / "metrics.json") == read_json(local.run_dir / "metrics.json")
-    for name in ("rows", "succeeded", "failed", "node_runs"):
+    # The workers' cache lookups are counted too, not only the driver's.
+    for name in ("rows", "succeeded", "failed", "node_runs", "cache_hits", "cache_misses"):
         assert remote.counts[name] == local.counts[name], name
     traces = read_jsonl(remote.run_dir / "traces.jsonl")
     assert len(traces) == len(read_jsonl(local.run_dir / "traces.jsonl"))
@@ -123,6 +125,7 @@ def test_threading_backend_folds_chunks_in_input_order(tmp_path: Path, workdir: 
     _f1_here_and_on("threading", tmp_path, 300, workers=3, chunk_size=40)
 
 
+@pytest.mark.cluster  # a local Ray takes seconds to start (.ci/run installs ray for this stage)
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 def test_ray_runs_a_python_flow_as_a_local_run_does(tmp_path: Path, workdir: Path) -> None:
     import ray
@@ -138,14 +141,19 @@ def test_a_worker_refuses_a_flow_that_differs_from_the_drivers(tmp_path: Path) -
     from flowkit.errors import UsageError
     from flowkit.flow.loader import load_flow
     from flowkit.runs.backends import WorkerJob, _load
+    from flowkit.runs.bundle import pack
     from flowkit.runs.config import RunConfig
 
     flow = load_flow("f1_score")
-    job = WorkerJob(flow.sources, RunConfig(), "r", flow.content_hash)
+    job = WorkerJob(pack(flow), RunConfig(), "r", flow.content_hash)
     assert _load(job).content_hash == flow.content_hash
-    stale = WorkerJob(flow.sources, RunConfig(), "r", "0" * 64)
-    with pytest.raises(UsageError, match="got different nodes, prompts or code than the driver"):
+    stale = WorkerJob(pack(flow), RunConfig(), "r", "0" * 64)
+    with pytest.raises(UsageError) as raised:
         _load(stale)
+    assert raised.value.message == (
+        f"worker on {socket.gethostname()}: loaded flow 'f1_score' and got different nodes, "
+        "prompts or code than the driver"
+    )
 
 
 def test_workers_use_the_runs_model_options(llm_server: LocalServer, workdir: Path) -> None:

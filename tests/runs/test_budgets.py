@@ -142,6 +142,7 @@ def _worker_job(workdir: Path, url: str, **connection: Any) -> Any:
     from flowkit.llm.endpoint import Connection
     from flowkit.llm.leases import Ticket
     from flowkit.runs.backends import WorkerJob
+    from flowkit.runs.bundle import pack
     from flowkit.runs.config import RunConfig
 
     flow = load_flow(write(workdir / "judge.yaml", JUDGE))
@@ -156,7 +157,7 @@ def _worker_job(workdir: Path, url: str, **connection: Any) -> Any:
     ticket = Ticket(
         f"ws://127.0.0.1:{port}/lease", "t", driver.model_dump(mode="json", exclude_unset=True)
     )
-    return WorkerJob(flow.sources, RunConfig(), "r", flow.content_hash, lease=ticket), port
+    return WorkerJob(pack(flow), RunConfig(), "r", flow.content_hash, lease=ticket), port
 
 
 def _run_chunk(job: Any) -> Any:

@@ -1,0 +1,107 @@
+"""Benchmark: a worker killed mid-run, on each process backend.
+
+    python benchmarks/worker_loss.py [--rows 640] [--backends loky dask ray] [--chunk-size N]
+
+An llm flow (one judge call per row, then a python node) over N rows against the test server
+in a child process (the flow of tests/runs/test_worker_loss.py, with a 20 ms latency), once
+locally and once per backend on two workers; on the backend run, the
+worker that runs the middle row kills itself (SIGKILL) right after that row's model call, once.
+Prints per backend whether the outputs equal the local run's, the rows kept and the model calls
+made beyond one per row (a lost chunk's calls, made again), against the chunk size. Ray is
+skipped where it is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from flowkit.testing.server import ServerConfig, serve_subprocess
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the flow of the tests
+from tests.runs.test_worker_loss import FLOW, KILLER, kill_at
+
+
+def _outputs(run_dir: Path) -> list[Any]:
+    return [json.loads(line) for line in (run_dir / "outputs.jsonl").read_text().splitlines()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=640)
+    parser.add_argument("--backends", nargs="+", default=["loky", "dask", "ray"])
+    parser.add_argument("--chunk-size", type=int, default=None)
+    args = parser.parse_args()
+
+    import flowkit
+    from flowkit.runs.backends import CHUNK_ROWS_LLM
+
+    size = args.chunk_size or CHUNK_ROWS_LLM
+    work = Path(tempfile.mkdtemp(prefix="flowkit-worker-loss-"))
+    os.chdir(work)
+    (work / "judged.yaml").write_text(textwrap.dedent(FLOW))
+    (work / "killer.py").write_text(KILLER)
+    data = work / "rows.jsonl"
+    data.write_text("".join(json.dumps({"q": f"q-{i}"}) + "\n" for i in range(args.rows)))
+    with serve_subprocess(ServerConfig(latency=0.05)) as server:
+        os.environ.update(
+            OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-local", FLOWKIT_MODEL="m"
+        )
+        local = flowkit.run("judged.yaml", str(data), use_cache=False, output="local")
+        print(f"{args.rows} rows, chunk size {size}, 2 workers, one worker killed mid-run")
+        for backend in args.backends:
+            options: dict[str, Any] = {}
+            if backend == "ray" and importlib.util.find_spec("ray") is None:
+                print(f"{backend:6} skipped: ray is not installed")
+                continue
+            cluster = None
+            if backend == "dask":
+                from distributed import LocalCluster
+
+                cluster = LocalCluster(
+                    n_workers=2, threads_per_worker=1, dashboard_address=None, env=dict(os.environ)
+                )
+                options["scheduler"] = cluster.scheduler_address
+            if backend == "ray":
+                import ray
+
+                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            server.reset()
+            marker = work / f"killed-{backend}"
+            t0 = time.monotonic()
+            try:
+                result = flowkit.run(
+                    "judged.yaml",
+                    str(data),
+                    use_cache=False,
+                    output=backend,
+                    backend=backend,
+                    chunk_size=size,
+                    environment=kill_at(str(marker), args.rows // 2),
+                    **options,
+                )
+            finally:
+                if cluster is not None:
+                    cluster.close()
+                if backend == "ray":
+                    ray.shutdown()
+            calls = server.stats()["chat_completions"]
+            same = _outputs(result.run_dir) == _outputs(local.run_dir)
+            print(
+                f"{backend:6} killed={marker.exists()} identical={same} "
+                f"rows kept {result.counts['succeeded']}/{args.rows}, "
+                f"extra calls {calls - args.rows} (chunk {size}), "
+                f"{time.monotonic() - t0:.1f} s"
+            )
+
+
+if __name__ == "__main__":
+    main()

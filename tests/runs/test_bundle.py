@@ -1,0 +1,100 @@
+"""Flows sent to workers by content (flowkit.runs.bundle): a worker needs none of the driver's
+files at the driver's paths."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+import flowkit
+from flowkit.flow.loader import load_flow
+from flowkit.runs.backends import WorkerJob, run_chunk
+from flowkit.runs.bundle import pack, unpack
+from flowkit.runs.config import RunConfig
+from flowkit.testing.server import LocalServer
+from tests.support import read_jsonl, write
+
+FLOW = """
+    name: moved
+    inputs: {q: {type: string}}
+    outputs: {said: ${judge.output}, size: ${size.output}}
+    nodes:
+      - {name: judge, type: llm, prompt: ../prompts/say.jinja2, inputs: {q: ${inputs.q}}}
+      - {name: size, type: python, source: code.py, function: size, inputs: {s: ${judge.output}}}
+    """
+
+
+def _project(root: Path) -> Path:
+    write(root / "prompts" / "say.jinja2", "user:\nSay something about {{ q }}\n")
+    write(root / "flows" / "code.py", "from helper import double\n\ndef size(s: str) -> int:\n")
+    with (root / "flows" / "code.py").open("a") as f:
+        f.write("    return double(len(s))\n")
+    write(root / "flows" / "helper.py", "def double(n: int) -> int:\n    return 2 * n\n")
+    write(root / "data.jsonl", '{"q": "x"}\n')  # beside the flow's folder, not in it: not sent
+    return write(root / "flows" / "moved.yaml", FLOW)
+
+
+@pytest.mark.cluster  # a fresh worker process takes seconds to start
+def test_a_worker_elsewhere_runs_a_flow_whose_folder_is_gone(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    """The driver packs the flow; its folder is then moved away, and a fresh process in another
+    working directory runs a chunk of it as the driver would have."""
+    path = _project(tmp_path / "project")
+    rows = [{"q": "rivers"}, {"q": "cities"}]
+    local = flowkit.run(str(path), rows, use_cache=False, output=str(tmp_path / "local"))
+    flow = load_flow(path)
+    job = WorkerJob(pack(flow), RunConfig(use_cache=False), "r", flow.content_hash)
+    (tmp_path / "project").rename(tmp_path / "moved-away")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    spawn = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(1, spawn, initializer=os.chdir, initargs=(elsewhere,)) as worker:
+        chunk = worker.submit(run_chunk, job, [(i, row, None) for i, row in enumerate(rows)])
+        result = chunk.result(timeout=60)
+    outputs = [record["outputs"] for _, record in sorted(result.rows)]
+    assert outputs == [r["outputs"] for r in read_jsonl(local.run_dir / "outputs.jsonl")]
+    assert all(o["size"] > 0 for o in outputs)
+
+
+def test_what_a_flow_file_sends(tmp_path: Path) -> None:
+    path = _project(tmp_path)
+    bundle = pack(load_flow(path))
+    assert bundle.entries == (("file", "flows/moved.yaml"),)
+    assert [name for name, _ in bundle.files] == [
+        "flows/code.py",
+        "flows/helper.py",
+        "flows/moved.yaml",
+        "prompts/say.jinja2",
+    ]
+    [unpacked] = unpack(bundle)
+    assert Path(unpacked).read_text() == path.read_text()
+    assert load_flow(unpacked).content_hash == load_flow(path).content_hash
+
+
+def test_a_built_in_flow_travels_by_name() -> None:
+    bundle = pack(load_flow("f1_score"))
+    assert (bundle.entries, bundle.files) == ((("builtin", "f1_score"),), ())
+    assert unpack(bundle) == ["f1_score"]
+
+
+def test_a_flow_folder_too_big_to_send_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flowkit.runs.bundle as bundle
+
+    path = _project(tmp_path)
+    monkeypatch.setattr(bundle, "MAX_TOTAL", 100)
+    with pytest.raises(flowkit.UsageError) as raised:
+        pack(load_flow(path))
+    size = sum(
+        len(p.read_bytes()) for p in tmp_path.rglob("*") if p.suffix in (".py", ".yaml", ".jinja2")
+    )
+    assert raised.value.message == (
+        f"the flow's files under {tmp_path} come to {size:,} bytes; workers get a flow by "
+        "content, at most 100 bytes"
+    )
