@@ -100,7 +100,7 @@ def test_dask_workers_hold_the_runs_concurrency_at_the_endpoint(
     assert found == CONCURRENCY
 
 
-@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 def test_ray_workers_hold_the_runs_concurrency_at_the_endpoint(
     slow_endpoint: LocalServer,
