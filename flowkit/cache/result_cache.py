@@ -14,6 +14,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Literal, Protocol
 
+from flowkit.cache.canonical import dumps, loads
+
 Hit = tuple[Any, dict[str, Any] | None]
 """A cached node result: its output and the model call's trace metadata (None for none)."""
 
@@ -26,6 +28,17 @@ class Miss(enum.Enum):
 
 MISS = Miss.MISS
 """What ``get`` answers for a key the cache does not hold (or holds damaged)."""
+
+
+def encode_entry(output: Any, meta: dict[str, Any] | None = None) -> bytes:
+    """A stored entry's bytes, the same in every store (so entries move between them as is)."""
+    return dumps({"o": output, "m": meta} if meta else {"o": output})
+
+
+def decode_entry(raw: bytes) -> Hit:
+    """The (output, meta) of an entry's bytes; raises on bytes that are not one."""
+    entry = loads(raw)
+    return entry["o"], entry.get("m")
 
 
 class ResultCache(Protocol):

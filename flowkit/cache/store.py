@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from flowkit.cache.canonical import canonical_bytes, dumps, loads
-from flowkit.cache.result_cache import MISS, Hit, Miss
+from flowkit.cache.canonical import canonical_bytes
+from flowkit.cache.result_cache import MISS, Hit, Miss, decode_entry, encode_entry
 
 __all__ = ["MISS", "SCHEMA", "Cache", "default_cache_dir", "node_key"]
 
@@ -120,9 +120,7 @@ class Cache:
             return MISS
         try:
             raw = self._lookup(key)
-            entry = None if raw is None else loads(raw)
-            if entry is not None:
-                output, meta = entry["o"], entry.get("m")
+            entry = None if raw is None else decode_entry(raw)
         except (sqlite3.Error, OSError) as err:
             self._off(f"failed: {_why(err)}")
             entry = None
@@ -132,7 +130,7 @@ class Cache:
             self.misses += 1
             return MISS
         self.hits += 1
-        return output, meta
+        return entry
 
     def _lookup(self, key: str) -> bytes | None:
         raw = self._pending.get(key)
@@ -212,7 +210,7 @@ class Cache:
     def put(self, key: str, output: Any, meta: dict[str, Any] | None = None) -> None:
         if self._db is None:
             return
-        self._pending[key] = dumps({"o": output, "m": meta} if meta else {"o": output})
+        self._pending[key] = encode_entry(output, meta)
         self.writes += 1
         if len(self._pending) >= self._flush_every:
             self.flush()

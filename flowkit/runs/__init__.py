@@ -19,6 +19,8 @@
 - ``judging``: what identifies each model-calling node's judging (model, params, prompt), so a
   resume refuses to mix two judges.
 - ``backends``: joblib backends (loky, Dask, Ray) whose workers send results to the driver.
+- ``lookup``: the driver's cache lookup before rows go out: rows the cache answers are finished
+  on the driver, missed rows go out with the entries found for them.
 
 Imports point down to ``flowkit.engine``, ``flowkit.data``, ``flowkit.flow``, ``flowkit.cache``
 and ``flowkit.llm``.

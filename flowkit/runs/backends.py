@@ -1,7 +1,9 @@
 """Running rows on other processes or machines through joblib: loky, threading, Dask or Ray.
 
 Rows go out in chunks. Each worker loads the flow from its files, runs the chunk with the same
-executor as a local run (its own event loop), reads the shared cache, and sends back what it
+executor as a local run (its own event loop), with an in-memory cache seeded with the entries
+the driver found for its rows (flowkit.runs.lookup: rows the cache answers are never sent), and
+sends back what it
 produced: output rows, trace lines, new cache entries, aggregate columns and counts. The driver
 alone writes the run folder and the cache, so both stay coherent whatever the backend; chunks
 come back in order, so outputs.jsonl stays in input order with a bounded buffer.
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from flowkit.code.importpath import importable
 from flowkit.errors import UsageError
 from flowkit.runs.config import RunConfig
+from flowkit.runs.lookup import rows_to_send
 
 if TYPE_CHECKING:
     from flowkit.flow.graph import Flow
@@ -181,12 +184,13 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
 
 
 def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
-    from flowkit.cache.store import Cache, default_cache_dir
+    from flowkit.cache.store import default_cache_dir
     from flowkit.engine.bound import timings
     from flowkit.engine.context import RunContext
     from flowkit.engine.executor import Executor
     from flowkit.engine.prepare import bind, needs_settings
     from flowkit.llm.session import using
+    from flowkit.runs.lookup import worker_rows
 
     flow = _load(job)
     config, options = job.config, job.config.run_options()
@@ -202,10 +206,9 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         settings = _share(loaded, config.workers, config.backend in IN_PROCESS)
     ctx = RunContext(options, settings, config.environment)
     bound = bind(flow, ctx)  # this chunk's own binding: the cached flow is never written to
-    cache = None
     directory = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
-    if options.use_cache:
-        cache = Cache(directory, flush_every=2**62, flush_seconds=math.inf)
+    # In memory, seeded with what the driver found for these rows (flowkit.runs.lookup).
+    rows, cache = worker_rows(rows, options.use_cache)
     writer = MemoryWriter(job.run_id)
     executor = Executor(bound, options, cache, writer, ctx)
     session = _session(job, directory)
@@ -284,12 +287,14 @@ def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob) -> None:
     chunk size) and fold their results into ``executor``."""
     parallel, client = _parallel_config(job.config.backend, job.config.scheduler)
     writer, cache, stats = executor.writer, executor.cache, executor.stats
+    guard = threading.Lock()  # the driver's cache lookup runs in joblib's dispatching thread
     try:
         with parallel:
-            chunks = _chunks(rows, job.config.chunk_size)
+            chunks = _chunks(rows_to_send(executor, rows, guard), job.config.chunk_size)
             for result in _results(job, chunks):
-                _fold(result, writer, cache, executor, stats)
-                executor._tick()
+                with guard:
+                    _fold(result, writer, cache, executor, stats)
+                    executor._tick()
     finally:
         if client is not None:
             client.close()
