@@ -19,6 +19,7 @@ class MemoryCache:
 
     def __init__(self, seeds: dict[str, bytes] | None = None) -> None:
         self.problem: str | None = None
+        self.notices: list[str] = []
         self._entries: dict[str, bytes] = dict(seeds or {})
         self._pending: dict[str, bytes] = {}
         self.hits = self.misses = self.writes = 0
@@ -44,8 +45,11 @@ class MemoryCache:
         """Everything is in memory already."""
 
     def put(self, key: str, output: Any, meta: dict[str, Any] | None = None) -> None:
-        self._pending[key] = encode_entry(output, meta)
-        self.writes += 1
+        self.put_encoded({key: encode_entry(output, meta)})
+
+    def put_encoded(self, entries: dict[str, bytes]) -> None:
+        self._pending.update(entries)
+        self.writes += len(entries)
 
     def take_pending(self) -> dict[str, bytes]:
         """Hand the entries computed here over (a worker sends them to the driver)."""

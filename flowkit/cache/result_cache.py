@@ -1,8 +1,9 @@
 """What a run needs of a node result cache: the ``ResultCache`` protocol, and ``MISS``.
 
 The engine holds a cache through this protocol only, so a store other than the SQLite one
-(``flowkit.cache.store.Cache``) can stand in there. The job and the scale-out workers make the
-SQLite one and also use what only it has (a worker's pending entries, sent to the driver).
+(``flowkit.cache.store.Cache``) can stand in there. A run's driver keeps its cache in the SQLite
+store or the object store (``flowkit.cache.objects``), chosen by ``flowkit.cache.location``; a
+scale-out worker's is in memory (``flowkit.cache.memory``).
 The behaviour the engine relies on is pinned by ``tests/cache/test_result_cache_contract.py``,
 run over every implementation: a value put is got back equal (as JSON: what a rerun replays),
 an unknown key is ``MISS``, ``prefetch`` never changes what ``get`` answers, and ``flush`` and
@@ -46,6 +47,10 @@ class ResultCache(Protocol):
 
     problem: str | None
     """Why the cache turned itself off, if it did: the run goes on without it and says so."""
+    notices: list[str]
+    """What the run should say about the store besides ``problem`` (damaged entries)."""
+    misses: int
+    """Lookups that found nothing (run.json's `cache_misses`)."""
 
     def get(self, key: str) -> Hit | Literal[Miss.MISS]:
         """The (output, meta) stored under ``key``, or ``MISS``."""
@@ -61,6 +66,10 @@ class ResultCache(Protocol):
         after ``flush``."""
         ...
 
+    def put_encoded(self, entries: dict[str, bytes]) -> None:
+        """Store entries already encoded (``encode_entry``): a worker's, taken over."""
+        ...
+
     def maybe_flush(self) -> None:
         """Flush if enough time has passed since the last flush (called between rows)."""
         ...
@@ -72,3 +81,4 @@ class ResultCache(Protocol):
     def close(self) -> None:
         """Flush and let go of the store; may be called again."""
         ...
+

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from flowkit.cache.canonical import canonical_bytes
 from flowkit.cache.result_cache import MISS, Hit, Miss, decode_entry, encode_entry
 
-__all__ = ["MISS", "SCHEMA", "Cache", "default_cache_dir", "node_key"]
+__all__ = ["MISS", "SCHEMA", "Cache", "default_cache_dir", "node_key", "user_cache_dir"]
 
 SCHEMA = 2
 """2: entries numbered in the order they were written; 1 (ordered by key) is migrated."""
@@ -48,6 +48,11 @@ def default_cache_dir() -> Path:
     can serve every project of the user without mixing results."""
     if env := os.environ.get("FLOWKIT_CACHE_DIR"):
         return Path(env)
+    return user_cache_dir()
+
+
+def user_cache_dir() -> Path:
+    """The user's cache folder ($XDG_CACHE_HOME/flowkit or ~/.cache/flowkit)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "flowkit"
 
@@ -72,6 +77,8 @@ class Cache:
         self.path = directory / "cache.sqlite"
         self.problem: str | None = None
         """Why the cache turned itself off, if it did; the run goes on without it."""
+        self.notices: list[str] = []
+        """What the run should say besides ``problem`` (a damaged entry is silently a miss)."""
         self._db: sqlite3.Connection | None = None
         self._pending: dict[str, bytes] = {}
         # Prefetched entries and known misses, two batches deep: rows of the previous batch may
@@ -221,6 +228,7 @@ class Cache:
         return pending
 
     def put_encoded(self, entries: dict[str, bytes]) -> None:
+        """Store entries already encoded (a worker's, taken over by the driver)."""
         if self._db is None:
             return
         self._pending.update(entries)

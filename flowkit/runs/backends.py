@@ -184,7 +184,7 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
 
 
 def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
-    from flowkit.cache.store import default_cache_dir
+    from flowkit.cache.location import local_dir
     from flowkit.engine.bound import timings
     from flowkit.engine.context import RunContext
     from flowkit.engine.executor import Executor
@@ -206,7 +206,7 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         settings = _share(loaded, config.workers, config.backend in IN_PROCESS)
     ctx = RunContext(options, settings, config.environment)
     bound = bind(flow, ctx)  # this chunk's own binding: the cached flow is never written to
-    directory = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+    directory = local_dir(config.cache_dir)
     # In memory, seeded with what the driver found for these rows (flowkit.runs.lookup).
     rows, cache = worker_rows(rows, options.use_cache)
     writer = MemoryWriter(job.run_id)

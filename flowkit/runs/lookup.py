@@ -57,6 +57,8 @@ class _Recorder:
     def __init__(self, cache: ResultCache) -> None:
         self.cache = cache
         self.found: dict[str, Hit] = {}
+        self.notices: list[str] = []
+        self.misses = 0
 
     @property
     def problem(self) -> str | None:
@@ -78,6 +80,9 @@ class _Recorder:
 
     def put(self, key: str, output: Any, meta: dict[str, Any] | None = None) -> None:
         raise _Missed(key)
+
+    def put_encoded(self, entries: dict[str, bytes]) -> None:
+        raise _Missed(next(iter(entries), ""))
 
     def maybe_flush(self) -> None:
         """The run's own executor flushes the store."""
