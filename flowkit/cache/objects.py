@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
+from flowkit.cache.batches import Batches
 from flowkit.cache.result_cache import MISS, Hit, Miss, decode_entry, encode_entry
 from flowkit.errors import UsageError
 
@@ -39,12 +40,8 @@ class ObjectCache:
         self.notices: list[str] = []
         """What the run should say besides ``problem`` (damaged objects)."""
         self.hits = self.misses = self.writes = 0
-        self._pending: dict[str, bytes] = {}
-        self._ahead: tuple[dict[str, bytes], ...] = ({}, {})
-        self._absent: tuple[set[str], ...] = (set(), set())
+        self._batches = Batches(flush_every, flush_seconds)
         self._damaged: list[str] = []
-        self._flush_every, self._flush_seconds = flush_every, flush_seconds
-        self._last_flush = time.monotonic()
         try:
             import fsspec
             from fsspec.core import split_protocol
@@ -68,7 +65,7 @@ class ObjectCache:
         if self.problem is None:
             self.problem = f"the cache {self.url} {why}; this run went on without it"
         self._fs = None
-        self._pending.clear()
+        self._batches.pending.clear()
 
     def get(self, key: str) -> Hit | Literal[Miss.MISS]:
         """(output, meta) for a hit, or ``MISS`` (an object that does not decode is one)."""
@@ -87,11 +84,8 @@ class ObjectCache:
     def _lookup(self, key: str) -> bytes | None:
         if self._fs is None:
             return None
-        raw = self._pending.get(key)
-        if raw is None:
-            ahead, before = self._ahead
-            raw = ahead.get(key) or before.get(key)
-        if raw is not None or key in self._absent[0] or key in self._absent[1]:
+        settled, raw = self._batches.known(key)
+        if settled:
             return raw
         try:
             return bytes(self._fs.cat_file(self._path(key)))
@@ -106,7 +100,7 @@ class ObjectCache:
         batches are kept, as rows of the previous one may still be looking theirs up."""
         if self._fs is None or not keys:
             return
-        paths = {self._path(k): k for k in keys if k not in self._pending}
+        paths = {self._path(k): k for k in keys if k not in self._batches.pending}
         try:
             got = self._fs.cat(list(paths), on_error="return") if paths else {}
         except Exception as err:
@@ -123,8 +117,7 @@ class ObjectCache:
                 self._off(f"failed: {_why(value)}")
                 return
             found[key] = bytes(value)
-        self._ahead = (found, self._ahead[0])
-        self._absent = (set(paths.values()).difference(found), self._absent[0])
+        self._batches.read(found, set(paths.values()))
 
     def put(self, key: str, output: Any, meta: dict[str, Any] | None = None) -> None:
         self.put_encoded({key: encode_entry(output, meta)})
@@ -133,31 +126,26 @@ class ObjectCache:
         """Store entries already encoded (a worker's, taken over by the driver)."""
         if self._fs is None:
             return
-        self._pending.update(entries)
         self.writes += len(entries)
-        if len(self._pending) >= self._flush_every:
+        if self._batches.hold(entries):
             self.flush()
 
     def maybe_flush(self) -> None:
-        if self._pending and time.monotonic() - self._last_flush >= self._flush_seconds:
+        if self._batches.due():
             self.flush()
 
     def flush(self) -> None:
-        self._last_flush = time.monotonic()
+        self._batches.last_flush = time.monotonic()
         self._note_damage()
-        if not self._pending or self._fs is None:
+        pending = self._batches.pending
+        if not pending or self._fs is None:
             return
         try:
-            self._fs.pipe({self._path(k): v for k, v in self._pending.items()})
+            self._fs.pipe({self._path(k): v for k, v in pending.items()})
         except Exception as err:
             self._off(f"cannot be written: {_why(err)}")
             return
-        for absent in self._absent:
-            absent.difference_update(self._pending)
-        for ahead in self._ahead:
-            for key in self._pending.keys() & ahead.keys():
-                ahead[key] = self._pending[key]
-        self._pending.clear()
+        self._batches.written()
 
     def _note_damage(self) -> None:
         if not self._damaged:

@@ -81,4 +81,3 @@ class ResultCache(Protocol):
     def close(self) -> None:
         """Flush and let go of the store; may be called again."""
         ...
-
