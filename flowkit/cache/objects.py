@@ -21,6 +21,7 @@ writing, no credentials, unreachable) turns itself off: the run goes on without 
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Literal
 
@@ -29,6 +30,8 @@ from flowkit.cache.result_cache import MISS, Hit, Miss, decode_entry, encode_ent
 from flowkit.errors import UsageError
 
 __all__ = ["ObjectCache"]
+
+S3 = ("s3", "s3a")
 
 
 class ObjectCache:
@@ -48,9 +51,11 @@ class ObjectCache:
         except ImportError:  # pragma: no cover - fsspec comes with the s3 extra
             raise _needs(url) from None
         protocol, root = split_protocol(self.url)
+        # One GET an object: s3fs otherwise asks for its size first (a HEAD, and a listing
+        # when it is missing), to read a large one in parts; entries are small.
+        self._read: dict[str, Any] = {"max_concurrency": 1} if protocol in S3 else {}
         try:
-            # A fresh instance: fsspec would hand back one made under other settings (endpoint)
-            self._fs: Any = fsspec.filesystem(protocol or "file", skip_instance_cache=True)
+            self._fs: Any = fsspec.filesystem(protocol or "file", **_options(protocol))
         except ImportError:
             raise _needs(url) from None
         except Exception as err:
@@ -88,7 +93,7 @@ class ObjectCache:
         if settled:
             return raw
         try:
-            return bytes(self._fs.cat_file(self._path(key)))
+            return bytes(self._fs.cat_file(self._path(key), **self._read))
         except FileNotFoundError:
             return None
         except Exception as err:
@@ -102,15 +107,13 @@ class ObjectCache:
             return
         paths = {self._path(k): k for k in keys if k not in self._batches.pending}
         try:
-            got = self._fs.cat(list(paths), on_error="return") if paths else {}
+            # cat_ranges, not cat: cat first asks after each path (a HEAD and a listing more).
+            got = self._fs.cat_ranges(list(paths), None, None, on_error="return", **self._read)
         except Exception as err:
             self._off(f"failed: {_why(err)}")
             return
         found: dict[str, bytes] = {}
-        for path, value in got.items():
-            key = paths.get(path) or paths.get(path.split("://", 1)[-1])
-            if key is None:
-                continue
+        for key, value in zip(paths.values(), got, strict=True):
             if isinstance(value, FileNotFoundError):
                 continue
             if isinstance(value, BaseException):
@@ -165,6 +168,15 @@ class ObjectCache:
             self.flush()
         finally:
             self._fs = None
+
+
+def _options(protocol: str | None) -> dict[str, Any]:
+    """The file system's options. fsspec keeps one instance per protocol and options (making an
+    S3 client costs most of a second): the endpoint is passed, so a process whose
+    AWS_ENDPOINT_URL changed gets a client for the new one, not the old."""
+    if protocol in S3:
+        return {"endpoint_url": os.environ.get("AWS_ENDPOINT_URL")}
+    return {}
 
 
 def _needs(url: str) -> UsageError:

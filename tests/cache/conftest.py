@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -39,11 +40,17 @@ def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return env
 
 
+def s3_fs(env: dict[str, str]) -> Any:
+    """s3fs's file system for moto's server: the instance flowkit's object store uses too (one
+    S3 client per process: making one costs most of a second)."""
+    import fsspec
+
+    return fsspec.filesystem("s3", endpoint_url=env["AWS_ENDPOINT_URL"])
+
+
 @pytest.fixture
 def s3_url(s3_env: dict[str, str]) -> str:
     """A fresh bucket's prefix: s3://bucket-N/cache."""
-    import fsspec
-
     bucket = f"flowkit-test-{next(_buckets)}"
-    fsspec.filesystem("s3", skip_instance_cache=True).mkdir(bucket)
+    s3_fs(s3_env).mkdir(bucket)
     return f"s3://{bucket}/cache"

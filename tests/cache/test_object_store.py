@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import flowkit
 from flowkit.cache.objects import ObjectCache
 from flowkit.cache.result_cache import MISS
 from flowkit.testing.server import LocalServer
+from tests.cache.conftest import s3_fs
 from tests.support import read_json, read_jsonl, start_flowkit, write, write_jsonl
 
 JUDGE = """
@@ -28,9 +30,7 @@ JUDGE = """
 
 
 def _objects(url: str) -> dict[str, bytes]:
-    import fsspec
-
-    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    fs = s3_fs(dict(os.environ))
     bucket_prefix = url.removeprefix("s3://")
     return {path: fs.cat_file(path) for path in fs.find(bucket_prefix)}
 
@@ -89,13 +89,11 @@ def test_a_second_driver_sharing_only_the_bucket_makes_no_model_calls(
 def test_a_damaged_object_is_a_miss_with_a_notice_and_is_replaced(
     s3_url: str, llm_server: LocalServer, workdir: Path
 ) -> None:
-    import fsspec
-
     write(workdir / "judge.yaml", JUDGE)
     data = write_jsonl(workdir / "q.jsonl", [{"q": f"question {i}"} for i in range(3)])
     first = flowkit.run("judge.yaml", data, cache_dir=s3_url, output="first")
     damaged = sorted(_objects(s3_url))[0]
-    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    fs = s3_fs(dict(os.environ))
     fs.pipe_file(damaged, b'{"o": "cut sho')
     llm_server.reset()
     again = flowkit.run("judge.yaml", data, cache_dir=s3_url, output="again")
@@ -126,3 +124,29 @@ def test_an_unreachable_store_is_a_notice_and_the_run_goes_on(
     (notice,) = [n for n in read_json(result.run_dir / "run.json")["notices"] if "cache" in n]
     assert notice.startswith("the cache s3://nowhere/cache failed: ")
     assert notice.endswith("; this run went on without it")
+
+
+def test_concurrent_writers_need_no_lock(s3_url: str) -> None:
+    """Two drivers flushing at once, some keys in common: every entry is whole afterwards, and
+    a key both wrote holds one of the two values (each a valid result)."""
+    import threading
+
+    writers = [ObjectCache(s3_url), ObjectCache(s3_url)]
+    keys = [f"{i:02x}" + "e" * 62 for i in range(40)]
+    for n, cache in enumerate(writers):
+        for key in keys[n * 10 : n * 10 + 30]:  # keys 10..29 are written by both
+            cache.put(key, {"by": n, "key": key})
+    threads = [threading.Thread(target=cache.close) for cache in writers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    reader = ObjectCache(s3_url)
+    reader.prefetch(set(keys))
+    got = {key: reader.get(key) for key in keys}
+    assert [k for k, hit in got.items() if hit is MISS] == keys[40:]
+    for i, key in enumerate(keys):
+        output, _ = got[key]
+        assert output["key"] == key
+        assert output["by"] in ({0} if i < 10 else {1} if i >= 30 else {0, 1})
+    assert reader.problem is None and not reader.notices
