@@ -113,6 +113,7 @@ class _RowSink:
         return False
 
     def clear(self) -> None:
+        self.info = {}
         self.traces.clear()
         self.rows.clear()
 
@@ -166,9 +167,9 @@ class DriverLookup:
         """None when the row was finished here; else the entries found for it."""
         probe, sink, run = self._probe, self._sink, self.executor
         stats = probe.stats = probe.nodes.stats = Stats()
-        probe.missing = MissingKeys(sink)
-        self._recorder.found = {}
         sink.clear()
+        probe.missing = MissingKeys(sink)  # this row's alone, merged into the run's if answered
+        self._recorder.found = {}
         try:
             await probe._row(*row)
         except _Missed:

@@ -133,3 +133,26 @@ def _paid(result: Any) -> list[dict[str, Any]]:
     """The run's model calls that were not answered by a cache (its own or the driver's)."""
     traces = read_jsonl(result.run_dir / "traces.jsonl")
     return [t for t in traces if t["kind"] == "llm" and not t["cache_hit"]]
+
+
+def test_rows_answered_on_the_driver_count_missing_keys_once(workdir: Path) -> None:
+    write(workdir / "m.py", "def f(x: int) -> dict:\n    return {'a': x}\n")
+    flow = write(
+        workdir / "t.yaml",
+        """
+        name: t
+        inputs: {x: {type: integer}}
+        outputs: {b: ${n.output.b}}
+        nodes:
+          - {name: n, type: python, source: m.py, function: f, inputs: {x: ${inputs.x}}}
+        """,
+    )
+    data = write_jsonl(workdir / "x.jsonl", [{"x": i} for i in range(5)])
+    local = flowkit.run(flow, data, cache_dir=workdir / "cache", output="local")
+    again = flowkit.run(
+        flow, data, cache_dir=workdir / "cache", output="again", backend="threading", workers=2
+    )
+    assert again.counts["cache_hits"] == 5
+    kept = read_json(local.run_dir / "run.json")
+    assert read_json(again.run_dir / "run.json")["missing_keys"] == kept["missing_keys"]
+    assert read_json(again.run_dir / "run.json")["notices"] == kept["notices"]
