@@ -15,18 +15,8 @@ from flowkit.cache.objects import ObjectCache
 from flowkit.cache.result_cache import MISS
 from flowkit.testing.server import LocalServer
 from tests.cache.conftest import s3_fs
+from tests.runs.test_backends import JUDGE  # a flow of one model call a row
 from tests.support import read_json, read_jsonl, start_flowkit, write, write_jsonl
-
-JUDGE = """
-    name: judge
-    inputs: {q: {type: string}}
-    outputs: {said: ${judge.output}}
-    nodes:
-      - name: judge
-        type: llm
-        messages: [{role: user, content: "Say something about {{ q }}"}]
-        inputs: {q: ${inputs.q}}
-    """
 
 
 def _objects(url: str) -> dict[str, bytes]:
