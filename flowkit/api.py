@@ -171,6 +171,15 @@ def _remote_start(
         lease.release()  # the writer's close released it, unless the run never started
 
 
+def _cache_location(location: str | None) -> str | None:
+    """A folder made absolute (a resume may start elsewhere); a url (s3://…) as it is."""
+    from flowkit.cache.location import is_url
+
+    if not location or is_url(location):
+        return location
+    return str(Path(location).resolve())
+
+
 @contextlib.contextmanager
 def _data_file(data: Any, run_dir: Path, lock: Any = None) -> Iterator[Path]:
     """The data's file: the path given, or in-memory rows written into the run folder (removed
@@ -213,7 +222,7 @@ def _start(
     config = config.model_copy(
         update={
             "prior_run": str(prior.resolve()) if prior else None,
-            "cache_dir": str(Path(config.cache_dir).resolve()) if config.cache_dir else None,
+            "cache_dir": _cache_location(config.cache_dir),
         }
     )
     job = make_job(

@@ -1,8 +1,9 @@
 """What a run needs of a node result cache: the ``ResultCache`` protocol, and ``MISS``.
 
 The engine holds a cache through this protocol only, so a store other than the SQLite one
-(``flowkit.cache.store.Cache``) can stand in there. The job and the scale-out workers make the
-SQLite one and also use what only it has (a worker's pending entries, sent to the driver).
+(``flowkit.cache.store.Cache``) can stand in there. A run's driver keeps its cache in the SQLite
+store or the object store (``flowkit.cache.objects``), chosen by ``flowkit.cache.location``; a
+scale-out worker's is in memory (``flowkit.cache.memory``).
 The behaviour the engine relies on is pinned by ``tests/cache/test_result_cache_contract.py``,
 run over every implementation: a value put is got back equal (as JSON: what a rerun replays),
 an unknown key is ``MISS``, ``prefetch`` never changes what ``get`` answers, and ``flush`` and
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import enum
 from typing import Any, Literal, Protocol
+
+from flowkit.cache.canonical import dumps, loads
 
 Hit = tuple[Any, dict[str, Any] | None]
 """A cached node result: its output and the model call's trace metadata (None for none)."""
@@ -28,11 +31,26 @@ MISS = Miss.MISS
 """What ``get`` answers for a key the cache does not hold (or holds damaged)."""
 
 
+def encode_entry(output: Any, meta: dict[str, Any] | None = None) -> bytes:
+    """A stored entry's bytes, the same in every store (so entries move between them as is)."""
+    return dumps({"o": output, "m": meta} if meta else {"o": output})
+
+
+def decode_entry(raw: bytes) -> Hit:
+    """The (output, meta) of an entry's bytes; raises on bytes that are not one."""
+    entry = loads(raw)
+    return entry["o"], entry.get("m")
+
+
 class ResultCache(Protocol):
     """Node results by key (``flowkit.cache.store.node_key``); values are JSON, never pickles."""
 
     problem: str | None
     """Why the cache turned itself off, if it did: the run goes on without it and says so."""
+    notices: list[str]
+    """What the run should say about the store besides ``problem`` (damaged entries)."""
+    misses: int
+    """Lookups that found nothing (run.json's `cache_misses`)."""
 
     def get(self, key: str) -> Hit | Literal[Miss.MISS]:
         """The (output, meta) stored under ``key``, or ``MISS``."""
@@ -46,6 +64,10 @@ class ResultCache(Protocol):
     def put(self, key: str, output: Any, meta: dict[str, Any] | None = None) -> None:
         """Store a JSON value (``flowkit.cache.canonical``); readable by ``get`` at once, durable
         after ``flush``."""
+        ...
+
+    def put_encoded(self, entries: dict[str, bytes]) -> None:
+        """Store entries already encoded (``encode_entry``): a worker's, taken over."""
         ...
 
     def maybe_flush(self) -> None:

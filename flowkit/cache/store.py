@@ -31,10 +31,11 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from flowkit.cache.canonical import canonical_bytes, dumps, loads
-from flowkit.cache.result_cache import MISS, Hit, Miss
+from flowkit.cache.batches import Batches
+from flowkit.cache.canonical import canonical_bytes
+from flowkit.cache.result_cache import MISS, Hit, Miss, decode_entry, encode_entry
 
-__all__ = ["MISS", "SCHEMA", "Cache", "default_cache_dir", "node_key"]
+__all__ = ["MISS", "SCHEMA", "Cache", "default_cache_dir", "node_key", "user_cache_dir"]
 
 SCHEMA = 2
 """2: entries numbered in the order they were written; 1 (ordered by key) is migrated."""
@@ -48,6 +49,11 @@ def default_cache_dir() -> Path:
     can serve every project of the user without mixing results."""
     if env := os.environ.get("FLOWKIT_CACHE_DIR"):
         return Path(env)
+    return user_cache_dir()
+
+
+def user_cache_dir() -> Path:
+    """The user's cache folder ($XDG_CACHE_HOME/flowkit or ~/.cache/flowkit)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "flowkit"
 
@@ -72,18 +78,14 @@ class Cache:
         self.path = directory / "cache.sqlite"
         self.problem: str | None = None
         """Why the cache turned itself off, if it did; the run goes on without it."""
+        self.notices: list[str] = []
+        """What the run should say besides ``problem`` (a damaged entry is silently a miss)."""
         self._db: sqlite3.Connection | None = None
-        self._pending: dict[str, bytes] = {}
-        # Prefetched entries and known misses, two batches deep: rows of the previous batch may
-        # still be looking theirs up while the next batch is fetched.
-        self._ahead: tuple[dict[str, bytes], ...] = ({}, {})
-        self._absent: tuple[set[str], ...] = (set(), set())
+        self._batches = Batches(flush_every, flush_seconds)
         self._cursor: int | None = None
         """The row id after which the next batch's entries probably start; None: no guess."""
         self._span = 0
         """How many row ids one batch's entries spanned last time."""
-        self._flush_every, self._flush_seconds = flush_every, flush_seconds
-        self._last_flush = time.monotonic()
         self.hits = self.misses = self.writes = 0
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -108,7 +110,7 @@ class Cache:
         if self.problem is None:
             self.problem = f"the cache {self.path} {why}; this run went on without it"
         db, self._db = self._db, None
-        self._pending.clear()
+        self._batches.pending.clear()
         if db is not None:
             with contextlib.suppress(sqlite3.Error):
                 db.close()
@@ -120,9 +122,7 @@ class Cache:
             return MISS
         try:
             raw = self._lookup(key)
-            entry = None if raw is None else loads(raw)
-            if entry is not None:
-                output, meta = entry["o"], entry.get("m")
+            entry = None if raw is None else decode_entry(raw)
         except (sqlite3.Error, OSError) as err:
             self._off(f"failed: {_why(err)}")
             entry = None
@@ -132,16 +132,11 @@ class Cache:
             self.misses += 1
             return MISS
         self.hits += 1
-        return output, meta
+        return entry
 
     def _lookup(self, key: str) -> bytes | None:
-        raw = self._pending.get(key)
-        if raw is None:
-            ahead, before = self._ahead
-            raw = ahead.get(key) or before.get(key)
-        if raw is None:
-            if key in self._absent[0] or key in self._absent[1]:
-                return None
+        settled, raw = self._batches.known(key)
+        if not settled:
             assert self._db is not None
             row = self._db.execute("SELECT value FROM results WHERE key=?", (key,)).fetchone()
             raw = None if row is None else row[0]
@@ -186,8 +181,7 @@ class Cache:
                 found[key] = value
                 matched.append(row_id)
         self._follow(matched, in_range)
-        self._ahead = (found, self._ahead[0])
-        self._absent = (keys.difference(found), self._absent[0])
+        self._batches.read(found, keys)
 
     def _follow(self, matched: list[int], in_range: int) -> None:
         """Guess where the next batch's entries start: after this batch's, if these lay
@@ -212,35 +206,32 @@ class Cache:
     def put(self, key: str, output: Any, meta: dict[str, Any] | None = None) -> None:
         if self._db is None:
             return
-        self._pending[key] = dumps({"o": output, "m": meta} if meta else {"o": output})
-        self.writes += 1
-        if len(self._pending) >= self._flush_every:
-            self.flush()
+        self.put_encoded({key: encode_entry(output, meta)})
 
     def take_pending(self) -> dict[str, bytes]:
         """Hand unwritten entries over (a worker sends them to the driver, which writes them)."""
-        pending, self._pending = self._pending, {}
+        pending, self._batches.pending = self._batches.pending, {}
         return pending
 
     def put_encoded(self, entries: dict[str, bytes]) -> None:
+        """Store entries already encoded (a worker's, taken over by the driver)."""
         if self._db is None:
             return
-        self._pending.update(entries)
         self.writes += len(entries)
-        if len(self._pending) >= self._flush_every:
+        if self._batches.hold(entries):
             self.flush()
 
     def maybe_flush(self) -> None:
-        if self._pending and time.monotonic() - self._last_flush >= self._flush_seconds:
+        if self._batches.due():
             self.flush()
 
     def flush(self) -> None:
-        self._last_flush = time.monotonic()
-        if not self._pending or self._db is None:
+        self._batches.last_flush = time.monotonic()
+        if not self._batches.pending or self._db is None:
             return
         now = time.time()
         # In the order computed, which is the order a rerun asks for them (see prefetch).
-        rows = [(k, v, now) for k, v in self._pending.items()]
+        rows = [(k, v, now) for k, v in self._batches.pending.items()]
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -258,19 +249,14 @@ class Cache:
         except (sqlite3.Error, OSError) as err:
             self._off(f"cannot be written: {_why(err)}")
             return
-        # Written now, so no longer misses (a later row with the same inputs must find them), and
-        # what was read ahead for these keys is stale (a --refresh replaced it).
-        for absent in self._absent:
-            absent.difference_update(self._pending)
-        for ahead in self._ahead:
-            for key in self._pending.keys() & ahead.keys():
-                ahead[key] = self._pending[key]
-        self._pending.clear()
+        self._batches.written()
 
     def count(self) -> int:
         if self._db is None:
             return 0
-        return self._db.execute("SELECT count(*) FROM results").fetchone()[0] + len(self._pending)
+        return self._db.execute("SELECT count(*) FROM results").fetchone()[0] + len(
+            self._batches.pending
+        )
 
     def close(self) -> None:
         """Flush and close the file; the cache is off afterwards (a second close does nothing)."""

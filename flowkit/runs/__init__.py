@@ -29,6 +29,8 @@
   backend's own futures, a lost one sent again, all cancelled when the driver stops;
   ``bundle``: the flow sent to workers by content; ``preflight``: the cluster's address and
   the script's `__main__` guard, checked before the run folder exists.
+- ``lookup``: the driver's cache lookup before rows go out: rows the cache answers are finished
+  on the driver, missed rows go out with the entries found for them.
 
 Imports point down to ``flowkit.engine``, ``flowkit.data``, ``flowkit.flow``, ``flowkit.cache``
 and ``flowkit.llm``.

@@ -1,11 +1,13 @@
 """Running rows on other processes or machines: loky, threading, multiprocessing, Dask or Ray.
 
-Rows go out in chunks (flowkit.runs.dispatch). Each worker loads the flow the driver sent by
-content (flowkit.runs.bundle), runs the chunk with the same executor as a local run (its own
-event loop), reads the shared cache, and sends back what it produced: output rows, trace lines,
-new cache entries, aggregate columns and counts. The driver alone writes the run folder and the
-cache, so both stay coherent whatever the backend; chunks are folded as they finish, and the
-run folder keeps outputs.jsonl in input order with a bounded buffer.
+Rows go out in chunks (flowkit.runs.dispatch), after the driver's cache lookup
+(flowkit.runs.lookup: rows the cache answers are finished on the driver, never sent). Each worker
+loads the flow the driver sent by content (flowkit.runs.bundle), runs the chunk with the same
+executor as a local run (its own event loop) and an in-memory cache seeded with the entries the
+driver found for its rows, and sends back what it produced: output rows, trace lines, new cache
+entries, aggregate columns and counts. The driver alone writes the run folder and the cache, so
+both stay coherent whatever the backend; chunks are folded as they finish, and the run folder
+keeps outputs.jsonl in input order with a bounded buffer.
 
 Rate limits: one budget per endpoint for the whole run, whatever the backend and however many
 workers (``flowkit.llm.leases``). The driver keeps the run's schedulers and serves them while
@@ -22,7 +24,6 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
-import math
 import os
 import socket
 import threading
@@ -35,6 +36,7 @@ from flowkit.code.importpath import importable
 from flowkit.errors import FlowkitError, UsageError
 from flowkit.runs.bundle import FlowBundle, unpack
 from flowkit.runs.config import RunConfig
+from flowkit.runs.lookup import rows_to_send
 
 if TYPE_CHECKING:
     from flowkit.flow.graph import Flow
@@ -188,12 +190,12 @@ def run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
 
 
 def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
-    from flowkit.cache.store import Cache, default_cache_dir
     from flowkit.engine.bound import timings
     from flowkit.engine.context import RunContext
     from flowkit.engine.executor import Executor
     from flowkit.engine.prepare import bind, needs_settings
     from flowkit.llm.session import using
+    from flowkit.runs.lookup import worker_rows
 
     flow = _load(job)
     config, options = job.config, job.config.run_options()
@@ -205,10 +207,8 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
         raise UsageError(
             f"worker on {socket.gethostname()}: {err.message}", hint=err.hint
         ) from None
-    cache = None
-    directory = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
-    if options.use_cache:
-        cache = Cache(directory, flush_every=2**62, flush_seconds=math.inf)
+    # In memory, seeded with what the driver found for these rows (flowkit.runs.lookup).
+    rows, cache = worker_rows(rows, options.use_cache)
     writer = MemoryWriter(job.run_id)
     executor = Executor(bound, options, cache, writer, ctx)
     session = _session(job)
@@ -281,15 +281,18 @@ def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob, size: in
     config = job.config
     pool = open_pool(config.backend, config.workers, config.scheduler, run_chunk)
     writer, cache, stats = executor.writer, executor.cache, executor.stats
+    guard = threading.Lock()  # the driver's cache lookup and the folding never overlap
 
     def fold(result: ChunkResult) -> None:
-        _fold(result, writer, cache, executor, stats)
-        executor._tick()
+        with guard:
+            _fold(result, writer, cache, executor, stats)
+            executor._tick()
 
     with _leases(executor, job) as job:
         # Two chunks per worker: one running, one waiting, so a worker never idles between chunks.
         window = 2 * (pool.slots or config.workers)
-        dispatch(pool, run_chunk, job, _chunks(rows, size), window, fold)
+        chunks = _chunks(rows_to_send(executor, rows, guard), size)
+        dispatch(pool, run_chunk, job, chunks, window, fold)
 
 
 @contextlib.contextmanager

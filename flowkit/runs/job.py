@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowkit.cache.store import Cache, default_cache_dir
+from flowkit.cache.location import local_dir, open_cache
+from flowkit.cache.result_cache import ResultCache
 from flowkit.code.importpath import importable
 from flowkit.data.mapping import Mapping, RowError
 from flowkit.data.read import iter_rows, peek_columns
@@ -124,11 +125,10 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     (``flowkit.llm.memory``). The variables the run sets are set for it and restored after
     (flowkit.runs.environment).
     """
-    cache_dir = Path(job.config.cache_dir) if job.config.cache_dir else default_cache_dir()
     with (
         run_environment(job.config.environment),
         importable(job.flow.import_path),
-        run_session(cache_dir),
+        run_session(local_dir(job.config.cache_dir)),
     ):
         return _execute(job, writer, kept=kept)
 
@@ -141,7 +141,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     """
     flow, options = job.bound, job.options
     assert flow is not None, "make_job binds the flow"
-    cache: Cache | None = None
+    cache: ResultCache | None = None
     executor: Executor | None = None
     status, metrics = FAILED, None
     agg_info: dict[str, Any] = {}
@@ -154,13 +154,12 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
         if job.on_progress is not None:
             job.on_progress(stats)
 
-    cache_dir = Path(job.config.cache_dir) if job.config.cache_dir else default_cache_dir()
     session = current_session()
     # Endpoints that opened where their last run left off (noted as they open).
     remembered: list[str] = session.memory.notes if session.memory is not None else []
     try:
         if options.use_cache:
-            cache = Cache(cache_dir)
+            cache = open_cache(job.config.cache_dir)
         collector = _batch_collector(job, writer)
         if collector is not None:
             # Every row at once: a wave's calls are all ready before its batch is sent.
@@ -218,6 +217,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
                     cache.close()
                     if cache.problem:  # the run went on without it: say why, once
                         notices.append(cache.problem)
+                    notices += cache.notices
                 job.ctx.threads.shutdown(wait=False, cancel_futures=True)
                 stats = executor.stats if executor is not None else Stats()
                 if job.flow.target is not None:
@@ -319,7 +319,7 @@ async def _drive(
             await aclose_clients()
 
 
-def _counts(stats: Stats, cache: Cache | None) -> dict[str, int]:
+def _counts(stats: Stats, cache: ResultCache | None) -> dict[str, int]:
     return {
         "rows": stats.rows,
         "succeeded": stats.succeeded,

@@ -10,18 +10,22 @@ from typing import Any
 
 import pytest
 
+from flowkit.cache.objects import ObjectCache
 from flowkit.cache.result_cache import MISS, ResultCache
 from flowkit.cache.store import Cache
 
-Factory = Callable[[Path], ResultCache]
+Factory = Callable[[str], ResultCache]
 
 IMPLEMENTATIONS: dict[str, Factory] = {
     # A local run's cache: flushed between rows when a second has passed, and at the end.
-    "sqlite": lambda folder: Cache(folder),
+    "sqlite": lambda folder: Cache(Path(folder)),
     # A scale-out worker's: nothing written until the driver takes the entries over.
-    "sqlite-worker": lambda folder: Cache(folder, flush_every=2**62, flush_seconds=math.inf),
+    "sqlite-worker": lambda folder: Cache(Path(folder), flush_every=2**62, flush_seconds=math.inf),
     # Every put written at once: reads come from the file, never from pending writes.
-    "sqlite-write-through": lambda folder: Cache(folder, flush_every=1),
+    "sqlite-write-through": lambda folder: Cache(Path(folder), flush_every=1),
+    # The object store shared across machines (moto's S3 server, tests/cache/conftest.py): the
+    # location is a prefix of the test's own bucket.
+    "s3": ObjectCache,
 }
 
 VALUES: list[tuple[Any, dict[str, Any] | None]] = [
@@ -38,9 +42,11 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[]
     """A new cache over the test's store each call (a later run, or another process)."""
     factory = IMPLEMENTATIONS[request.param]
     made: list[ResultCache] = []
+    s3 = request.param == "s3"
+    location = request.getfixturevalue("s3_url") if s3 else str(tmp_path / "cache")
 
     def new() -> ResultCache:
-        made.append(factory(tmp_path / "cache"))
+        made.append(factory(location))
         return made[-1]
 
     yield new
