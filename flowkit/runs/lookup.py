@@ -71,6 +71,8 @@ class _Recorder:
     def get(self, key: str) -> Hit | Literal[Miss.MISS]:
         hit = self.cache.get(key)
         if hit is MISS:
+            # Not counted here: the worker looks the key up again, misses, and counts it.
+            self.cache.misses -= 1
             raise _Missed(key)
         self.found[key] = hit
         return hit
