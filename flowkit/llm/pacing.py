@@ -259,11 +259,8 @@ class Pacer:
             self._tpm_limit = tokens.limit
         limit = self._tpm_limit or self.limits.tpm  # Azure sends the remaining count alone
         if tokens.remaining is not None and limit:
-            waiting = self._tpm is not None and self._tpm.level < 0
             now = self._clock()
-            self.learner.reading(
-                now, tokens.remaining, limit, tokens.reset, self.window, waiting=waiting
-            )
+            self.learner.reading(now, tokens.remaining, limit, tokens.reset, self.window)
         if self._rpm is not None and found.requests.remaining is not None:
             self._rpm.sync(found.requests.remaining)
         if self._tpm is not None and found.tokens.remaining is not None:

@@ -218,7 +218,7 @@ class Scheduler:
                 learned = self._pacer.learner.scale
                 scale = learned * (1.0 if on_arrival else self._token_scale)
                 charge = max(1, round(tokens * scale)) if tokens > 0 else 0
-                self._refuse_over_budget(charge, detail)
+                charge = self._over_budget(charge, detail, on_arrival)
                 await self._pacer.admit(charge, learned)
                 self._check_down()
                 self.stats.requests += 1
@@ -258,12 +258,16 @@ class Scheduler:
 
     # -- admission -----------------------------------------------------------------------
 
-    def _refuse_over_budget(self, charge: int, detail: str) -> None:
-        """A request charged more than the whole token budget would wait (or be refused)
-        forever: fail it now, naming the figures."""
+    def _over_budget(self, charge: int, detail: str, on_arrival: bool) -> int:
+        """A request charged on arrival more than the whole token budget would wait (or be
+        refused) forever: fail it now, naming the figures. Charged by usage, the estimate (with
+        the output cap) is only a reservation until the reply says what it used, and a short
+        reply fits: reserve at most the whole budget and send it."""
         limit = self._pacer.token_limit()
         if limit is None or charge <= limit:
-            return
+            return charge
+        if not on_arrival:
+            return limit
         self.stats.errors += 1
         how = f" ({detail})" if detail else ""
         raise OverBudget(
