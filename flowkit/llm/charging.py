@@ -278,7 +278,7 @@ class ChargeLearner:
         self._real += left - remaining + refill
         self._estimated += estimated
         self._requests += requests
-        if self._requests < LEARN_AFTER * (1 if self._updates == 0 else 3):
+        if self._requests < LEARN_AFTER:
             return  # after the first correction, only a longer span may say it was off
         ratio = min(MAX_STEP, self._real / self._estimated)
         self._real = self._estimated = 0.0
