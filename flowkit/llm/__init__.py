@@ -12,7 +12,7 @@ variable the run sets; outside a run, a default session): one client per endpoin
 Runs in one process share each endpoint's declared ``rpm`` / ``tpm`` through a
 ``SharedEndpoints`` (``shared``), which sessions join by default.
 The scheduler (admission, retries, early stop) composes ``pacing`` (request and token paces,
-slow start, learning limits from headers and 429s; ``memory`` keeps what it learned between
+the opening, learning limits from headers and 429s; ``memory`` keeps what it learned between
 runs, per endpoint and model, merged with what other runs saved), ``stalls`` (the learned stall
 deadline), ``budget`` (token buckets), ``ratelimits`` (header parsing), ``charging`` (what a
 request costs a token budget, counted as the endpoint counts it: the connection's
