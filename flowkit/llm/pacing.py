@@ -90,6 +90,7 @@ class Pacer:
         self._header_rpm: float | None = None
         self._header_tpm: float | None = None
         self._tpm_limit: int | None = None  # the token limit as the headers last said it
+        self._most_left = {"_header_rpm": 0, "_header_tpm": 0}  # of headers without a limit
         self.learner = ChargeLearner()
         """What the endpoint really charges, against the estimates (see ``charging``)."""
         self._learned: float | None = None  # requests per window, from overload 429s
@@ -243,8 +244,13 @@ class Pacer:
             return
         changed = False
         for quota, attr in ((found.requests, "_header_rpm"), (found.tokens, "_header_tpm")):
-            if quota.limit:
-                paced = quota.limit * HEADER_MARGIN
+            limit = quota.limit
+            if not limit and quota.remaining and quota.remaining > self._most_left[attr]:
+                # Azure sends what is left of the minute's budget without the budget: it is at
+                # least the most ever left, which the first reply shows within one request.
+                self._most_left[attr] = limit = quota.remaining
+            if limit:
+                paced = limit * HEADER_MARGIN
                 if getattr(self, attr) != paced:
                     setattr(self, attr, paced)
                     changed = True
@@ -253,7 +259,7 @@ class Pacer:
         tokens = found.tokens
         if tokens.limit:
             self._tpm_limit = tokens.limit
-        limit = self._tpm_limit or self.limits.tpm  # Azure sends the remaining count alone
+        limit = self._tpm_limit or self.limits.tpm or self._most_left["_header_tpm"]
         if tokens.remaining is not None and limit:
             now = self._clock()
             self.learner.reading(now, tokens.remaining, limit, tokens.reset, self.window)

@@ -18,7 +18,7 @@ from flowkit.llm import clients, memory
 from flowkit.llm.client import chat
 from flowkit.llm.endpoint import Endpoint, Limits
 from flowkit.llm.memory import TTL, EndpointMemory, Recalled
-from flowkit.llm.pacing import Pacer
+from flowkit.llm.pacing import HEADER_MARGIN, Pacer
 from flowkit.llm.ratelimits import Quota, RateHeaders
 from flowkit.llm.session import run_session
 from flowkit.testing.server import LocalServer
@@ -288,3 +288,16 @@ def test_an_unreadable_file_is_one_notice(tmp_path: Path) -> None:
         f"ignored {path}: not a readable endpoints file (endpoints are found out afresh; the run "
         "replaces it)"
     ]
+
+
+def test_remaining_counts_without_limits_pace_as_azure_sends_them() -> None:
+    # Azure sends x-ratelimit-remaining-{requests,tokens} alone: the minute's budget is at least
+    # the most ever left, so the first reply paces the run and feeds the charge learner.
+    pacer, clock = _pacer(concurrency=32)
+    pacer.learn_headers(RateHeaders(Quota(None, 299, None), Quota(None, 149_400, None)))
+    assert pacer.rate() == 299 * HEADER_MARGIN
+    assert pacer.token_rate() == 149_400 * HEADER_MARGIN
+    clock.now += 1.0
+    pacer.learn_headers(RateHeaders(Quota(None, 250, None), Quota(None, 120_000, None)))
+    assert pacer.token_rate() == 149_400 * HEADER_MARGIN  # a lower count is spending, not a cap
+    assert pacer.remembered() == (None, None)  # paced by headers: nothing to keep
