@@ -210,8 +210,8 @@ def test_notes_nobody_can_act_on_are_printed_only_with_verbose(
     # full concurrency is cut and the pace it measured is kept for the next.
     rows = [{"context": f"c{i}", "answer": f"a{i}"} for i in range(40)]
     write_jsonl(workdir / "rows.jsonl", rows)
-    args = ["run", "groundedness", "--data", "rows.jsonl", "-q", "--no-cache", "--concurrency", "16"]
-    args += ["--cache-dir", "cache"]
+    args = ["run", "groundedness", "--data", "rows.jsonl", "-q", "--no-cache"]
+    args += ["--concurrency", "16", "--cache-dir", "cache"]
     llm_server.configure(rpm=600, limit_window=3.0, retry_after=0.2)
     try:
         assert CliRunner().invoke(main, args).exit_code == 0  # finds the endpoint out
