@@ -15,7 +15,7 @@ draw from the driver's schedulers (``leases``: a worker's session leases each at
 ``leaseserver``: the driver serves them) and run with the driver's settings and their own
 keys (``handed``).
 The scheduler (admission, retries, early stop) composes ``pacing`` (request and token paces,
-slow start, learning limits from headers and 429s; ``memory`` keeps what it learned between
+the opening, learning limits from headers and 429s; ``memory`` keeps what it learned between
 runs, per endpoint and model, merged with what other runs saved), ``stalls`` (the learned stall
 deadline), ``budget`` (token buckets), ``ratelimits`` (header parsing), ``charging`` (what a
 request costs a token budget, counted as the endpoint counts it: the connection's

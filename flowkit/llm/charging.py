@@ -166,8 +166,6 @@ FILL_MARGIN = 0.5
 SKEW = 0.005
 """Seconds the server's and the client's moments of a reading may differ by (the reply's travel
 and handling): the refill over it must be small beside the charges a span measures."""
-OVERCHARGED = 0.9
-"""The scale's step down per reading that finds the budget whole while requests wait."""
 MAX_STEP = 4.0
 """The most one correction may multiply or divide the scale by (a misread header is not a rule)."""
 AGREE = 3
@@ -179,6 +177,15 @@ LATE = 0.02
 parsing on a busy machine): the replay's refill over it must be small beside a charge."""
 KEPT = 256
 """Requests the replay keeps (their send times and estimates): enough for a second's budget."""
+
+
+APART = 1.3
+"""How far (as a factor) a measured scale must be from the one in force to replace it: rules
+differ by more (prompt_plus_max charges a judge's request about 1.8 times max_of); readings
+within it are noise, and following them swung the pace of a rule declared right."""
+
+RAISE = 1.1
+"""The least factor by which the spans between readings raise the scale (they only raise it)."""
 
 
 class ChargeLearner:
@@ -197,7 +204,6 @@ class ChargeLearner:
         self.scale = 1.0
         self._charged = 0.0  # net tokens charged to the pace, ever
         self._sent = 0  # requests charged, ever (refunded ones taken off)
-        self._sent_at = 1.0  # the scale the last request sent was charged at
         self._last: tuple[float, int, float, int, float | None] | None = None
         self._full = 0  # the most ever left: the budget's top is at least this
         self._whole = False  # whether a reading showed the budget whole (so _full is its top)
@@ -216,8 +222,6 @@ class ChargeLearner:
         ``scale`` (the scale when the charge was reckoned, for a request sent) at ``now``."""
         self._charged += tokens
         self._sent += requests
-        if scale is not None:
-            self._sent_at = scale
         if now is not None:
             self.replay.charged(now, tokens / (scale if scale is not None else self.scale))
 
@@ -228,11 +232,9 @@ class ChargeLearner:
         limit: int,
         reset: float | None,
         window: float,
-        *,
-        waiting: bool = False,
     ) -> None:
         """A reply said ``remaining`` of ``limit`` tokens per ``window`` are left (full again
-        in ``reset`` seconds, when it says); ``waiting``: requests queue for the token pace."""
+        in ``reset`` seconds, when it says)."""
         last = self._last
         self._last = (now, remaining, self._charged, self._sent, reset)
         if remaining > self._full:
@@ -248,30 +250,19 @@ class ChargeLearner:
         agreed = None
         if top and remaining > 0:
             agreed = self.replay.reading(now, remaining, top, limit / window)
-        if agreed is not None:
-            # Several readings agree on what the endpoint charges against the estimates: take
-            # it at once, and measure the spans afresh at the new scale.
-            if abs(agreed / self.scale - 1) > 0.05:
-                # In one step the first time; then halfway, as readings are noisy.
-                self.scale = agreed if self._updates == 0 else (agreed * self.scale) ** 0.5
-                self._updates += 1
+        if agreed is not None and agreed < self.scale:
+            # Several readings agree that the endpoint charges less than the estimates: take it
+            # at once, and measure the spans afresh at the new scale. Only less: a reply read
+            # late and a request sent late (a busy client) both make the replay see more refill
+            # than the endpoint had, so it finds too high a scale, never too low; the fall
+            # between two readings measures a higher one.
+            if self._move(agreed):
                 self._real = self._estimated = 0.0
                 self._requests = 0
             return
         if last is None:
             return
         then, left, charged, sent, full_in = last
-        # What the budget lacks of whole: by the reset where the server sends it, else from
-        # the most ever seen left.
-        lacking = reset * limit / window if reset is not None else self._full - remaining
-        each = self._charged / self._sent if self._sent > 0 else 0.0
-        if waiting and self._sent > sent and lacking < each and self._sent_at == self.scale:
-            # The budget lacks less than one request while requests wait for what the pacer
-            # thinks is spent: it charges more than the endpoint does, by too much for a span
-            # to measure (the budget keeps filling up). Charge less until the spans show by how
-            # much: a step at a time, each once requests charged at the last one go out.
-            self.scale *= OVERCHARGED
-            return
         refill = limit * (now - then) / window
         # Whether the budget may have reached its top: judged with a margin of half the span's
         # refill, for the reset header's rounding and the replies' travel time.
@@ -288,14 +279,27 @@ class ChargeLearner:
         self._estimated += estimated
         self._requests += requests
         if self._requests < LEARN_AFTER:
-            return
-        ratio = min(MAX_STEP, max(1.0 / MAX_STEP, self._real / self._estimated))
-        # The first correction in full (the requests queued behind it are charged right),
-        # then halfway each time: readings are noisy, a rule does not change.
-        self.scale *= ratio if self._updates == 0 else ratio**0.5
-        self._updates += 1
+            return  # after the first correction, only a longer span may say it was off
+        ratio = min(MAX_STEP, self._real / self._estimated)
         self._real = self._estimated = 0.0
         self._requests = 0
+        if ratio < RAISE:
+            # Only more: the spans a busy client can measure are biased low (a span is skipped
+            # when the budget ran dry, which is when the requests read late fall in it), and a
+            # lower charge is the replay's to find.
+            return
+        # The first correction in full (the requests queued behind it are charged right),
+        # then halfway each time: readings are noisy, a rule does not change.
+        self._move(self.scale * (ratio if self._updates == 0 else ratio**0.5), apart=1.0)
+
+    def _move(self, scale: float, *, apart: float = APART) -> bool:
+        """Charge ``scale`` × the estimates from now on, if it is ``apart`` from the scale in
+        force; whether the scale moved."""
+        if max(scale / self.scale, self.scale / scale) < apart:
+            return False  # within the readings' noise of the rule in force: keep it
+        self.scale = scale
+        self._updates += 1
+        return True
 
 
 class Replay:

@@ -64,9 +64,10 @@ class Limits(BaseModel):
     output cap × n, on arrival: Azure), ``max_of`` (the larger of the cap and characters / 4:
     OpenAI) or ``usage`` (the reply's usage); unset, ``max_of`` for the public OpenAI API and
     ``prompt_plus_max`` otherwise (see ``flowkit.llm.charging``)."""
-    slow_start: bool = True
-    """Ramp up the requests in flight while no limit is known; false (a self-hosted server
-    without rate limits) starts at ``concurrency``, and overload 429s still set a pace."""
+    slow_start: bool | None = None
+    """Send one request alone before any other, so its reply's rate-limit headers pace the
+    rest: unset, only to OpenAI's and Azure's hosts (they send them); false never. Without
+    headers a run opens at ``concurrency`` and overload 429s set a pace (``pacing``)."""
 
 
 class Price(BaseModel):

@@ -1,15 +1,14 @@
 """What each endpoint showed in earlier runs, kept on disk so that the next run need not find
 it out again.
 
-An endpoint that sends no rate-limit headers starts slow on every run (see ``pacing``): one
-request, then a window that doubles per round trip, and on a rate-limited one a few 429s before
-a pace is learned. That is five round trips at concurrency 32 and seven at 128: 14 s on a
-judge that answers in 2 s. Each run therefore ends by writing, per endpoint and model, the
-in-flight window it reached without an overload 429, or the request pace it learned from
-overload 429s, and the next run within ``TTL`` opens there: at that window (still growing if its
-concurrency is higher), or at that pace (still probing up). If the endpoint has changed
-meanwhile, its 429s correct the pace as they would have anyway. Endpoints that send the headers
-need nothing remembered: their first reply sets the pace.
+An endpoint that sends no rate-limit headers opens at the run's full concurrency (see
+``pacing``); on a rate-limited one that costs a burst of 429s before a pace is measured from
+what got through. Each run therefore ends by writing, per endpoint and model, the request pace
+it learned from overload 429s, and the next run within ``TTL`` opens at that pace (still
+probing up) instead of overshooting again. If the endpoint has changed meanwhile, its 429s
+correct the pace as they would have anyway. Endpoints that send the headers need nothing
+remembered: their first reply sets the pace. (Older entries also kept the in-flight window a
+slow start reached; it is read, and ignored: no run ramps up any more.)
 
 The file is ``endpoints.json`` in the cache folder: JSON, versioned, keyed by a digest of the
 endpoint's identity (connection, URL, a digest of the key) *and the model called*: providers

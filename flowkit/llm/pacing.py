@@ -11,14 +11,15 @@ comes from three sources, the lowest winning:
   the success rate just measured and probed back up additively (AIMD on the rate, one cut per
   generation), so it settles just under the cap.
 
-An endpoint whose limits are unknown starts slow, as TCP does: after its first reply at most
-``INITIAL_WINDOW`` requests are in flight, one more per reply but a 429 (the window doubles every
-round trip), up to the connection's ``concurrency``. The first overload 429 ends the slow start,
-then a request pace is measured from what got through; from then on the pace, not the window,
-holds the endpoint back. A fast endpoint without limits reaches full concurrency within a few
-round trips; an rpm-capped one sees a handful of rejections at the start instead of a burst of
-``concurrency``. A connection with ``slow_start: false`` (a self-hosted server without rate
-limits) starts at its concurrency.
+The opening is decided by what the first replies show, not by a ramp: most endpoints either
+announce their limits on every reply (OpenAI and Azure: the headers set the pace at once) or
+have none (vLLM, Ollama and other self-hosted servers queue instead of refusing). An endpoint
+known to send the headers (``ratelimits.announces_limits``: OpenAI's and Azure's hosts), or whose
+connection sets ``slow_start: true``, gets one request alone until its first reply, whose headers
+pace the rest; every other endpoint opens at the connection's full ``concurrency`` at once. The
+first overload 429s while no pace is known cut it fast: one request at a time until one sent
+after the cut succeeds, then a request pace measured from what got through (a rate limiter that
+needs no warm-up round trips); from then on the pace, not the window, holds the endpoint back.
 
 The configured ``rpm`` / ``tpm`` may be drawn from a :class:`~flowkit.llm.shared.DeclaredBudget`
 instead of the pacer's own buckets: then every run of the process that uses the endpoint draws
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 from flowkit.llm.budget import Clock, Sleep, TokenBucket
 from flowkit.llm.charging import ChargeLearner
 from flowkit.llm.endpoint import Limits
-from flowkit.llm.ratelimits import RateHeaders
+from flowkit.llm.ratelimits import RateHeaders, announces_limits
 
 if TYPE_CHECKING:
     from flowkit.llm.shared import DeclaredBudget
@@ -55,20 +56,16 @@ CLIMB = 0.005
 """After the first cut (from a success rate measured before any pace, which may be off either
 way) the learned rate grows by this fraction of itself per 1/60 of the window, additively,
 until a paced cut says where the cap is."""
-INITIAL_WINDOW = 4
-"""Requests in flight right after an endpoint without known limits first answers: a few more
-than one make an endpoint without limits faster, more than this get rejected on rate-limited
-ones (`benchmarks/rate_limited.py` and `benchmarks/llm_bound.py` weigh the two)."""
-
 BOOKED_AHEAD = 1.0
 """Seconds of the token pace requests may book ahead of time before more wait to be charged."""
 
 
 class Pacer:
-    """The paces of one endpoint (token buckets) and its slow-start window.
+    """The paces of one endpoint (token buckets) and its in-flight window while none is known.
 
     ``window`` is the span rpm/tpm and header limits count over; ``declared``, where the
-    configured rpm/tpm are drawn from when they are shared with other runs.
+    configured rpm/tpm are drawn from when they are shared with other runs; ``url``, the
+    endpoint's (whether it is known to announce its limits decides the opening).
     """
 
     def __init__(
@@ -79,6 +76,7 @@ class Pacer:
         clock: Clock,
         sleep: Sleep,
         declared: DeclaredBudget | None = None,
+        url: str = "",
     ) -> None:
         self.limits = limits
         self.declared = declared
@@ -92,6 +90,7 @@ class Pacer:
         self._header_rpm: float | None = None
         self._header_tpm: float | None = None
         self._tpm_limit: int | None = None  # the token limit as the headers last said it
+        self._most_left = {"_header_rpm": 0, "_header_tpm": 0}  # of headers without a limit
         self.learner = ChargeLearner()
         """What the endpoint really charges, against the estimates (see ``charging``)."""
         self._learned: float | None = None  # requests per window, from overload 429s
@@ -101,21 +100,22 @@ class Pacer:
         self._rpm: TokenBucket | None = None
         self._tpm: TokenBucket | None = None
         self._ok_times: deque[float] = deque()
-        # Declared without limits: no first request alone, no ramp; a first overload 429 is
-        # still handled as a slow start's overshoot (one at a time, then a measured pace).
-        self._answered = not limits.slow_start
-        # In flight while no pace is known.
-        self._window_size = float(INITIAL_WINDOW if limits.slow_start else limits.concurrency)
-        self._slow_start = True
-        self._measuring = False  # slow start overshot; measure once its requests have landed
+        # One request alone first only where its reply's headers will pace the rest.
+        alone = limits.slow_start
+        self._answered = not (announces_limits(url) if alone is None else alone)
+        # In flight while no pace is known: all at once, one at a time after an overshoot.
+        self._window_size = float(limits.concurrency)
+        self._opening = True  # no overload 429 yet
+        self._measuring = False  # the opening overshot; measure once its requests have landed
         self.repace()
 
     # -- what is in force ----------------------------------------------------------------
 
     @property
     def in_flight_limit(self) -> int:
-        """One until the endpoint first answers (its first reply's headers may forbid a burst);
-        then the slow-start window while no pace is known; then the configured concurrency."""
+        """One until the endpoint first answers where its first reply's headers will say what
+        a burst may be; then the configured concurrency, but one at a time from an overshoot
+        until a pace is measured."""
         if not self._answered:
             return 1
         if self.rate() is not None or self.token_rate() is not None:
@@ -148,33 +148,30 @@ class Pacer:
     # -- across runs (see ``memory``) -----------------------------------------------------
 
     def remembered(self) -> tuple[int | None, float | None] | None:
-        """(window reached without an overload, requests per minute learned from overload) for
-        the next run to open with; (None, None) when whatever was kept should be forgotten
-        (declared without a slow start, or paced by headers now); None when this run learned
-        nothing new (it never answered, or too few calls to widen the window)."""
-        if not self.limits.slow_start or self._header_rpm or self._header_tpm:
+        """(None, requests per minute learned from overload) for the next run to open with (the
+        window is no longer learned: every run opens at its concurrency); (None, None) when
+        whatever was kept should be forgotten (paced by headers now, or answered at full
+        concurrency without an overload); None when this run learned nothing new."""
+        if self._header_rpm or self._header_tpm:
             return None, None
         if self._learned is not None:
             learned = self._probed()
             return None, None if learned is None else learned * 60.0 / self.window
-        if not self._answered or not self._slow_start or self._window_size <= INITIAL_WINDOW:
-            return None
-        return int(min(self._window_size, self.limits.concurrency)), None
+        if self._answered and self._opening and self._ok_times:
+            return None, None
+        return None
 
     def recall(self, window: int | None, rpm: float | None) -> None:
         """Open where the endpoint's last run left off: at its learned pace (climbing until a
-        cut says where the cap is), else at the window it reached (growing on)."""
-        if not self.limits.slow_start:
-            return
-        self._answered = True
+        cut says where the cap is). A window kept by an older flowkit is ignored: every run
+        opens at its concurrency now."""
         if rpm:
-            self._slow_start = False
+            self._answered = True
+            self._opening = False
             self._measured_cut = True
             self._learned = rpm * self.window / 60.0
             self._learned_at = self._clock()
             self.repace()
-        elif window:
-            self._window_size = float(max(INITIAL_WINDOW, min(window, self.limits.concurrency)))
 
     # -- waiting -------------------------------------------------------------------------
 
@@ -223,23 +220,23 @@ class Pacer:
 
     def answered(self, ok: bool, generation: int, *, rate_limited: bool = False) -> None:
         """The endpoint replied to a request sent in ``generation``. Any reply but a 429 widens
-        the slow-start window (a 500 or a refusal says nothing about a rate limit); a success
-        may end the measurement that follows an overshoot."""
+        a window cut by an overshoot (a 500 or a refusal says nothing about a rate limit); a
+        success may end the measurement that follows the overshoot."""
         self._answered = True
         if rate_limited:
             return
         if ok:
             self._ok_times.append(self._clock())
             if self._measuring and generation == self.generation:
-                # Sent after the overshoot's pause, so every request of the slow start has
-                # landed and the successes count what the endpoint let through.
+                # Sent after the overshoot's pause, so every request of the opening has landed
+                # and the successes count what the endpoint let through.
                 self._measuring = False
                 self._cut_to(self._success_rate(), measured=True)
                 return
         if self._window_size < self.limits.concurrency:
-            # Slow start: one more per success doubles the window every round trip; after an
-            # overload, one more per window's worth of successes.
-            self._window_size += 1.0 if self._slow_start else 1.0 / self._window_size
+            # Cut by an overshoot that measured no pace: one more per window's worth of
+            # successes.
+            self._window_size += 1.0 / self._window_size
 
     def learn_headers(self, found: RateHeaders | None) -> None:
         """Pace by the limits a reply advertises and level the buckets to what is left."""
@@ -247,8 +244,13 @@ class Pacer:
             return
         changed = False
         for quota, attr in ((found.requests, "_header_rpm"), (found.tokens, "_header_tpm")):
-            if quota.limit:
-                paced = quota.limit * HEADER_MARGIN
+            limit = quota.limit
+            if not limit and quota.remaining and quota.remaining > self._most_left[attr]:
+                # Azure sends what is left of the minute's budget without the budget: it is at
+                # least the most ever left, which the first reply shows within one request.
+                self._most_left[attr] = limit = quota.remaining
+            if limit:
+                paced = limit * HEADER_MARGIN
                 if getattr(self, attr) != paced:
                     setattr(self, attr, paced)
                     changed = True
@@ -257,13 +259,10 @@ class Pacer:
         tokens = found.tokens
         if tokens.limit:
             self._tpm_limit = tokens.limit
-        limit = self._tpm_limit or self.limits.tpm  # Azure sends the remaining count alone
+        limit = self._tpm_limit or self.limits.tpm or self._most_left["_header_tpm"]
         if tokens.remaining is not None and limit:
-            waiting = self._tpm is not None and self._tpm.level < 0
             now = self._clock()
-            self.learner.reading(
-                now, tokens.remaining, limit, tokens.reset, self.window, waiting=waiting
-            )
+            self.learner.reading(now, tokens.remaining, limit, tokens.reset, self.window)
         if self._rpm is not None and found.requests.remaining is not None:
             self._rpm.sync(found.requests.remaining)
         if self._tpm is not None and found.tokens.remaining is not None:
@@ -276,11 +275,11 @@ class Pacer:
         if generation != self.generation or now - self._learned_at < self.window / 12.0:
             return  # let the last cut show its effect before judging it
         current = self.rate()
-        if current is None and self._slow_start:
-            # The window overshot. The successes known now undercount what got through (many
+        if current is None and self._opening:
+            # The opening overshot. The successes known now undercount what got through (many
             # requests are still in flight): send one request at a time (after the pause) and
             # measure when the first of them succeeds.
-            self._slow_start, self._measuring = False, True
+            self._opening, self._measuring = False, True
             self._window_size = 1.0
             self.generation += 1
             return

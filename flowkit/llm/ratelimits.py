@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 # Longest unit first, so "ms" is never read as minutes followed by junk.
 _UNITS = {
@@ -153,6 +154,22 @@ def _quota(headers: Mapping[str, str], what: str) -> Quota:
         _count(get("remaining"), f"remaining-{what}"),
         _reset(get("reset"), f"reset-{what}"),
     )
+
+
+ANNOUNCING_HOSTS = (
+    "api.openai.com",
+    ".openai.azure.com",
+    ".cognitiveservices.azure.com",
+    ".services.ai.azure.com",
+)
+"""Hosts whose every reply carries rate-limit headers (OpenAI's API and Azure OpenAI's)."""
+
+
+def announces_limits(url: str) -> bool:
+    """Whether the endpoint at ``url`` is known to send its limits on every reply: its first
+    reply says how fast the rest may go, so the first request is worth sending alone."""
+    host = (urlsplit(url).hostname or "").lower()
+    return any(host == h or (h.startswith(".") and host.endswith(h)) for h in ANNOUNCING_HOSTS)
 
 
 def parse_rate_headers(headers: Mapping[str, str] | None) -> RateHeaders | None:

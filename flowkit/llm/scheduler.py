@@ -9,7 +9,7 @@ It drives an endpoint at its real limit without storming it. Requests in flight 
 the connection's ``concurrency``; on top of that the *rate* of requests and of tokens is paced
 by token buckets, because at 20 ms a reply even one request in flight can be many times a
 per-minute cap. The paces (configured, from ``x-ratelimit-*`` headers, or learned from 429s) and
-the slow start of an endpoint whose limits are unknown live in ``pacing``.
+the opening of an endpoint whose limits are unknown live in ``pacing``.
 
 A 429 asking for a positive Retry-After pauses the **whole endpoint**; when the pause ends the
 buckets restart empty, so the requests that queued during it leave at the pace, not in a burst.
@@ -92,7 +92,9 @@ class Scheduler:
         self._clock = clock
         self._sleep = sleep
         self._rng = rng
-        self._pacer = Pacer(limits, window=window, clock=clock, sleep=sleep, declared=declared)
+        self._pacer = Pacer(
+            limits, window=window, clock=clock, sleep=sleep, declared=declared, url=url
+        )
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,9 +109,8 @@ class Scheduler:
     @property
     def limit(self) -> int:
         """Most requests in flight at once: the connection's ``concurrency``, but one until the
-        endpoint first answers, so a run does not open with a burst the limit headers of
-        that first reply would have forbidden, and a slow-start window while its limits are
-        unknown (see ``pacing``)."""
+        first reply of an endpoint known to send rate-limit headers (they say what a burst may
+        be), and one at a time after an opening that overshot (see ``pacing``)."""
         return self._pacer.in_flight_limit
 
     @property
@@ -205,9 +206,9 @@ class Scheduler:
             delay = 0.0
             charge = 0
             try:
-                # A slot taken before a pause (or a cut) may not fit the window it left: a 429
-                # in the slow start shrinks it to one. Give it back and queue again, so the end
-                # of a pause is never a burst of the requests that waited through it.
+                # A slot taken before a pause (or a cut) may not fit the window it left: an
+                # overload 429 at the opening shrinks it to one. Give it back and queue again,
+                # so the end of a pause is never a burst of the requests that waited through it.
                 await self._pacer.pause_over()
                 if self._in_flight > self.limit:
                     continue  # the finally gives the slot back
@@ -218,7 +219,7 @@ class Scheduler:
                 learned = self._pacer.learner.scale
                 scale = learned * (1.0 if on_arrival else self._token_scale)
                 charge = max(1, round(tokens * scale)) if tokens > 0 else 0
-                self._refuse_over_budget(charge, detail)
+                charge = self._over_budget(charge, detail, on_arrival)
                 await self._pacer.admit(charge, learned)
                 self._check_down()
                 self.stats.requests += 1
@@ -258,12 +259,16 @@ class Scheduler:
 
     # -- admission -----------------------------------------------------------------------
 
-    def _refuse_over_budget(self, charge: int, detail: str) -> None:
-        """A request charged more than the whole token budget would wait (or be refused)
-        forever: fail it now, naming the figures."""
+    def _over_budget(self, charge: int, detail: str, on_arrival: bool) -> int:
+        """A request charged on arrival more than the whole token budget would wait (or be
+        refused) forever: fail it now, naming the figures. Charged by usage, the estimate (with
+        the output cap) is only a reservation until the reply says what it used, and a short
+        reply fits: reserve at most the whole budget and send it."""
         limit = self._pacer.token_limit()
         if limit is None or charge <= limit:
-            return
+            return charge
+        if not on_arrival:
+            return limit
         self.stats.errors += 1
         how = f" ({detail})" if detail else ""
         raise OverBudget(

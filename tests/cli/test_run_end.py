@@ -206,10 +206,18 @@ def test_a_failed_aggregate_fails_the_run_and_the_other_gates_still_speak(workdi
 def test_notes_nobody_can_act_on_are_printed_only_with_verbose(
     llm_server: LocalServer, workdir: Path
 ) -> None:
-    args = ["run", "groundedness", "--data", str(EXAMPLES / "qa.jsonl"), "-q", "--no-cache"]
-    args += ["--cache-dir", "cache"]
-    assert CliRunner().invoke(main, args).exit_code == 0  # finds the endpoint out
-    quiet = CliRunner().invoke(main, args)  # opens where the last run left it
+    # A cap without headers (200 requests a second, a burst of 10): the first run's opening at
+    # full concurrency is cut and the pace it measured is kept for the next.
+    rows = [{"context": f"c{i}", "answer": f"a{i}"} for i in range(40)]
+    write_jsonl(workdir / "rows.jsonl", rows)
+    args = ["run", "groundedness", "--data", "rows.jsonl", "-q", "--no-cache"]
+    args += ["--concurrency", "16", "--cache-dir", "cache"]
+    llm_server.configure(rpm=600, limit_window=3.0, retry_after=0.2)
+    try:
+        assert CliRunner().invoke(main, args).exit_code == 0  # finds the endpoint out
+        quiet = CliRunner().invoke(main, args)  # opens where the last run left it
+    finally:
+        llm_server.configure(rpm=0, limit_window=60.0, retry_after=1.0)
     assert quiet.exit_code == 0, quiet.output
     assert "opened at" not in quiet.output
     run_dir = quiet.stdout.split("run folder: ")[1].split()[0]

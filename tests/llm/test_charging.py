@@ -131,6 +131,21 @@ def test_a_request_over_the_whole_budget_is_refused_before_sending() -> None:
     assert sched.stats.errors == 1
 
 
+def test_a_usage_charged_request_with_a_large_cap_is_sent() -> None:
+    # Charged by usage, the cap is not what the endpoint takes: a max_tokens over the whole
+    # budget says nothing about the reply (a short one fits), so the request is sent and
+    # settles at its usage instead of being refused as a prompt_plus_max one is.
+    with serve(tpm=10**6, token_charge="usage") as srv:
+        ep = _endpoint(srv.base_url, "usage", tpm=5000)
+        sched = Scheduler(ep.limits, name="local", url=ep.url)
+        messages = [{"role": "user", "content": "x" * 400}]
+        asyncio.run(chat(ep, "flowkit-test", messages, {"max_tokens": 6000}, scheduler=sched))
+        charged = srv.stats()["charged_tokens"]
+    assert sched.stats.errors == 0
+    assert 0 < charged < 5000
+    assert sched.stats.charged_tokens == charged
+
+
 def test_the_server_names_its_rules() -> None:
     with pytest.raises(ValueError) as caught:
         ServerConfig(token_charge="prompt")
@@ -230,3 +245,39 @@ def test_an_empty_tiktoken_cache_variable_means_nothing_is_cached(
     assert not charging._cached("cl100k_base")
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
     assert charging._cached("cl100k_base")
+
+
+def test_replies_read_late_leave_a_rule_declared_right_alone() -> None:
+    # A busy client reads each reply 30 ms after the endpoint wrote it: the budget looks fuller
+    # than a replay from the charges expects, which once read as the endpoint charging 1.7
+    # times the estimates and cut the pace of a rule that was right. The run opens with four
+    # requests at once, then one at about the pace 150,000 tokens a minute allows; the
+    # estimates are exactly the charges.
+    from flowkit.llm.charging import ChargeLearner
+
+    learner = ChargeLearner()
+    rate, top, charge, late = 2500.0, 2500.0, 550.0, 0.03
+    sends = [0.0] * 3 + [i * 0.23 for i in range(80)]
+    # The endpoint: each request charged as it arrives, its reply written 200 ms later.
+    moments = sorted(
+        [(t, -1.0, i) for i, t in enumerate(sends)]
+        + [(t + 0.2, 0.0, i) for i, t in enumerate(sends)]
+    )
+    level, stamp, written = top, 0.0, {}
+    for moment, charged, i in moments:
+        level = min(top, level + (moment - stamp) * rate) + charged * charge
+        stamp = moment
+        if not charged:
+            written[i] = max(0.0, level)
+    # The client: its charges and its readings, in the order it makes them.
+    events = sorted(
+        [(t, True, i) for i, t in enumerate(sends)]
+        + [(t + 0.2 + late, False, i) for i, t in enumerate(sends)]
+    )
+    for moment, sending, i in events:
+        if sending:
+            learner.charged(charge, 1, learner.scale, moment)
+        else:
+            left = written[i]
+            learner.reading(moment, int(left), 150_000, (top - left) / rate, 60.0)
+    assert learner.scale == 1.0

@@ -1,12 +1,15 @@
-"""An endpoint opens where its last run left off: the window it reached without an overload, or
-the pace it learned from 429s, kept in the cache folder's endpoints.json for a day and never with
-a key. Real HTTP to the local test server for the runs; the pacer and the file alone for the
-rest."""
+"""An endpoint opens where its last run left off: at the pace it learned from 429s (a window is
+no longer kept: every run opens at its concurrency), kept in the cache folder's endpoints.json
+for a day and never with a key. Real HTTP to the local test server for the runs; the pacer and
+the file alone for the rest."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ from flowkit.llm import clients, memory
 from flowkit.llm.client import chat
 from flowkit.llm.endpoint import Endpoint, Limits
 from flowkit.llm.memory import TTL, EndpointMemory, Recalled
-from flowkit.llm.pacing import Pacer
+from flowkit.llm.pacing import HEADER_MARGIN, Pacer
 from flowkit.llm.ratelimits import Quota, RateHeaders
 from flowkit.llm.session import run_session
 from flowkit.testing.server import LocalServer
@@ -38,20 +41,18 @@ def _pacer(**limits: Any) -> tuple[Pacer, Clock]:
     return Pacer(Limits(**limits), window=60.0, clock=clock, sleep=_no_sleep), clock
 
 
-def test_a_pacer_keeps_the_window_it_reached_and_a_new_one_opens_there() -> None:
+def test_a_window_is_not_kept_and_one_kept_before_is_ignored() -> None:
     first, _ = _pacer(concurrency=32)
-    assert first.remembered() is None  # never answered: nothing learned
+    assert first.in_flight_limit == 32  # no ramp to remember
     for _ in range(20):
         first.answered(True, first.generation)
-    assert first.remembered() == (24, None)  # 4 after the first reply, one more per success
+    assert first.remembered() == (None, None)  # answered at full concurrency: forget any pace
     second, _ = _pacer(concurrency=32)
-    second.recall(24, None)
-    assert second.in_flight_limit == 24  # not one alone, then 4
-    second.answered(True, second.generation)
-    assert second.in_flight_limit == 25  # and the slow start goes on from there
-    smaller, _ = _pacer(concurrency=8)
-    smaller.recall(24, None)
-    assert smaller.in_flight_limit == 8
+    second.recall(24, None)  # what an older flowkit kept
+    assert second.in_flight_limit == 32
+    alone, _ = _pacer(concurrency=32, slow_start=True)
+    alone.recall(24, None)
+    assert alone.in_flight_limit == 1  # its first reply's headers are still awaited
 
 
 def test_a_learned_pace_is_kept_and_a_new_pacer_climbs_from_it() -> None:
@@ -151,15 +152,26 @@ def test_an_endpoint_paced_by_headers_now_is_forgotten_and_a_bad_file_ignored(
     assert fresh.recalled == []
 
 
-def _peak(server: LocalServer, folder: Path | None, calls: int) -> int:
-    """The most requests the server had in flight while ``calls`` chats ran at once, with the
-    endpoint memory in ``folder`` (None: none)."""
+@contextlib.contextmanager
+def _capped(server: LocalServer) -> Iterator[None]:
+    """200 requests a second over a 3-second window (a 10-request burst), no headers: a first
+    contact's opening at full concurrency is cut and a pace measured."""
+    server.configure(rpm=600, limit_window=3.0, retry_after=0.2)
+    try:
+        yield
+    finally:
+        server.configure(rpm=0, limit_window=60.0, retry_after=1.0)
+
+
+def _rejected(server: LocalServer, folder: Path | None, calls: int) -> int:
+    """The requests the server rejected while ``calls`` chats ran at once, with the endpoint
+    memory in ``folder`` (None: none)."""
     endpoint = Endpoint(
         connection="local",
         kind="openai",
         model="flowkit-test",
         base_url=server.base_url,
-        limits=Limits(concurrency=32, max_retries=0),
+        limits=Limits(concurrency=32, max_retries=20, backoff_max=0.2),
     )
     server.reset()
 
@@ -173,22 +185,20 @@ def _peak(server: LocalServer, folder: Path | None, calls: int) -> int:
 
     with run_session(folder):  # a run's session: its own schedulers, as a new process's
         asyncio.run(body())
-    return server.stats()["max_in_flight"]
+    return int(server.stats()["by_status"].get("429", 0))
 
 
-def test_a_second_run_opens_at_the_window_the_first_reached(
+def test_a_second_run_opens_at_the_pace_the_first_measured(
     llm_server: LocalServer, tmp_path: Path
 ) -> None:
-    llm_server.configure(latency=0.2)  # long enough for every request to be in flight at once
-    try:
-        first = _peak(llm_server, tmp_path, 64)
-        assert first < 32
+    # 200 requests a second over a 3-second window, a 10-request burst, no headers: a first
+    # contact opens at 32 in flight and its burst is cut; the next run opens at the pace.
+    with _capped(llm_server):
+        first = _rejected(llm_server, tmp_path, 64)
         (entry,) = json.loads((tmp_path / memory.FILE).read_text())["endpoints"].values()
-        assert entry["window"] == 32
-        assert _peak(llm_server, tmp_path, 32) == 32  # all at once, no first request alone
-        assert _peak(llm_server, tmp_path / "elsewhere", 32) < 32  # a first run ramps
-    finally:
-        llm_server.configure(latency=0.0)
+        assert entry["rpm"] > 0 and entry.get("window") is None
+        second = _rejected(llm_server, tmp_path, 64)
+        assert first >= 10 and second <= first // 2, (first, second)
 
 
 def test_a_run_keeps_its_endpoints_beside_the_cache(
@@ -198,9 +208,12 @@ def test_a_run_keeps_its_endpoints_beside_the_cache(
     rows.write_text(
         "".join(json.dumps({"context": f"c{i}", "answer": f"a{i}"}) + "\n" for i in range(40))
     )
-    flowkit.run("groundedness", rows, cache_dir=tmp_path / "cache", use_cache=False, concurrency=16)
+    with _capped(llm_server):  # its opening burst is cut, and the pace measured is kept
+        flowkit.run(
+            "groundedness", rows, cache_dir=tmp_path / "cache", use_cache=False, concurrency=16
+        )
     (entry,) = json.loads((tmp_path / "cache" / memory.FILE).read_text())["endpoints"].values()
-    assert entry["url"] == llm_server.base_url and entry["window"] == 16
+    assert entry["url"] == llm_server.base_url and entry["rpm"] > 0
     assert "sk-local-test" not in (tmp_path / "cache" / memory.FILE).read_text()
 
 
@@ -215,21 +228,29 @@ def test_a_run_that_opens_from_memory_says_so(llm_server: LocalServer, tmp_path:
             "groundedness", rows, cache_dir=tmp_path / "cache", use_cache=False, concurrency=16
         )
 
-    first = run()
-    assert not any("last run" in n for n in first.info["notes"])  # it found the endpoint out
-    second = run()
+    with _capped(llm_server):
+        first = run()
+        assert not any("last run" in n for n in first.info["notes"])  # it found the endpoint out
+        second = run()
+        third = run()  # a notebook's next run, in the same process, opens from the file alike
     (note,) = [n for n in second.info["notes"] if "last run" in n]
     where = tmp_path / "cache" / memory.FILE
-    assert note == (
-        f"{llm_server.base_url} (flowkit-test) opened at 16 requests in flight, as its last run "
-        f"(0 min ago) left it; kept in {where} (delete the file to find endpoints out afresh)"
+    rpm = json.loads(where.read_text())["endpoints"].popitem()[1]["rpm"]
+    assert re.fullmatch(
+        re.escape(f"{llm_server.base_url} (flowkit-test) opened at ")
+        + r"\d+"
+        + re.escape(
+            " requests a minute, as its last run (0 min ago) left it; kept in "
+            f"{where} (delete the file to find endpoints out afresh)"
+        ),
+        note,
     )
+    assert rpm > 0
     kept = json.loads((second.run_dir / "run.json").read_text())
     assert note in kept["notes"]  # the run folder says why this run started at full speed
     # A note is nothing to act on: not among the notices a run prints and its report shows.
     assert not any("last run" in n for n in kept["notices"])
-    third = run()  # a notebook's next run, in the same process, opens from the file alike
-    assert [n for n in third.info["notes"] if "last run" in n] == [note]
+    assert len([n for n in third.info["notes"] if "last run" in n]) == 1
 
 
 def test_workers_that_open_from_memory_say_so_in_the_runs_notes(
@@ -251,8 +272,9 @@ def test_workers_that_open_from_memory_say_so_in_the_runs_notes(
             chunk_size=10,
         )
 
-    run("local")  # finds the endpoint out
-    second = run("threading")  # each worker opens where that run left it
+    with _capped(llm_server):
+        run("local")  # finds the endpoint out
+        second = run("threading")  # each worker opens where that run left it
     notes = [n for n in second.info["notes"] if "last run" in n]
     assert len(notes) == 1 and f"{llm_server.base_url} (flowkit-test) opened at" in notes[0]
 
@@ -266,3 +288,16 @@ def test_an_unreadable_file_is_one_notice(tmp_path: Path) -> None:
         f"ignored {path}: not a readable endpoints file (endpoints are found out afresh; the run "
         "replaces it)"
     ]
+
+
+def test_remaining_counts_without_limits_pace_as_azure_sends_them() -> None:
+    # Azure sends x-ratelimit-remaining-{requests,tokens} alone: the minute's budget is at least
+    # the most ever left, so the first reply paces the run and feeds the charge learner.
+    pacer, clock = _pacer(concurrency=32)
+    pacer.learn_headers(RateHeaders(Quota(None, 299, None), Quota(None, 149_400, None)))
+    assert pacer.rate() == 299 * HEADER_MARGIN
+    assert pacer.token_rate() == 149_400 * HEADER_MARGIN
+    clock.now += 1.0
+    pacer.learn_headers(RateHeaders(Quota(None, 250, None), Quota(None, 120_000, None)))
+    assert pacer.token_rate() == 149_400 * HEADER_MARGIN  # a lower count is spending, not a cap
+    assert pacer.remembered() == (None, None)  # paced by headers: nothing to keep

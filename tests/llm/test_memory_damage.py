@@ -32,7 +32,14 @@ def test_a_damaged_entry_costs_a_notice_not_the_run(
         workdir / "rows.jsonl", [{"context": f"F {i}", "answer": f"A {i}"} for i in range(60)]
     )
     cache = workdir / "cache"
-    flowkit.run("groundedness", rows, cache_dir=cache, use_cache=False, name="first")
+    # Capped without headers, so the first run's opening burst is cut and a pace is kept.
+    llm_server.configure(rpm=600, limit_window=3.0, retry_after=0.2)
+    try:
+        flowkit.run(
+            "groundedness", rows, cache_dir=cache, use_cache=False, name="first", concurrency=16
+        )
+    finally:
+        llm_server.configure(rpm=0, limit_window=60.0, retry_after=1.0)
     memory = cache / "endpoints.json"
     data = json.loads(memory.read_text())
     assert data["endpoints"], "the first run left nothing to remember"
@@ -81,14 +88,27 @@ def _huge(memory: Path) -> None:
 def test_a_damaged_file_costs_a_notice_not_the_run(
     llm_server: LocalServer, workdir: Path, damage: Any
 ) -> None:
-    rows = write_jsonl(workdir / "rows.jsonl", [{"context": "F", "answer": "A"}] * 3)
+    rows = write_jsonl(workdir / "rows.jsonl", [{"context": "F", "answer": "A"}] * 40)
     cache = workdir / "cache"
-    flowkit.run("groundedness", rows, cache_dir=cache, use_cache=False, name="first")
-    memory = cache / "endpoints.json"
-    damage(memory)
-    result = flowkit.run(
-        "groundedness", rows, cache_dir=cache, use_cache=False, name="second", timeout=20
-    )
+    # Capped without headers, so each run's opening burst is cut and a pace is kept.
+    llm_server.configure(rpm=600, limit_window=3.0, retry_after=0.2)
+    try:
+        flowkit.run(
+            "groundedness", rows, cache_dir=cache, use_cache=False, name="first", concurrency=16
+        )
+        memory = cache / "endpoints.json"
+        damage(memory)
+        result = flowkit.run(
+            "groundedness",
+            rows,
+            cache_dir=cache,
+            use_cache=False,
+            name="second",
+            timeout=20,
+            concurrency=16,
+        )
+    finally:
+        llm_server.configure(rpm=0, limit_window=60.0, retry_after=1.0)
     assert result.status == "completed"
     assert result.counts["failed"] == 0
     notice = (

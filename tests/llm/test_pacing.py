@@ -109,18 +109,39 @@ def test_429s_that_cluster_or_ask_for_a_pause_cut_the_rate() -> None:
     assert sched.rate() is not None  # the pace now comes from the 429s
 
 
-def test_an_endpoint_declared_without_limits_starts_at_its_concurrency() -> None:
-    ramped, declared = make(8), make(8, slow_start=False)
-    assert (ramped.limit, declared.limit) == (1, 8)  # one request first, unless declared
+@pytest.mark.parametrize(
+    ("url", "slow_start", "opening"),
+    [
+        ("http://127.0.0.1:9/v1", None, 8),  # a self-hosted server: all at once
+        ("https://api.openai.com/v1", None, 1),  # its first reply's headers set the pace
+        ("https://res.openai.azure.com/openai/deployments/d", None, 1),
+        ("https://res.cognitiveservices.azure.com/openai/deployments/d", None, 1),
+        ("https://api.openai.com.example.net/v1", None, 8),  # not OpenAI's host
+        ("http://127.0.0.1:9/v1", True, 1),
+        ("https://api.openai.com/v1", False, 8),
+    ],
+)
+def test_an_endpoint_opens_at_its_concurrency_unless_its_headers_will_pace_it(
+    url: str, slow_start: bool | None, opening: int
+) -> None:
+    limits = Limits(concurrency=8, slow_start=slow_start, **FAST)  # type: ignore[arg-type]
+    sched = Scheduler(limits, name="local", url=url)
+    assert sched.limit == opening
+
+
+def test_an_opening_at_full_concurrency_is_cut_by_its_first_overload() -> None:
+    sched = make(8)
     overload = {"retry-after-ms": "10"}
 
     async def body() -> None:
-        # A cap there after all: the first overload 429 still ends in a measured pace.
-        await asyncio.gather(*(declared.run(Script([])) for _ in range(8)))
-        await declared.run(Script([status_error(429, overload)]))
+        # Eight succeed at once (no ramp), then a cap shows: the first overload 429 cuts the
+        # window to one at a time and ends in a measured pace.
+        await asyncio.gather(*(sched.run(Script([])) for _ in range(8)))
+        assert sched.stats.peak_in_flight == 8
+        await sched.run(Script([status_error(429, overload)]))
 
     run(body)
-    assert declared.stats.overloads == 1 and declared.rate() is not None
+    assert sched.stats.overloads == 1 and sched.rate() is not None
 
 
 class StallOnce:
