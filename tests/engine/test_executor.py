@@ -578,21 +578,19 @@ def test_rows_that_never_wait_still_let_a_cancellation_in(
     # Plain functions (the inline path) and an async node that returns at once (the workers):
     # either way no row gives the event loop a turn of its own, and Ctrl-C cancels the task.
     import asyncio
-    import time
 
     write(tmp_path / "now.py", "async def now(x):\n    return x\n")
     source, function = ("now.py", "now") if waits else ("nodes.py", "ident")
     total = 1_000_000
     executor, writer = _executor(_one_node_flow(tmp_path, source, function), 8)
 
-    async def main() -> float:
+    async def main() -> None:
         task = asyncio.create_task(executor.run((i, {"x": i}, None) for i in range(total)))
         asyncio.get_running_loop().call_later(0.2, task.cancel)
-        began = time.monotonic()
         with pytest.raises(asyncio.CancelledError):
             await task
-        return time.monotonic() - began
 
-    took = asyncio.run(main())
+    asyncio.run(main())
+    # Cancelled long before the end, by the row count rather than the clock (a busy machine
+    # slows both the rows and the cancellation alike).
     assert 0 < len(writer.rows) < total
-    assert took < 2.0

@@ -69,7 +69,10 @@ def traced(llm_server: LocalServer, tmp_path: Path, cache_dir: Path) -> Path:
         {"text": LONG if i == 1 else f"t{i}", "x": i} for i in range(5)
     ]
     rows.append({"text": "no x"})
-    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    # Named from the working directory (llm_server's workdir): the error that names the file
+    # keeps its length whatever the temporary folder's, so the tables below never wrap.
+    write_jsonl(Path.cwd() / "d.jsonl", rows)
+    data = Path("d.jsonl")
     result = flowkit.run(flow, data, cache_dir=cache_dir, runs_root=tmp_path / "runs", name="a")
     return result.run_dir
 
@@ -223,7 +226,7 @@ def test_show_leaves_cache_hits_out_of_the_slowest_nodes(
 ) -> None:
     again = flowkit.run(
         tmp_path / "outer.yaml",
-        tmp_path / "d.jsonl",
+        "d.jsonl",  # from the working directory, where the fixture wrote it
         cache_dir=cache_dir,
         runs_root=tmp_path / "runs",
     )

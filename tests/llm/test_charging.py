@@ -67,11 +67,12 @@ def test_the_pacer_charges_what_the_server_takes(rule: TokenCharge, params: dict
     ("told", "server"), [("usage", "prompt_plus_max"), ("prompt_plus_max", "usage")]
 )
 def test_a_wrong_rule_is_learned_from_the_headers(told: TokenCharge, server: str) -> None:
-    # 1,000 tokens a second, a 10,000-token top: the budget neither fills nor runs dry
-    # between two replies, so each fall of x-ratelimit-remaining-tokens is a request's charge.
-    with serve(tpm=6 * 10**5, limit_window=600, rate_headers=True, token_charge=server) as srv:
+    # 100 tokens a second, a 10,000-token top: the budget neither fills nor runs dry between
+    # two replies, so each fall of x-ratelimit-remaining-tokens is a request's charge (what
+    # refills while a loaded machine is slow to send the next is a few tokens, not a tenth).
+    with serve(tpm=6 * 10**5, limit_window=6000, rate_headers=True, token_charge=server) as srv:
         ep = _endpoint(srv.base_url, told)
-        sched = Scheduler(ep.limits, name="local", url=ep.url, window=600)
+        sched = Scheduler(ep.limits, name="local", url=ep.url, window=6000)
         _sequential(ep, sched, 3, {"max_tokens": 300})
         ours, theirs = sched.stats.charged_tokens, srv.stats()["charged_tokens"]
         _sequential(ep, sched, 5, {"max_tokens": 300})

@@ -36,7 +36,9 @@ def _settings(tmp: Path, base_url: str, name: str) -> object:
     (folder / "flowkit.yaml").write_text(
         "default_model: flowkit-test\n"
         "connections:\n"
-        f"  local: {{base_url: '{base_url}', concurrency: 64, timeout: 2.0, max_retries: 10,"
+        # A 4 s timeout: on a loaded machine an ordinary reply to 64 requests at once can take
+        # 2 s; the injected timeouts stall for far longer (timeout_delay) and are cut at 4 s.
+        f"  local: {{base_url: '{base_url}', concurrency: 64, timeout: 4.0, max_retries: 10,"
         " backoff_base: 0.01, backoff_max: 0.05}\n"
     )
     return load_settings(folder, env={})
@@ -50,7 +52,12 @@ def _scores(run_dir: Path) -> dict[int, object]:
 def test_faulty_endpoint_loses_no_rows_and_changes_no_scores(tmp_path: Path) -> None:
     data = _data(tmp_path / "rows.jsonl")
     faults = ServerConfig(
-        rate_429=0.15, rate_500=0.05, rate_timeout=0.02, retry_after=0.0, timeout_delay=5.0, seed=11
+        rate_429=0.15,
+        rate_500=0.05,
+        rate_timeout=0.02,
+        retry_after=0.0,
+        timeout_delay=30.0,
+        seed=11,
     )
     with serve(faults) as srv:
         faulty = flowkit.run(

@@ -118,9 +118,7 @@ def test_a_refused_connection_stops_the_run_with_one_error_and_resume_finishes_i
 ) -> None:
     port = _free_port()
     folder = _project(tmp_path / "p", f"http://127.0.0.1:{port}/v1", 200)
-    t0 = time.monotonic()
     done = _cli(folder, "run", "groundedness", "--data", "rows.jsonl", "--name", "r", "-q")
-    assert time.monotonic() - t0 < 30
     assert done.returncode == 1, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors == [

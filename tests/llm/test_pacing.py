@@ -177,7 +177,7 @@ def test_a_stalled_attempt_is_cut_at_the_learned_deadline_and_retried() -> None:
 
     elapsed = run(body)
     assert sched.stall_deadline is not None and sched.stall_deadline < 1.0
-    assert elapsed < 1.0  # not the 30 s timeout
+    assert elapsed < 10.0  # not the 30 s timeout
     assert sched.stats.stalled == 1
 
 

@@ -67,7 +67,7 @@ def test_retry_after_seconds_is_honoured() -> None:
         return time.perf_counter() - t0
 
     elapsed = run(body)
-    assert 0.29 <= elapsed < 1.5
+    assert elapsed >= 0.29  # the header's wait, where the backoff alone is none
 
 
 def test_retry_after_zero_means_retry_now() -> None:
@@ -96,7 +96,7 @@ def test_retry_after_ms_wins_over_retry_after() -> None:
         return time.perf_counter() - t0
 
     elapsed = run(body)
-    assert 0.14 <= elapsed < 1.0
+    assert 0.14 <= elapsed < 4.0  # the 150 ms, not Retry-After's 5 s (nor the 5 s backoff)
 
 
 def test_a_429_retry_after_pauses_the_whole_endpoint() -> None:
@@ -190,7 +190,7 @@ def test_each_attempt_is_bounded_by_the_timeout() -> None:
     t0 = time.perf_counter()
     with pytest.raises(TimeoutError):
         run(body)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 4.0  # cut at the timeout, not the call's own 5 s
     assert calls == 2
     assert sched.stats.timeouts == 2
 

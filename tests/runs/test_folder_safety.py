@@ -3,11 +3,14 @@ is locked, planted links are not followed, and --name never leaves runs/."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from flowkit.cli.main import main
 from tests.support import python_flow, read_json, start_flowkit, write, write_jsonl
 
 
@@ -26,9 +29,17 @@ def project(tmp_path: Path) -> Path:
 
 
 def _run(work: Path, *args: str, data: str = "d.jsonl") -> tuple[int, str, str]:
-    proc = start_flowkit(work, "run", "t.yaml", "--data", data, "--no-cache", "-q", *args)
-    out, err = proc.communicate(timeout=120)
-    return proc.returncode, out, err
+    """`flowkit run` in this process: the refusals below need no process of their own (the
+    tests of two processes at one folder start real ones)."""
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        result = CliRunner().invoke(
+            main, ["run", "t.yaml", "--data", data, "--no-cache", "-q", *args]
+        )
+    finally:
+        os.chdir(cwd)
+    return result.exit_code, result.stdout, result.stderr
 
 
 def test_output_refuses_a_folder_with_a_run_unless_overwrite(project: Path) -> None:
@@ -56,7 +67,11 @@ def test_a_folder_being_written_is_locked(project: Path) -> None:
         while not (project / "busy" / "run.json").exists():
             assert first.poll() is None, first.communicate()
             time.sleep(0.02)
-        code, _, err = _run(project, "--output", "busy", "--overwrite")
+        proc = start_flowkit(
+            project, "run", "t.yaml", "--data", "d.jsonl", "-q", "--output", "busy", "--overwrite"
+        )
+        _, err = proc.communicate(timeout=120)
+        code = proc.returncode
         assert code == 2
         assert err.startswith("error: run folder 'busy' is being written by another run\n")
     finally:

@@ -175,14 +175,15 @@ def test_rate_limit_fault_exposes_retry_after(srv: LocalServer, client: openai.O
 def test_server_error_timeout_malformed_garbage(srv: LocalServer, client: openai.OpenAI) -> None:
     with pytest.raises(openai.InternalServerError):
         ask(client, "[[fault: 500]]")
-    srv.config.timeout_delay = 2.0
+    # A stall far longer than the client's timeout: the client gives up at its own 0.3 s, however
+    # loaded the machine, and never sees the reply the server would send after 60 s.
+    srv.config.timeout_delay = 60.0
     started = time.monotonic()
     with pytest.raises(openai.APITimeoutError):
         ask(client, "[[fault: timeout]]", timeout=0.3)
-    assert time.monotonic() - started < 1.5
-    for _ in range(50):  # the stalled handler is cancelled once the client hangs up
-        if srv.stats()["in_flight"] == 0:
-            break
+    assert time.monotonic() - started < 30
+    deadline = time.monotonic() + 30  # the stalled handler is cancelled once the client hangs up
+    while srv.stats()["in_flight"] and time.monotonic() < deadline:
         time.sleep(0.02)
     assert srv.stats()["in_flight"] == 0
     with pytest.raises(ValueError):  # the client cannot decode half a JSON document
@@ -303,13 +304,13 @@ def test_stats_concurrency_hook_rules_and_latency(srv: LocalServer) -> None:
         await client.close()
         return [r.choices[0].message.content or "" for r in replies]
 
-    started = time.monotonic()
     replies = asyncio.run(main())
-    assert time.monotonic() - started < 0.7, "requests should overlap, not queue"
     assert replies[:4] == replies[4:]
     stats = srv.stats()
     assert stats["requests"] == 8 and stats["chat_completions"] == 8
-    assert stats["by_endpoint"] == {"chat.completions": 8} and stats["max_in_flight"] >= 4
+    assert stats["by_endpoint"] == {"chat.completions": 8}
+    # Overlapping, not queued: the server's own count, which a loaded machine cannot fake.
+    assert stats["max_in_flight"] >= 4
     assert stats["distinct_prompts"] == 4 and set(stats["prompts"].values()) == {2}
     assert stats["prompt_tokens"] == 16 and stats["completion_tokens"] == 16
 
