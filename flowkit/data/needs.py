@@ -50,7 +50,8 @@ TOOLS: dict[str, str] = {
 
 REPLY_INPUTS = ("answer", "response")
 """Inputs that hold the app's reply: given as messages, they read the assistant's text (any
-other text input given as messages reads the last user turn, the question)."""
+other text input given as messages reads the conversation as azure-ai-evaluation shows it to
+its judges: every user and assistant turn, as text; a Databricks request its last user turn)."""
 
 Requirement = tuple[str, tuple[tuple[str, ...], ...]]
 """(the flow that needs it, the input sets of which a row must fill one)."""
