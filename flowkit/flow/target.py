@@ -182,12 +182,20 @@ def callable_target(app: Any, backend: str) -> str:
 def _with_target(
     metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path
 ) -> Flow:
+    from flowkit.data.needs import alias_for
     from flowkit.flow.loader import LoadContext, _raise, load_flow
 
+    # A required input the data fills under another tool's name (rag_suite's request from a
+    # `question` or `query` column) is the data's, as it is without --target: the app is not
+    # asked for it (it would leave it empty, and the judges would see no request).
     provides = [
         k
         for k, spec in metric.inputs.items()
-        if k in ANSWER_INPUTS or (k not in columns and (k in APP_FIELDS or spec.required))
+        if k in ANSWER_INPUTS
+        or (
+            k not in columns
+            and (k in APP_FIELDS or (spec.required and not alias_for(k, columns)[1]))
+        )
     ]
     if not any(k in ANSWER_INPUTS for k in provides):
         raise UsageError(
