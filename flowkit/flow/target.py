@@ -47,6 +47,7 @@ from flowkit.code.fingerprint import (
 )
 from flowkit.code.imports import ModuleClaims, recording_names
 from flowkit.errors import UsageError, one_of
+from flowkit.flow.aliases import ALIASES, alias_for
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
 from flowkit.flow.spec import LATENCY_OUTPUT
@@ -182,7 +183,6 @@ def callable_target(app: Any, backend: str) -> str:
 def _with_target(
     metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path
 ) -> Flow:
-    from flowkit.data.needs import alias_for
     from flowkit.flow.loader import LoadContext, _raise, load_flow
 
     # A required input the data fills under another tool's name (rag_suite's request from a
@@ -326,6 +326,9 @@ def _app_flow_outputs(app: Flow, provides: list[str], metric: Flow) -> dict[str,
     for k in provides:
         if k not in out and k in ANSWER_INPUTS and answer is not None:
             out[k] = ref[answer]
+        found = [c for c in ALIASES.get(k, ()) if c in app.outputs]
+        if k not in out and k in APP_FIELDS and len(found) == 1:
+            out[k] = ref[found[0]]  # its context under another tool's name
     needed = [k for k in provides if k in ANSWER_INPUTS or metric.inputs[k].required]
     missing = [k for k in needed if k not in out]
     if missing:
