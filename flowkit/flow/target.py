@@ -185,16 +185,16 @@ def _with_target(
 ) -> Flow:
     from flowkit.flow.loader import LoadContext, _raise, load_flow
 
-    # A required input the data fills under another tool's name (rag_suite's request from a
-    # `question` or `query` column) is the data's, as it is without --target: the app is not
-    # asked for it (it would leave it empty, and the judges would see no request).
+    # An input the data fills under another tool's name (rag_suite's request from a `query`
+    # column, groundedness' context from `retrieved_context`) is the data's, as it is without
+    # --target and as a column of its own name is: the app is not asked for it (a reply
+    # without it left it empty, and the judges saw no request, or no context).
     provides = [
         k
         for k, spec in metric.inputs.items()
         if k in ANSWER_INPUTS
         or (
-            k not in columns
-            and (k in APP_FIELDS or (spec.required and not alias_for(k, columns)[1]))
+            k not in columns and not alias_for(k, columns)[1] and (k in APP_FIELDS or spec.required)
         )
     ]
     if not any(k in ANSWER_INPUTS for k in provides):

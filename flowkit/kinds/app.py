@@ -178,6 +178,8 @@ def reply_values(reply: Any, provides: list[str]) -> dict[str, Any]:
             )
         return {**{k: values.get(k) for k in provides}, USAGE: usage}
     answers = [k for k in provides if k in ANSWER_INPUTS]
+    if len(answers) == len(ANSWER_INPUTS):  # flows judging an answer and a response: one reply
+        return {**{k: reply if k in answers else None for k in provides}, USAGE: None}
     if len(answers) != 1:
         raise ValueError(
             f"the target returned a {type(reply).__name__}, but it must fill "

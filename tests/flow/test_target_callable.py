@@ -85,6 +85,29 @@ def test_rag_suite_with_a_target_judges_the_request_the_data_names_otherwise(
     assert judged == ["What is the capital of France?"]
 
 
+def test_a_text_reply_is_judged_on_the_context_the_data_names_otherwise(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    """Databricks' `retrieved_context` is groundedness' context without --target; with one it
+    was left for the app to give, and a text reply failed every row ("needs 'context'"). Flows
+    judging an `answer` and a `response` together took a text reply for neither."""
+    rows = [{"request": "Capital of France?", "expected_response": "Paris",
+             "retrieved_context": [{"content": "Paris is the capital of France."}]}]  # fmt: skip
+    result = flowkit.run(
+        ["groundedness", "rag_suite"],
+        pd.DataFrame(rows),
+        target=answer,
+        runs_root=tmp_path / "runs",
+        cache_dir=tmp_path / "cache",
+    )
+    (row,) = result.rows()
+    assert row["status"] == "ok", row
+    assert row["inputs"]["context"] == rows[0]["retrieved_context"]
+    assert row["outputs"]["groundedness"]["score"] is not None
+    assert row["outputs"]["app_answer"] == row["outputs"]["app_response"] == "Paris."
+    assert row["outputs"]["rag_suite"]["chunk_relevance"] is not None
+
+
 def test_a_callable_target_is_refused_for_worker_processes(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as info:
         flowkit.run("f1_score", [{"question": "q"}], target=answer, backend="loky")
