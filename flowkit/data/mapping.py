@@ -27,7 +27,7 @@ from flowkit.flow.graph import Flow
 from flowkit.flow.refs import MissingValue, Ref, RefSyntaxError, parse_data_ref, walk
 from flowkit.flow.settings import flows_of
 from flowkit.flow.source import line_of
-from flowkit.metrics.adapters import is_messages, reply_text, request_text
+from flowkit.metrics.adapters import is_messages, query_text, reply_text, request_text
 
 
 class RowError(ValueError):
@@ -209,10 +209,17 @@ class Mapping:
                         continue
                     raise RowError(f"input {name!r}: {err}") from None
             if self._types[name] == "string" and (name in self._requests or is_messages(value)):
-                # Databricks' request may be a chat request ({messages}) or {query, history},
-                # azure-ai-evaluation's query and response a message list: a question reads its
-                # last user turn, as both tools' judges do, a reply its assistant text.
-                read = reply_text if name in REPLY_INPUTS else request_text
+                # Databricks' request may be a chat request ({messages}) or {query, history}:
+                # its judges read the last user turn. azure-ai-evaluation's query and response
+                # may be message lists: its judges see the whole conversation as turns of text
+                # (query_text), and a reply's assistant text.
+                read: Callable[[Any], str]
+                if name in REPLY_INPUTS:
+                    read = reply_text
+                elif name in self._requests:
+                    read = request_text
+                else:
+                    read = query_text
                 try:
                     value = read(value)
                 except ValueError as err:

@@ -6,30 +6,19 @@ combinations: ``groundedness`` takes ``answer`` and ``context``, or a conversati
 as sub-flow nodes needs what they need, through its wiring (:func:`requirements`). The run's
 check before the first row and ``flowkit describe`` both read them from here.
 
-``ALIASES``: the names azure-ai-evaluation, Databricks agent evaluation and Ragas give the same
-data. A flow input whose own column the data lacks reads the one alias column the data has
-(:func:`alias_for`); with two candidates present it is ambiguous and left to ``--map``.
+``ALIASES`` (kept in flowkit.flow.aliases, where ``--target`` reads them too): the names
+azure-ai-evaluation, Databricks agent evaluation and Ragas give the same data. A flow input
+whose own column the data lacks reads the one alias column the data has (:func:`alias_for`);
+with two candidates present it is ambiguous and left to ``--map``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from flowkit.flow.aliases import ALIASES as ALIASES
+from flowkit.flow.aliases import alias_for as alias_for
 from flowkit.flow.graph import Flow
-
-ALIASES: dict[str, tuple[str, ...]] = {
-    "question": ("query", "request", "user_input"),
-    "request": ("question", "query", "user_input"),
-    "answer": ("response",),
-    "response": ("answer",),
-    "context": ("retrieved_context", "retrieved_contexts"),
-    "documents": ("retrieved_context", "retrieved_contexts", "context"),
-    "retrieved_context": ("retrieved_contexts", "context"),
-    "ground_truth": ("expected_response", "reference"),
-    "expected_response": ("ground_truth", "reference"),
-    "messages": ("conversation",),
-}
-"""Flow input → the columns other tools name it, in no order of preference."""
 
 TOOLS: dict[str, str] = {
     "query": "azure-ai-evaluation",
@@ -50,17 +39,11 @@ TOOLS: dict[str, str] = {
 
 REPLY_INPUTS = ("answer", "response")
 """Inputs that hold the app's reply: given as messages, they read the assistant's text (any
-other text input given as messages reads the last user turn, the question)."""
+other text input given as messages reads the conversation as azure-ai-evaluation shows it to
+its judges: every user and assistant turn, as text; a Databricks request its last user turn)."""
 
 Requirement = tuple[str, tuple[tuple[str, ...], ...]]
 """(the flow that needs it, the input sets of which a row must fill one)."""
-
-
-def alias_for(name: str, columns: Iterable[str]) -> tuple[str | None, list[str]]:
-    """(the column input ``name`` reads when the data lacks its own, or None; the candidate
-    columns present, more than one when ambiguous)."""
-    present = [c for c in ALIASES.get(name, ()) if c in set(columns)]
-    return (present[0] if len(present) == 1 else None), present
 
 
 def alias_note(name: str, column: str) -> str:

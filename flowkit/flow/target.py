@@ -47,6 +47,7 @@ from flowkit.code.fingerprint import (
 )
 from flowkit.code.imports import ModuleClaims, recording_names
 from flowkit.errors import UsageError, one_of
+from flowkit.flow.aliases import ALIASES, alias_for
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
 from flowkit.flow.spec import LATENCY_OUTPUT
@@ -184,10 +185,17 @@ def _with_target(
 ) -> Flow:
     from flowkit.flow.loader import LoadContext, _raise, load_flow
 
+    # An input the data fills under another tool's name (rag_suite's request from a `query`
+    # column, groundedness' context from `retrieved_context`) is the data's, as it is without
+    # --target and as a column of its own name is: the app is not asked for it (a reply
+    # without it left it empty, and the judges saw no request, or no context).
     provides = [
         k
         for k, spec in metric.inputs.items()
-        if k in ANSWER_INPUTS or (k not in columns and (k in APP_FIELDS or spec.required))
+        if k in ANSWER_INPUTS
+        or (
+            k not in columns and not alias_for(k, columns)[1] and (k in APP_FIELDS or spec.required)
+        )
     ]
     if not any(k in ANSWER_INPUTS for k in provides):
         raise UsageError(
@@ -318,6 +326,9 @@ def _app_flow_outputs(app: Flow, provides: list[str], metric: Flow) -> dict[str,
     for k in provides:
         if k not in out and k in ANSWER_INPUTS and answer is not None:
             out[k] = ref[answer]
+        found = [c for c in ALIASES.get(k, ()) if c in app.outputs]
+        if k not in out and k in APP_FIELDS and len(found) == 1:
+            out[k] = ref[found[0]]  # its context under another tool's name
     needed = [k for k in provides if k in ANSWER_INPUTS or metric.inputs[k].required]
     missing = [k for k in needed if k not in out]
     if missing:

@@ -36,7 +36,8 @@ from contextvars import ContextVar
 from typing import Any
 
 from flowkit.errors import MOST_LISTED, one_of
-from flowkit.flow.target import ANSWER_INPUTS, app_named
+from flowkit.flow.aliases import ALIASES
+from flowkit.flow.target import ANSWER_INPUTS, APP_FIELDS, app_named
 from flowkit.kinds.calls import node_call, record_call
 from flowkit.metrics.traces import from_trace
 
@@ -165,6 +166,10 @@ def reply_values(reply: Any, provides: list[str]) -> dict[str, Any]:
             other = ANSWER_INPUTS[1 - ANSWER_INPUTS.index(name)]
             if name in provides and name not in values and other in reply:
                 values[name] = reply[other]
+        for name in provides:  # a reply's context under another tool's name, as data's is read
+            found = [c for c in ALIASES.get(name, ()) if c in reply]
+            if name in APP_FIELDS and name not in values and len(found) == 1:
+                values[name] = reply[found[0]]
         missing = [k for k in provides if k not in values and k in ANSWER_INPUTS]
         if missing:
             raise ValueError(
@@ -173,6 +178,8 @@ def reply_values(reply: Any, provides: list[str]) -> dict[str, Any]:
             )
         return {**{k: values.get(k) for k in provides}, USAGE: usage}
     answers = [k for k in provides if k in ANSWER_INPUTS]
+    if len(answers) == len(ANSWER_INPUTS):  # flows judging an answer and a response: one reply
+        return {**{k: reply if k in answers else None for k in provides}, USAGE: None}
     if len(answers) != 1:
         raise ValueError(
             f"the target returned a {type(reply).__name__}, but it must fill "

@@ -109,6 +109,38 @@ def _last_user(messages: list[Mapping[str, Any]]) -> str:
     raise ValueError("the messages hold no user message to judge")
 
 
+def query_text(query: Any) -> str:
+    """azure-ai-evaluation's ``query`` given as messages, as its judges are shown it: one
+    user message alone is its text; a conversation is every turn, oldest first, as
+    ``User turn N:`` and ``Agent turn N:`` blocks of indented text (consecutive messages of a
+    role are one turn; system, tool and text-less messages are left out), so a follow-up
+    question ("And of Italy?") reaches the judge with what it follows."""
+    messages = _messages(query)
+    if messages is None:
+        return request_text(query)
+    turns: list[tuple[str, list[str]]] = []
+    for message in messages:
+        role = message.get("role")
+        text = message_text(message.get("content")) if role in ("user", "assistant") else ""
+        if not text:
+            continue
+        if turns and turns[-1][0] == role:
+            turns[-1][1].append(text)
+        else:
+            turns.append((str(role), [text]))
+    if not any(role == "user" for role, _ in turns):
+        raise ValueError("the messages hold no user message to judge")
+    if len(turns) == 1:
+        return "\n".join(turns[0][1])
+    blocks, number = [], 0
+    for role, texts in turns:
+        number += role == "user"
+        label = "User" if role == "user" else "Agent"
+        lines = "".join("  " + text.replace("\n", "\n  ") + "\n" for text in texts)
+        blocks.append(f"{label} turn {max(number, 1)}:\n{lines}")
+    return "\n".join(blocks).rstrip("\n")
+
+
 def is_messages(value: Any) -> bool:
     """Whether ``value`` is a message list, or ``{"messages": [...]}``, as azure-ai-evaluation's
     ``query`` and ``response`` may be (a JSON text of one is not: it may be the text itself)."""

@@ -74,9 +74,7 @@ class RunResult:
                     "status": row.get("status"),
                     "inputs": row.get("inputs") or {},
                     "outputs": row.get("outputs") or {},
-                    "error": f"{error['node']}: {error['type']}: {error['message']}"
-                    if isinstance(error, dict)
-                    else error,
+                    "error": _error_text(error) if isinstance(error, dict) else error,
                 }
             )
         frame = pd.json_normalize(records, sep=".")
@@ -119,3 +117,9 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "—" if value is None else str(value)
+
+
+def _error_text(error: dict[str, Any]) -> str:
+    """``node: type: message``; a bad input row's error names no node: ``type: message``."""
+    parts = (error.get("node"), error.get("type"), error.get("message"))
+    return ": ".join(str(part) for part in parts if part)

@@ -232,7 +232,8 @@ def test_azure_ai_evaluation_message_lists_fill_question_and_answer(
     llm_server: LocalServer, tmp_path: Path
 ) -> None:
     """azure-ai-evaluation's query and response may be message lists (or {messages}): the
-    question is the last user turn, the answer the assistant's text (tool calls left out)."""
+    question is the conversation as azure shows it to its judges (a lone user message its
+    text), the answer the assistant's text (tool calls left out)."""
     reply = [
         {"role": "assistant", "content": [{"type": "tool_call", "name": "lookup"}]},
         {"role": "tool", "content": [{"type": "tool_result", "tool_result": "Paris"}]},
@@ -247,11 +248,44 @@ def test_azure_ai_evaluation_message_lists_fill_question_and_answer(
     result = _run(["groundedness", "relevance"], rows, tmp_path)
     assert result.counts["succeeded"] == 3
     got = [(r["inputs"]["question"], r["inputs"]["answer"]) for r in result.rows()]
+    conversation = (
+        "User turn 1:\n  Hi\n\nAgent turn 1:\n  Hello! Ask me anything.\n\n"
+        "User turn 2:\n  What is the capital of France?"
+    )
     assert got == [
-        ("What is the capital of France?", "Paris is the capital."),
-        ("What is the capital of France?", "Paris is the capital."),
+        (conversation, "Paris is the capital."),
+        (conversation, "Paris is the capital."),
         ("Hi", "Paris."),
     ]
+
+
+def test_a_follow_up_query_reaches_the_judge_with_the_turns_it_follows(
+    llm_server: LocalServer, tmp_path: Path
+) -> None:
+    """azure-ai-evaluation shows its judges a multi-turn query as the whole conversation
+    (reformat_conversation_history); judged on its last user turn alone, "How many people live
+    there?" has no "there", and a relevant reply scores worse than azure scores it."""
+    query = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "Paris."},
+        {"role": "tool", "content": "population: 2.1M\nyear: 2023"},
+        {"role": "user", "content": "How many people\nlive there?"},
+        {"role": "user", "content": "Roughly."},
+    ]
+    rows = [{"query": query, "response": "About 2.1 million people live in Paris."}]
+    result = _run("relevance", rows, tmp_path)
+    (row,) = result.rows()
+    assert row["status"] == "ok", row
+    assert row["inputs"]["question"] == (
+        "User turn 1:\n  What is the capital of France?\n\n"
+        "Agent turn 1:\n  Paris.\n\n"
+        "User turn 2:\n  How many people\n  live there?\n  Roughly."
+    )
+    # A Databricks request keeps its judges' rule: the last user turn.
+    rows = [{"request": {"messages": query}, "response": "About 2.1 million."}]
+    (row,) = _run("relevance", rows, tmp_path / "dbx").rows()
+    assert row["inputs"]["question"] == "Roughly."
 
 
 @pytest.mark.parametrize(

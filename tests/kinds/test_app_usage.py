@@ -243,3 +243,28 @@ def test_rag_suite_judges_an_app_flow_that_outputs_no_chunks(data: Path, output:
     assert row["retrieval/llm_judged/chunk_relevance_precision"] is None
     (calls,) = _app_calls(output)
     assert row["total_tokens"] == row["agent/total_token_count"] == calls["total_tokens"]
+
+
+def test_an_mlflow_trace_reply_gives_its_chunks_to_a_flow_that_names_them_context(
+    data: Path,
+) -> None:
+    """groundedness takes `context`; a trace (or a dict, or an app flow) gives
+    `retrieved_context`: read under the other tool's name, as data's columns are, instead of
+    failing every row with "needs 'context'"."""
+    trace = json.dumps(_trace("Capital of France?"))
+    write(Path("trace_app.py"), f"import json\n\ndef ask(question):\n    return {trace!r}\n")
+    write_jsonl(Path("q.jsonl"), [{"question": "Capital of France?"}])
+    (row,) = _judged("trace_app.py:ask", "g")
+    assert row["app_context"] == [{"content": "Paris is the capital of France.", "doc_uri": "d"}]
+    assert row["score"] == 5
+    write(Path("chunks.py"), "def find(question):\n    return [{'content': 'Paris.'}]\n")
+    app = APP_FLOW.replace(
+        'outputs: {answer: "${ask.output}"}',
+        'outputs: {answer: "${ask.output}", retrieved_context: "${find.output}"}',
+    ) + (
+        "  - {name: find, type: python, source: chunks.py, function: find,"
+        ' inputs: {question: "${inputs.question}"}}\n'
+    )
+    write(Path("app.yaml"), app)
+    (row,) = _judged("app.yaml", "f")
+    assert row["app_context"] == [{"content": "Paris."}]

@@ -96,6 +96,23 @@ def test_to_pandas_has_the_error_of_a_failed_row(tmp_path: Path) -> None:
     assert out.loc[1, "error"] == "check: ValueError: negative"
 
 
+def test_to_pandas_has_the_error_of_a_bad_input_row(tmp_path: Path) -> None:
+    """A DataFrame with a missing value (None, NaN) is a bad input row, whose error names no
+    node: to_pandas() raised KeyError 'node' on it."""
+    frame = pd.DataFrame(
+        [
+            {"answer": "Paris", "ground_truth": "Paris"},
+            {"answer": None, "ground_truth": "Rome"},
+            {"answer": float("nan"), "ground_truth": "Rome"},
+        ]
+    )
+    out = flowkit.run(F1, frame, output=tmp_path / "nan").to_pandas()
+    assert list(out["status"]) == ["ok", "bad_input", "bad_input"]
+    assert out.loc[1, "error"].startswith("DataError: ")
+    assert "input 'answer'" in out.loc[1, "error"]
+    assert "input 'answer'" in out.loc[2, "error"]
+
+
 def test_other_data_is_refused_and_leaves_no_folder(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as err:
         flowkit.run(F1, 42, output=tmp_path / "none")
