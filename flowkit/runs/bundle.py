@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,10 +127,17 @@ def _beside(folder: Path, depth: int = DEPTH) -> list[Path]:
         if entry.name.startswith(".") or entry.name in SKIP:
             continue
         if entry.is_dir() and not entry.is_symlink() and depth > 0:
-            found += _beside(entry, depth - 1)
+            if not _is_cache(entry):
+                found += _beside(entry, depth - 1)
         elif entry.suffix in KINDS and entry.is_file() and entry.stat().st_size <= MAX_FILE:
             found.append(entry.resolve())
     return found
+
+
+def _is_cache(folder: Path) -> bool:
+    """A flowkit cache folder (``--cache-dir`` inside the project): results and endpoint memory,
+    never part of a flow, and written to while the run goes on."""
+    return (folder / "cache.sqlite").exists() or (folder / "endpoints.json").exists()
 
 
 def unpack(bundle: FlowBundle) -> list[str]:
@@ -143,7 +151,8 @@ def unpack(bundle: FlowBundle) -> list[str]:
         for name, text in bundle.files:
             path = root / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f".{path.name}.{os.getpid()}")
+            # Unique per writer: threads of one process (the threading backend) unpack too.
+            partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
             partial.write_bytes(text)
             os.replace(partial, path)  # another worker on this machine may write it too
         (top / ".complete").touch()

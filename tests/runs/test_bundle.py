@@ -76,6 +76,20 @@ def test_what_a_flow_file_sends(tmp_path: Path) -> None:
     assert load_flow(unpacked).content_hash == load_flow(path).content_hash
 
 
+def test_a_cache_folder_in_the_flows_folder_is_not_sent_and_threads_unpack_at_once(
+    tmp_path: Path,
+) -> None:
+    path = _project(tmp_path)
+    write(path.parent / "cache" / "endpoints.json", "{}")  # --cache-dir flows/cache
+    write(path.parent / "cache" / "notes.txt", "a run writes here while workers unpack")
+    write(path.parent / "this.txt", str(tmp_path))  # a digest of its own: unpacked afresh
+    bundle = pack(load_flow(path))
+    assert not [name for name, _ in bundle.files if "cache" in name]
+    with cf.ThreadPoolExecutor(8) as pool:  # the threading backend's workers share a pid
+        found = list(pool.map(lambda _: unpack(bundle), range(8)))
+    assert all(f == found[0] for f in found)
+
+
 def test_a_built_in_flow_travels_by_name() -> None:
     bundle = pack(load_flow("f1_score"))
     assert (bundle.entries, bundle.files) == ((("builtin", "f1_score"),), ())
