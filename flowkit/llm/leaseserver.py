@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import itertools
 import json
@@ -89,7 +90,13 @@ class LeaseService:
     def stop(self) -> None:
         """Stop serving; the workers' calls in progress fail."""
         if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+            cleanup = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+            try:
+                cleanup.result(30)
+            except concurrent.futures.TimeoutError:
+                # A worker still connected (a thread that outlived the run's error) must not
+                # turn the run's own error into a timeout: its calls fail once the loop stops.
+                cleanup.cancel()
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(30)

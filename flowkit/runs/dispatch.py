@@ -151,7 +151,9 @@ def _thread_pool(workers: int) -> Pool:
     return Pool(
         executor.submit,
         lambda err: False,  # a thread does not die under a chunk
-        lambda: executor.shutdown(wait=False, cancel_futures=True),
+        # A thread cannot be stopped: the chunks running finish (their calls fail at once when
+        # the run stopped on a down endpoint) before the run's state in this process is undone.
+        lambda: executor.shutdown(wait=True, cancel_futures=True),
         lambda: executor.shutdown(wait=False),
     )
 
