@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -127,6 +128,13 @@ def main() -> None:
     )
     parser.add_argument("--no-naive", action="store_true", help="skip the minimal client's figures")
     parser.add_argument(
+        "--token-slice",
+        type=float,
+        default=ServerConfig.token_slice,
+        help="seconds of the tpm budget the server lets arrive at once (1: the strictest "
+        "quantizing; 60: Azure's per-minute count)",
+    )
+    parser.add_argument(
         "--alone-first",
         action="store_true",
         help="the connection sets slow_start: true: one request alone until the first reply",
@@ -136,7 +144,7 @@ def main() -> None:
         root = Path(tmp)
         data = write_rows(root / "rows.jsonl", args.rows)
         for case in args.case:
-            config = CASES[case]
+            config = dataclasses.replace(CASES[case], token_slice=args.token_slice)
             # The connection names the server's rule, as flowkit's default per kind of endpoint
             # does for OpenAI (max_of) and Azure (prompt_plus_max).
             rule = {"token_charge": config.token_charge} if args.declare_rule else {}

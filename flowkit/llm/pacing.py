@@ -49,6 +49,10 @@ CUT = 0.9
 FIRST_CUT = 0.95
 """On the first overload, the learned rate becomes this fraction of the success rate measured
 (which the slice correction makes close to the cap, and the climb takes it the rest)."""
+REMEASURE = 0.5
+"""An overload 429 while paced by 429s alone re-measures the pace from the successes since the
+last cut when those come to less than this fraction of the pace in force (the first measure
+counted a burst allowance larger than a second's worth)."""
 PROBE = 0.002
 """After a paced cut the learned rate grows by this fraction of itself per 1/60 of the window (a
 second for per-minute limits): a slow probe, so the pace settles just under the cap."""
@@ -272,9 +276,20 @@ class Pacer:
         """Overload: pace requests at a fraction of what just got through (once per generation,
         so the 429s of requests already in flight count as one signal)."""
         now = self._clock()
-        if generation != self.generation or now - self._learned_at < self.window / 12.0:
-            return  # let the last cut show its effect before judging it
+        if generation != self.generation:
+            return  # sent before the last cut: its 429 says nothing about the pace since
         current = self.rate()
+        if current is not None and self._learned is not None and not self.limits_known():
+            # A pace learned from 429s alone: what got through since it was set measures the
+            # cap once the endpoint's burst allowance is spent (a measure taken in the opening
+            # counts that allowance, which may be ten seconds' worth or more). Far below the
+            # pace, it is the cap: go to it now, not after the hold below.
+            since = self._rate_since(self._learned_at, now)
+            if since and since < current * REMEASURE:
+                self._cut_to(since, measured=True)
+                return
+        if now - self._learned_at < self.window / 12.0:
+            return  # let the last cut show its effect before judging it
         if current is None and self._opening:
             # The opening overshot. The successes known now undercount what got through (many
             # requests are still in flight): send one request at a time (after the pause) and
@@ -348,6 +363,19 @@ class Pacer:
                 setattr(self, attr, new)
             elif abs(bucket.rate * self.window - rate) > 1e-9 * rate:
                 bucket.set_rate(rate, self.window)
+
+    def _rate_since(self, start: float, now: float) -> float:
+        """Successes per window since ``start``, once at least five came over at least a
+        slice (1/60) of the window; else 0."""
+        times, horizon = self._ok_times, now - self.window / 6.0
+        while times and times[0] < horizon:
+            times.popleft()
+        start = max(start, horizon)
+        count = sum(1 for t in times if t > start)
+        span = now - start
+        if count < 5 or span < self.window / 60.0:
+            return 0.0
+        return count / span * self.window
 
     def _success_rate(self) -> float:
         """Successes per window over the last few seconds (a sixth of the window).

@@ -50,6 +50,15 @@ class _DeferredInit(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         def __getattr__(name: str) -> Any:
             if module.__dict__.get("__getattr__") is __getattr__:
+                if _submodule(module, name):
+                    # ``from . import x`` in a module of the package, or ``package.x``: the
+                    # submodule, as its import would give it. Running the ``__init__`` here
+                    # instead would run it inside that module's import, which the
+                    # ``__init__`` may import in turn, partly run (openai 2.31.0:
+                    # ``types/responses/tool_param.py`` does ``from . import
+                    # web_search_tool_param``, and ``responses/__init__`` imports
+                    # ``ToolParam`` from it).
+                    return importlib.import_module(f"{module.__name__}.{name}")
                 self._run_init(module, __getattr__)
             try:
                 return module.__dict__[name]
@@ -80,6 +89,18 @@ class _DeferredInit(importlib.abc.Loader):
                 spec._initializing = False  # type: ignore[union-attr]
                 if module.__dict__.get("__getattr__") is hook:
                     del module.__dict__["__getattr__"]
+
+
+def _submodule(package: ModuleType, name: str) -> bool:
+    """Whether ``name`` is a module or package inside ``package``'s folder."""
+    if name.startswith("__"):
+        return False
+    path = getattr(package, "__path__", None)
+    try:
+        found = importlib.machinery.PathFinder.find_spec(f"{package.__name__}.{name}", path)
+    except (ImportError, ValueError):
+        return False
+    return found is not None
 
 
 def _module_lock(name: str) -> Any:

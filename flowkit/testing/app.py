@@ -185,6 +185,7 @@ class Core:
         found = replies.directives(text) if "[[" in text else {}
         try:
             now = time.monotonic()
+            self.window.token_slice = cfg.token_slice
             self.window.admit(now, tokens, cfg.rpm, cfg.tpm, cfg.limit_window, cfg.rate_headers)
         except RateLimited as exc:
             self.faults[exc.limit] += 1

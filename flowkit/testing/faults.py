@@ -114,13 +114,13 @@ class RateLimited(ApiError):
 
 
 class _Bucket:
-    """``per_window`` units per ``window`` seconds, holding at most 1/60 of the window's worth
-    (providers enforce per-minute limits over one-second slices)."""
+    """``per_window`` units per ``window`` seconds, holding at most ``slice_s``/60 of the
+    window's worth (providers enforce per-minute limits over sub-minute slices)."""
 
-    def __init__(self, per_window: int, window: float, now: float) -> None:
-        self.per_window = per_window
+    def __init__(self, per_window: int, window: float, now: float, slice_s: float = 1.0) -> None:
+        self.per_window, self.slice_s = per_window, slice_s
         self.rate = per_window / window
-        self.capacity = max(1.0, per_window / 60.0)
+        self.capacity = max(1.0, per_window * min(slice_s, 60.0) / 60.0)
         self.level, self.stamp = self.capacity, now
 
     def refill(self, now: float) -> None:
@@ -145,18 +145,29 @@ class RateWindow:
     """Request and token budgets as token buckets refilled continuously, as OpenAI's are.
 
     ``window`` is the span ``rpm``/``tpm`` count over: 60 s normally, a few seconds in tests.
+    The requests budget holds one second's worth of ``rpm`` (Azure evaluates request rates over
+    1 or 10 s; OpenAI's guide: 60,000 requests/minute "may be enforced as 1,000 requests/second").
+    The tokens budget holds ``token_slice`` seconds' worth of ``tpm`` (``ServerConfig``'s; 1 s
+    by default, the strictest reading): Azure adds each request's estimate "to a running token
+    count of all requests that is reset each minute" (a whole minute's burst, ``token_slice``
+    60), OpenAI's limits "may be quantized" to a second.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, token_slice: float = 1.0) -> None:
         self.requests: _Bucket | None = None
         self.tokens: _Bucket | None = None
+        self.token_slice = token_slice
 
     def _buckets(self, now: float, rpm: int, tpm: int, window: float) -> None:
         # A live config change (POST /config) starts a fresh budget.
         if rpm and (self.requests is None or self.requests.per_window != rpm):
             self.requests = _Bucket(rpm, window, now)
-        if tpm and (self.tokens is None or self.tokens.per_window != tpm):
-            self.tokens = _Bucket(tpm, window, now)
+        if tpm and (
+            self.tokens is None
+            or self.tokens.per_window != tpm
+            or self.tokens.slice_s != self.token_slice
+        ):
+            self.tokens = _Bucket(tpm, window, now, self.token_slice)
         if not rpm:
             self.requests = None
         if not tpm:

@@ -242,3 +242,40 @@ def test_refused_connections_stop_the_endpoint_but_a_success_resets_the_count() 
             await sched.run(Script([]))
 
     run(body)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+def test_a_pace_measured_in_a_burst_allowance_is_remeasured_at_the_next_overload() -> None:
+    # An endpoint without headers whose per-minute budget lets ten seconds' worth through at
+    # once: the opening's measure counts that allowance, many times the cap. The next overload
+    # re-measures from what got through since (the cap, once the allowance is spent) instead of
+    # stepping down 10% every five seconds while nearly every request is refused.
+    from flowkit.llm.pacing import Pacer
+
+    clock = _Clock()
+    pacer = Pacer(Limits(concurrency=32), window=60.0, clock=clock, sleep=_no_sleep)
+    for _ in range(60):  # the allowance: 60 successes in 1.2 s
+        clock.now += 0.02
+        pacer.answered(True, pacer.generation)
+    pacer.cut(pacer.generation)  # the opening overshoots: one at a time, then measure
+    clock.now += 0.1
+    pacer.answered(True, pacer.generation)
+    first = pacer.rate()
+    assert first is not None and first > 1500  # requests per minute, counting the allowance
+    for _ in range(8):  # since then the cap lets 4 a second through: 240 a minute
+        clock.now += 0.25
+        pacer.answered(True, pacer.generation)
+    pacer.cut(pacer.generation)  # within the five seconds a paced cut waits out
+    again = pacer.rate()
+    assert again is not None and again < 300, (first, again)

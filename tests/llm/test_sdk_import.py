@@ -178,3 +178,36 @@ def test_a_judged_run_loads_none_of_the_sdk_types_and_every_name_is_there(
         "public": ["ChatCompletion", True],
     }
     assert llm_server.stats()["chat_completions"] == rows + 1
+
+
+def test_a_submodule_that_imports_a_sibling_before_its_package_ran_does_not_cycle(
+    tmp_path: Path,
+) -> None:
+    # openai 2.31.0's shape: the package's __init__ imports a name from ``tool``, and ``tool``
+    # does ``from . import helper``. Imported first (the SDK's client needs it; or a module
+    # outside the tree, once the block is over), ``tool`` must get ``helper`` without running
+    # the __init__ midway through its own import.
+    files = {
+        "deferfrom/__init__.py": "",
+        "deferfrom/kinds/__init__.py": "from .tool import Tool\nfrom .helper import X\n",
+        "deferfrom/kinds/tool.py": "from . import helper\nclass Tool:\n    x = helper.X\n",
+        "deferfrom/kinds/helper.py": "X = 1\n",
+        "deferfrom/kinds/other.py": "OTHER = 2\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with deferring("deferfrom.kinds"):
+            importlib.import_module("deferfrom.kinds")
+        tool = importlib.import_module("deferfrom.kinds.tool")
+        kinds = sys.modules["deferfrom.kinds"]
+        assert tool.Tool.x == 1
+        assert kinds.other.OTHER == 2  # a submodule by attribute, the __init__ still deferred
+        assert kinds.Tool is tool.Tool and kinds.X == 1  # a name: the __init__ runs
+        assert "__getattr__" not in kinds.__dict__
+    finally:
+        sys.path.remove(str(tmp_path))
+        for module in [m for m in sys.modules if m.startswith("deferfrom")]:
+            del sys.modules[module]

@@ -379,3 +379,19 @@ def test_config_validation_and_cli_parsing() -> None:
     assert (config.rules, config.latency, config.host) == ([("hi", "hello")], 0.5, "127.0.0.1")
     with pytest.raises(SystemExit, match="unknown ServerConfig field"):
         parse_config(["--config-json", '{"colour": 1}'])
+
+
+def test_token_slice_sets_how_much_of_the_tpm_budget_may_arrive_at_once() -> None:
+    from flowkit.testing.faults import RateLimited, RateWindow
+
+    # 600 tokens a minute: a one-second slice holds 10, Azure's running minute all 600.
+    strict, azure = RateWindow(), RateWindow(token_slice=60.0)
+    strict.admit(0.0, 10, 0, 600, 60.0, False)
+    with pytest.raises(RateLimited):
+        strict.admit(0.0, 10, 0, 600, 60.0, False)
+    for _ in range(60):
+        azure.admit(0.0, 10, 0, 600, 60.0, False)
+    with pytest.raises(RateLimited):
+        azure.admit(0.0, 10, 0, 600, 60.0, False)
+    with pytest.raises(ValueError, match="token_slice"):
+        ServerConfig(token_slice=0)
