@@ -71,7 +71,9 @@ def test_what_the_process_set_up_itself_is_left_alone() -> None:
     try:
         with fewer_collections():
             pass
-        assert gc.get_freeze_count() == frozen  # still frozen, and nothing added
+        # Still frozen, and nothing added (a thread left by another test may free a frozen
+        # object meanwhile, so the count may fall, never to 0 and never above).
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
     gc.set_threshold(0)  # the collector turned off
