@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -195,10 +196,7 @@ def _ray_pool(scheduler: str | None, fn: Callable[..., Any]) -> Pool:
         )
     except ImportError:
         raise UsageError("--backend ray needs ray", hint="pip install 'flowkit[ray]'") from None
-    if not ray.is_initialized():
-        # A running cluster's address (ray://host:10001 or host:6379); without one, a local
-        # Ray, or the cluster RAY_ADDRESS names.
-        ray.init(address=scheduler, ignore_reinit_error=True, log_to_driver=False)
+    connect_ray(scheduler)
     # Ray's own retries are off: a lost chunk is sent again by the loop below, with the same
     # bound as on every backend.
     task = ray.remote(max_retries=0)(fn)
@@ -225,6 +223,29 @@ def _ray_pool(scheduler: str | None, fn: Callable[..., Any]) -> Pool:
     return Pool(
         submit, lambda err: isinstance(err, lost), cancel, unwrap=unwrap, slots=cpus or None
     )
+
+
+def connect_ray(scheduler: str | None) -> None:
+    """Join the Ray cluster at ``scheduler`` (``ray://host:10001`` or ``host:6379``); without
+    one, a local Ray, or the cluster ``RAY_ADDRESS`` names. A cluster that answers but refuses
+    the driver (a missing auth token, another Ray version) is a usage error naming it, not
+    Ray's traceback."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--backend ray needs ray", hint="pip install 'flowkit[ray]'") from None
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=scheduler, ignore_reinit_error=True, log_to_driver=False)
+    except Exception as err:  # Ray raises ConnectionError, RuntimeError, its own errors
+        where = scheduler or os.environ.get("RAY_ADDRESS") or "a local Ray"
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UsageError(
+            f"cannot connect to the Ray cluster at {where}: {first}",
+            hint="check the cluster's address, its Ray version and, if it uses token "
+            "authentication, RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN)",
+        ) from None
 
 
 def open_pool(backend: str, workers: int, scheduler: str | None, fn: Callable[..., Any]) -> Pool:

@@ -64,6 +64,33 @@ def test_ray_address_from_the_environment_is_checked_too(
     assert not (workdir / "runs").exists()
 
 
+def test_a_ray_cluster_that_answers_but_refuses_the_driver_is_a_usage_error(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reachable is not joined: a cluster that needs an auth token (or runs another Ray) made
+    Ray's own traceback after ~20 s, and left a failed run folder behind."""
+    import socket
+
+    ray = pytest.importorskip("ray")
+
+    def refuse(**_: object) -> None:
+        raise ConnectionError("Failed to connect to Ray cluster at 192.0.2.2:6379")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    data = write_jsonl(workdir / "d.jsonl", [{"answer": "a", "ground_truth": "a"}])
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        address = f"127.0.0.1:{listening.getsockname()[1]}"
+        with pytest.raises(flowkit.UsageError) as raised:
+            flowkit.run("exact_match", data, backend="ray", scheduler=address)
+    assert raised.value.message == (
+        f"cannot connect to the Ray cluster at {address}: "
+        "Failed to connect to Ray cluster at 192.0.2.2:6379"
+    )
+    assert "RAY_AUTH_MODE=token" in (raised.value.hint or "")
+    assert not (workdir / "runs").exists()
+
+
 SCRIPT = """
 import flowkit
 flowkit.run("exact_match", "d.jsonl", backend="dask")
