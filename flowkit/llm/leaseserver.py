@@ -12,7 +12,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from flowkit.errors import FlowkitError
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
     from flowkit.llm.endpoint import Endpoint
     from flowkit.llm.session import LlmSession
+
+
+STOP_SECONDS = 2.0
+"""How long stopping the service waits for workers' connections still open to end."""
 
 
 class LeaseService:
@@ -69,7 +73,9 @@ class LeaseService:
 
         app = web.Application()
         app.router.add_get("/lease", self._socket)
-        self._runner = web.AppRunner(app, handle_signals=False)
+        # A worker's chunk that still runs holds its websocket open (a Dask task cannot be
+        # stopped): stopping waits only this long for it, not aiohttp's default 60 s.
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=STOP_SECONDS)
         await self._runner.setup()
         try:
             site = web.TCPSite(self._runner, self._host, self._port)
@@ -87,9 +93,12 @@ class LeaseService:
         ready.set_result(sockets[0].getsockname()[1] if sockets else self._port)
 
     def stop(self) -> None:
-        """Stop serving; the workers' calls in progress fail."""
+        """Stop serving; the workers' calls in progress fail. Never raises: it runs as a run
+        ends, often on the way out of the run's own error, which must stay the one reported."""
         if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+            cleanup = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+            with suppress(Exception):
+                cleanup.result(STOP_SECONDS + 10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(30)
