@@ -76,6 +76,29 @@ def test_what_a_flow_file_sends(tmp_path: Path) -> None:
     assert load_flow(unpacked).content_hash == load_flow(path).content_hash
 
 
+def test_a_use_node_whose_file_names_code_loads_the_same_flow_from_a_bundle(
+    tmp_path: Path,
+) -> None:
+    """A `use:` node file's `source:` (relative to that file) entered the flow's content as an
+    absolute path: a worker that unpacked the flow elsewhere got another content hash and
+    refused to run ("got different nodes, prompts or code than the driver")."""
+    write(tmp_path / "lib" / "shout.py", "def shout(s: str) -> str:\n    return s.upper()\n")
+    write(tmp_path / "nodes" / "loud.yaml", "type: python\nsource: ../lib/shout.py\n")
+    path = write(
+        tmp_path / "flows" / "f.yaml",
+        """
+        name: f
+        inputs: {q: {type: string}}
+        outputs: {loud: ${loud.output}}
+        nodes:
+          - {name: loud, use: ../nodes/loud.yaml, function: shout, inputs: {s: ${inputs.q}}}
+        """,
+    )
+    flow = load_flow(path)
+    [unpacked] = unpack(pack(flow))
+    assert load_flow(unpacked).content_hash == flow.content_hash
+
+
 def test_a_built_in_flow_travels_by_name() -> None:
     bundle = pack(load_flow("f1_score"))
     assert (bundle.entries, bundle.files) == ((("builtin", "f1_score"),), ())
