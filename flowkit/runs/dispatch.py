@@ -165,13 +165,7 @@ def _dask_pool(scheduler: str | None) -> Pool:
         raise UsageError(
             "--backend dask needs dask[distributed]", hint="pip install 'flowkit[dask]'"
         ) from None
-    try:
-        client = Client(scheduler, timeout=5) if scheduler else Client(processes=True)
-    except OSError as err:
-        raise UsageError(
-            f"cannot reach the Dask scheduler at {scheduler}: {err}",
-            hint="check --scheduler (tcp://HOST:8786), or leave it out for a local cluster",
-        ) from None
+    client = connect_dask(scheduler) if scheduler else Client(processes=True)
     # Futures the standard way (cancelling one cancels its Dask task); pure=False: two chunks
     # are never the same task, whatever their arguments.
     executor = client.get_executor(pure=False)
@@ -223,6 +217,25 @@ def _ray_pool(scheduler: str | None, fn: Callable[..., Any]) -> Pool:
     return Pool(
         submit, lambda err: isinstance(err, lost), cancel, unwrap=unwrap, slots=cpus or None
     )
+
+
+def connect_dask(scheduler: str) -> Any:
+    """A dask.distributed ``Client`` of the scheduler at ``scheduler``. An address that does not
+    answer, or answers as something else (the dashboard's port 8787, another server: Dask
+    read its reply as a frame of exabytes and died of a MemoryError), is a usage error."""
+    from dask.distributed import Client
+
+    try:
+        return Client(scheduler, timeout=5)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        if not isinstance(err, OSError):  # TimeoutError is one
+            first = f"it answers, but not as a Dask scheduler ({type(err).__name__})"
+        raise UsageError(
+            f"cannot reach the Dask scheduler at {scheduler}: {first}",
+            hint="check --scheduler (tcp://HOST:8786, the scheduler's port, not its "
+            "dashboard's), or leave it out for a local cluster",
+        ) from None
 
 
 def connect_ray(scheduler: str | None) -> None:
