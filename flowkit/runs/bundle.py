@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -164,8 +165,10 @@ def unpack(bundle: FlowBundle) -> list[str]:
         for name, text in bundle.files:
             path = root / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f".{path.name}.{os.getpid()}")
+            # Another worker on this machine may write it too: a process, or a thread of this
+            # one (the threading backend's), so the partial file is this thread's own.
+            partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
             partial.write_bytes(text)
-            os.replace(partial, path)  # another worker on this machine may write it too
+            os.replace(partial, path)
         (top / ".complete").touch()
     return [str(root / value) if kind == "file" else value for kind, value in bundle.entries]

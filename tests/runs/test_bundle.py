@@ -99,6 +99,29 @@ def test_a_use_node_whose_file_names_code_loads_the_same_flow_from_a_bundle(
     assert load_flow(unpacked).content_hash == flow.content_hash
 
 
+def test_threads_of_one_process_unpack_a_flow_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The threading backend's workers share a process id: their partial files had one name,
+    and one thread's rename took the other's file (FileNotFoundError, a flaky failed run)."""
+    import tempfile
+    import threading
+
+    bundle = pack(load_flow(_project(tmp_path / "project")))
+    for round_ in range(20):
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / f"tmp{round_}"))
+        (tmp_path / f"tmp{round_}").mkdir()
+        start = threading.Barrier(8)
+
+        def unpack_at_once(start: threading.Barrier) -> list[str]:
+            start.wait()
+            return unpack(bundle)
+
+        with cf.ThreadPoolExecutor(8) as pool:
+            found = [f.result() for f in [pool.submit(unpack_at_once, start) for _ in range(8)]]
+        assert all(each == found[0] for each in found)
+
+
 def test_a_built_in_flow_travels_by_name() -> None:
     bundle = pack(load_flow("f1_score"))
     assert (bundle.entries, bundle.files) == ((("builtin", "f1_score"),), ())
