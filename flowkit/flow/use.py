@@ -10,6 +10,7 @@ they are made absolute before the merge.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,9 @@ def merge_use(
             )
             return None
         used = nodes[wanted]
+        builtin = True
     else:
+        builtin = False
         try:
             used = (path.parent / usable_path(target)).resolve()
         except (OSError, ValueError) as err:
@@ -82,7 +85,7 @@ def merge_use(
         if key in paths and isinstance(value, str):
             # A path the OS would refuse stays as written, for the schema to report.
             with contextlib.suppress(OSError, ValueError):
-                value = str((used.parent / usable_path(value)).resolve())
+                value = _rebased(used.parent / usable_path(value), path.parent, builtin)
         merged[key], merged.key_lines[key] = value, line
     for key, value in raw.items():
         if key == "use":
@@ -94,3 +97,17 @@ def merge_use(
             value = joined
         merged[key], merged.key_lines[key] = value, line_of(raw, key)
     return merged
+
+
+def _rebased(value: Path, folder: Path, builtin: bool) -> str:
+    """A node file's path as the using flow's file names it: relative to ``folder``, so the
+    flow's content (its hash) does not depend on where the project lies, and a worker that
+    unpacks the flow elsewhere loads the same flow; a built-in node's stays absolute (its file
+    is in flowkit's own folder)."""
+    found = value.resolve()
+    if builtin:
+        return str(found)
+    try:
+        return os.path.relpath(found, folder.resolve())
+    except ValueError:  # another drive (Windows)
+        return str(found)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import itertools
 import json
@@ -13,7 +12,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from flowkit.errors import FlowkitError
@@ -24,6 +23,10 @@ if TYPE_CHECKING:
 
     from flowkit.llm.endpoint import Endpoint
     from flowkit.llm.session import LlmSession
+
+
+STOP_SECONDS = 2.0
+"""How long stopping the service waits for workers' connections still open to end."""
 
 
 class LeaseService:
@@ -70,7 +73,9 @@ class LeaseService:
 
         app = web.Application()
         app.router.add_get("/lease", self._socket)
-        self._runner = web.AppRunner(app, handle_signals=False)
+        # A worker's chunk that still runs holds its websocket open (a Dask task cannot be
+        # stopped): stopping waits only this long for it, not aiohttp's default 60 s.
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=STOP_SECONDS)
         await self._runner.setup()
         try:
             site = web.TCPSite(self._runner, self._host, self._port)
@@ -88,15 +93,12 @@ class LeaseService:
         ready.set_result(sockets[0].getsockname()[1] if sockets else self._port)
 
     def stop(self) -> None:
-        """Stop serving; the workers' calls in progress fail."""
+        """Stop serving; the workers' calls in progress fail. Never raises: it runs as a run
+        ends, often on the way out of the run's own error, which must stay the one reported."""
         if self._runner is not None:
             cleanup = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
-            try:
-                cleanup.result(30)
-            except concurrent.futures.TimeoutError:
-                # A worker still connected (a thread that outlived the run's error) must not
-                # turn the run's own error into a timeout: its calls fail once the loop stops.
-                cleanup.cancel()
+            with suppress(Exception):
+                cleanup.result(STOP_SECONDS + 10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(30)

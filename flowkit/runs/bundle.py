@@ -9,9 +9,9 @@ loads it from there with the same relative layout:
 - a built-in flow (one of flowkit's own flows) travels by name; the worker resolves it in its
   own installed flowkit (the flow's content hash still has to match the driver's);
 - a flow file travels with the files it is made of: the YAML of the flow and of its sub-flows,
-  their prompt files, the python files behind its code fingerprint, and the flow-like files
-  (YAML, prompts, python, JSON, text) in each flow file's folder and the folders below it, two
-  levels deep, for ``use:`` nodes and files its code reads beside it.
+  their prompt files and ``use:`` node files, the python files behind its code fingerprint,
+  and the flow-like files (YAML, prompts, python, JSON, text) in each flow file's folder and
+  the folders below it, two levels deep, for files its code reads beside it.
 
 Files of flowkit itself and of installed packages are never sent: the worker has its own.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-import uuid
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -108,6 +108,7 @@ def _files(flow: Flow, builtins: list[Path]) -> list[Path]:
             prompt = getattr(node.spec, "prompt", None)
             if node.kind == "llm" and isinstance(prompt, str):
                 found[(Path(each.path).parent / prompt).resolve()] = None
+        found.update(dict.fromkeys(_node_files(Path(each.path))))
     found.update(dict.fromkeys(Path(file).resolve() for file, _ in flow.code_files))
     for folder in {Path(each.path).resolve().parent for each in flows}:
         found.update(dict.fromkeys(_beside(folder)))
@@ -117,6 +118,26 @@ def _files(flow: Flow, builtins: list[Path]) -> list[Path]:
         if f.is_file()
         and not is_flowkit_or_installed(f)
         and not any(f.is_relative_to(d) for d in builtins)
+    ]
+
+
+def _node_files(path: Path) -> list[Path]:
+    """The node files the flow file ``path`` names in `use:` (a built-in node's excepted):
+    they may lie outside its folder, like its prompts (``use: ../nodes/judge.yaml``)."""
+    from flowkit.flow.builtin import BUILTIN_PREFIX
+    from flowkit.flow.source import read_yaml
+
+    try:
+        raw = read_yaml(path, str(path))
+    except Exception:  # it loaded on the driver; a file that changed since is the worker's
+        return []
+    nodes = raw.get("nodes") if isinstance(raw, dict) else None
+    return [
+        (path.parent / node["use"]).resolve()
+        for node in (nodes if isinstance(nodes, list) else ())
+        if isinstance(node, dict)
+        and isinstance(node.get("use"), str)
+        and not node["use"].startswith(BUILTIN_PREFIX)
     ]
 
 
@@ -151,9 +172,10 @@ def unpack(bundle: FlowBundle) -> list[str]:
         for name, text in bundle.files:
             path = root / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            # Unique per writer: threads of one process (the threading backend) unpack too.
-            partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+            # Another worker on this machine may write it too: a process, or a thread of this
+            # one (the threading backend's), so the partial file is this thread's own.
+            partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
             partial.write_bytes(text)
-            os.replace(partial, path)  # another worker on this machine may write it too
+            os.replace(partial, path)
         (top / ".complete").touch()
     return [str(root / value) if kind == "file" else value for kind, value in bundle.entries]

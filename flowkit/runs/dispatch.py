@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -166,13 +167,7 @@ def _dask_pool(scheduler: str | None) -> Pool:
         raise UsageError(
             "--backend dask needs dask[distributed]", hint="pip install 'flowkit[dask]'"
         ) from None
-    try:
-        client = Client(scheduler, timeout=5) if scheduler else Client(processes=True)
-    except OSError as err:
-        raise UsageError(
-            f"cannot reach the Dask scheduler at {scheduler}: {err}",
-            hint="check --scheduler (tcp://HOST:8786), or leave it out for a local cluster",
-        ) from None
+    client = connect_dask(scheduler) if scheduler else Client(processes=True)
     # Futures the standard way (cancelling one cancels its Dask task); pure=False: two chunks
     # are never the same task, whatever their arguments.
     executor = client.get_executor(pure=False)
@@ -197,10 +192,7 @@ def _ray_pool(scheduler: str | None, fn: Callable[..., Any]) -> Pool:
         )
     except ImportError:
         raise UsageError("--backend ray needs ray", hint="pip install 'flowkit[ray]'") from None
-    if not ray.is_initialized():
-        # A running cluster's address (ray://host:10001 or host:6379); without one, a local
-        # Ray, or the cluster RAY_ADDRESS names.
-        ray.init(address=scheduler, ignore_reinit_error=True, log_to_driver=False)
+    connect_ray(scheduler)
     # Ray's own retries are off: a lost chunk is sent again by the loop below, with the same
     # bound as on every backend.
     task = ray.remote(max_retries=0)(fn)
@@ -227,6 +219,48 @@ def _ray_pool(scheduler: str | None, fn: Callable[..., Any]) -> Pool:
     return Pool(
         submit, lambda err: isinstance(err, lost), cancel, unwrap=unwrap, slots=cpus or None
     )
+
+
+def connect_dask(scheduler: str) -> Any:
+    """A dask.distributed ``Client`` of the scheduler at ``scheduler``. An address that does not
+    answer, or answers as something else (the dashboard's port 8787, another server: Dask
+    read its reply as a frame of exabytes and died of a MemoryError), is a usage error."""
+    from dask.distributed import Client
+
+    try:
+        return Client(scheduler, timeout=5)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        if not isinstance(err, OSError):  # TimeoutError is one
+            first = f"it answers, but not as a Dask scheduler ({type(err).__name__})"
+        raise UsageError(
+            f"cannot reach the Dask scheduler at {scheduler}: {first}",
+            hint="check --scheduler (tcp://HOST:8786, the scheduler's port, not its "
+            "dashboard's), or leave it out for a local cluster",
+        ) from None
+
+
+def connect_ray(scheduler: str | None) -> None:
+    """Join the Ray cluster at ``scheduler`` (``ray://host:10001`` or ``host:6379``); without
+    one, a local Ray, or the cluster ``RAY_ADDRESS`` names. A cluster that answers but refuses
+    the driver (a missing auth token, another Ray version) is a usage error naming it, not
+    Ray's traceback."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--backend ray needs ray", hint="pip install 'flowkit[ray]'") from None
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=scheduler, ignore_reinit_error=True, log_to_driver=False)
+    except Exception as err:  # Ray raises ConnectionError, RuntimeError, its own errors
+        where = scheduler or os.environ.get("RAY_ADDRESS") or "a local Ray"
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UsageError(
+            f"cannot connect to the Ray cluster at {where}: {first}",
+            hint="check the cluster's address, its Ray version and, if it uses token "
+            "authentication, RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN)",
+        ) from None
 
 
 def open_pool(backend: str, workers: int, scheduler: str | None, fn: Callable[..., Any]) -> Pool:

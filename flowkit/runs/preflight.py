@@ -42,6 +42,18 @@ def check_reachable(backend: str, scheduler: str | None) -> None:
             "or leave both out for a local Ray"
         )
         raise UsageError(f"cannot reach the {what} at {address}: {err}", hint=hint) from None
+    if backend == "dask":
+        # Reachable is not a scheduler: another server there is refused before the run
+        # folder exists too (a second connection, closed at once: a fraction of a second).
+        from flowkit.runs.dispatch import connect_dask
+
+        connect_dask(address).close()
+    if backend == "ray":
+        # Reachable is not joined: a cluster that refuses the driver is refused here too,
+        # before the run folder exists (the pool reuses this connection).
+        from flowkit.runs.dispatch import connect_ray
+
+        connect_ray(scheduler)
 
 
 def check_main_guard(backend: str, scheduler: str | None) -> None:

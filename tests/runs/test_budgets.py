@@ -286,3 +286,43 @@ def test_a_tools_model_call_from_a_thread_of_its_own_draws_on_the_drivers_budget
     assert [r["outputs"]["said"] for r in result.rows()] == ["model=judge-b"] * 8
     endpoints = read_json(result.run_dir / "run.json")["endpoints"]
     assert [(e["url"], e["model"]) for e in endpoints] == [(llm_server.base_url, "judge-b")]
+
+
+def test_stopping_the_budgets_does_not_wait_for_a_worker_still_connected() -> None:
+    """A worker whose chunk still runs (a Dask task cannot be stopped) keeps its websocket
+    open: a run that stopped on an error (another worker's refusal) waited 30 s for it, then
+    raised TimeoutError in place of that error."""
+    import asyncio
+    import threading
+    import time
+
+    import aiohttp
+
+    from flowkit.llm.leaseserver import serve_leases
+    from flowkit.llm.session import current_session
+
+    connected = threading.Event()
+    release = threading.Event()
+
+    async def hold(url: str, token: str) -> None:
+        async with aiohttp.ClientSession() as http:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with http.ws_connect(url, headers=headers) as ws:
+                connected.set()
+                while not release.is_set() and not ws.closed:
+                    await asyncio.sleep(0.05)
+
+    start = 0.0
+    with (
+        pytest.raises(KeyError, match="the run's own error"),
+        serve_leases(current_session(), None) as ticket,
+    ):
+        worker = threading.Thread(target=asyncio.run, args=(hold(ticket.url, ticket.token),))
+        worker.start()
+        assert connected.wait(10)
+        start = time.monotonic()
+        raise KeyError("the run's own error")
+    took = time.monotonic() - start
+    release.set()
+    worker.join(10)
+    assert took < 8

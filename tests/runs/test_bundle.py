@@ -90,6 +90,52 @@ def test_a_cache_folder_in_the_flows_folder_is_not_sent_and_threads_unpack_at_on
     assert all(f == found[0] for f in found)
 
 
+def test_a_use_node_whose_file_names_code_loads_the_same_flow_from_a_bundle(
+    tmp_path: Path,
+) -> None:
+    """A `use:` node file's `source:` (relative to that file) entered the flow's content as an
+    absolute path: a worker that unpacked the flow elsewhere got another content hash and
+    refused to run ("got different nodes, prompts or code than the driver")."""
+    write(tmp_path / "lib" / "shout.py", "def shout(s: str) -> str:\n    return s.upper()\n")
+    write(tmp_path / "nodes" / "loud.yaml", "type: python\nsource: ../lib/shout.py\n")
+    path = write(
+        tmp_path / "flows" / "f.yaml",
+        """
+        name: f
+        inputs: {q: {type: string}}
+        outputs: {loud: ${loud.output}}
+        nodes:
+          - {name: loud, use: ../nodes/loud.yaml, function: shout, inputs: {s: ${inputs.q}}}
+        """,
+    )
+    flow = load_flow(path)
+    [unpacked] = unpack(pack(flow))
+    assert load_flow(unpacked).content_hash == flow.content_hash
+
+
+def test_threads_of_one_process_unpack_a_flow_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The threading backend's workers share a process id: their partial files had one name,
+    and one thread's rename took the other's file (FileNotFoundError, a flaky failed run)."""
+    import tempfile
+    import threading
+
+    bundle = pack(load_flow(_project(tmp_path / "project")))
+    for round_ in range(20):
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / f"tmp{round_}"))
+        (tmp_path / f"tmp{round_}").mkdir()
+        start = threading.Barrier(8)
+
+        def unpack_at_once(start: threading.Barrier) -> list[str]:
+            start.wait()
+            return unpack(bundle)
+
+        with cf.ThreadPoolExecutor(8) as pool:
+            found = [f.result() for f in [pool.submit(unpack_at_once, start) for _ in range(8)]]
+        assert all(each == found[0] for each in found)
+
+
 def test_a_built_in_flow_travels_by_name() -> None:
     bundle = pack(load_flow("f1_score"))
     assert (bundle.entries, bundle.files) == ((("builtin", "f1_score"),), ())

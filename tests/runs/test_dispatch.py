@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import flowkit
+from flowkit.testing.server import LocalServer
 from tests.support import write_jsonl
 
 
@@ -61,6 +62,48 @@ def test_ray_address_from_the_environment_is_checked_too(
     assert raised.value.message == (
         "cannot reach the Ray cluster at 127.0.0.1:9: [Errno 111] Connection refused"
     )
+    assert not (workdir / "runs").exists()
+
+
+def test_a_ray_cluster_that_answers_but_refuses_the_driver_is_a_usage_error(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reachable is not joined: a cluster that needs an auth token (or runs another Ray) made
+    Ray's own traceback after ~20 s, and left a failed run folder behind."""
+    import socket
+
+    ray = pytest.importorskip("ray")
+
+    def refuse(**_: object) -> None:
+        raise ConnectionError("Failed to connect to Ray cluster at 192.0.2.2:6379")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    data = write_jsonl(workdir / "d.jsonl", [{"answer": "a", "ground_truth": "a"}])
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        address = f"127.0.0.1:{listening.getsockname()[1]}"
+        with pytest.raises(flowkit.UsageError) as raised:
+            flowkit.run("exact_match", data, backend="ray", scheduler=address)
+    assert raised.value.message == (
+        f"cannot connect to the Ray cluster at {address}: "
+        "Failed to connect to Ray cluster at 192.0.2.2:6379"
+    )
+    assert "RAY_AUTH_MODE=token" in (raised.value.hint or "")
+    assert not (workdir / "runs").exists()
+
+
+def test_an_address_that_is_not_a_dask_scheduler_is_a_usage_error(
+    workdir: Path, llm_server: LocalServer
+) -> None:
+    """An HTTP server where the scheduler should be (the dashboard's port): Dask read its reply
+    as a frame of exabytes, and the run failed with numpy's MemoryError, leaving its folder."""
+    pytest.importorskip("distributed")
+    address = "tcp://" + llm_server.base_url.split("//")[1].split("/")[0]
+    data = write_jsonl(workdir / "d.jsonl", [{"answer": "a", "ground_truth": "a"}])
+    with pytest.raises(flowkit.UsageError) as raised:
+        flowkit.run("exact_match", data, backend="dask", scheduler=address)
+    assert raised.value.message.startswith(f"cannot reach the Dask scheduler at {address}: ")
+    assert "not its dashboard's" in (raised.value.hint or "")
     assert not (workdir / "runs").exists()
 
 
