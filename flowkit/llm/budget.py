@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -115,3 +116,26 @@ class TokenBucket:
         """Units available right now (negative while in debt)."""
         self._refill()
         return self._level
+
+
+class Bucket(Protocol):
+    """This run's TokenBucket, or a budget shared with other runs (flowkit.llm.shared)."""
+
+    async def acquire(self, amount: float) -> float: ...
+
+    def adjust(self, delta: float) -> None: ...
+
+
+async def take(rpm: Bucket | None, tpm: Bucket | None, tokens: int) -> None:
+    """One request from ``rpm`` and ``tokens`` from ``tpm`` (this run's buckets, or the budgets
+    shared with other runs: both acquire and adjust alike); the request is given back if the
+    wait for tokens is cancelled."""
+    if rpm is not None:
+        await rpm.acquire(1)
+    if tpm is not None and tokens > 0:
+        try:
+            await tpm.acquire(tokens)
+        except asyncio.CancelledError:
+            if rpm is not None:
+                rpm.adjust(-1)
+            raise

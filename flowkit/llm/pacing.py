@@ -29,11 +29,10 @@ this run (see ``shared``).
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from flowkit.llm.budget import Clock, Sleep, TokenBucket
+from flowkit.llm.budget import Clock, Sleep, TokenBucket, take
 from flowkit.llm.charging import ChargeLearner
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.ratelimits import RateHeaders, announces_limits
@@ -202,12 +201,12 @@ class Pacer:
         shared = self.declared
         if shared is not None:
             await self._draw(shared, tokens)
-        await _take(self._rpm, self._tpm, tokens)
+        await take(self._rpm, self._tpm, tokens)
         self.learner.charged(tokens, 1, scale, self._clock())
 
     async def _draw(self, shared: DeclaredBudget, tokens: int) -> None:
         """Wait for the declared budgets shared with other runs."""
-        await _take(shared.rpm, shared.tpm, tokens)
+        await take(shared.rpm, shared.tpm, tokens)
         # A server-requested pause that began while this request waited holds it too.
         await self.pause_over()
 
@@ -392,24 +391,3 @@ class Pacer:
             return 0.0  # too few to measure: a cut from this would be a guess
         span = now - times[0] + self.window / 60.0
         return len(times) / span * self.window
-
-
-class _Bucket(Protocol):
-    async def acquire(self, amount: float) -> float: ...
-
-    def adjust(self, delta: float) -> None: ...
-
-
-async def _take(rpm: _Bucket | None, tpm: _Bucket | None, tokens: int) -> None:
-    """One request from ``rpm`` and ``tokens`` from ``tpm`` (this run's buckets, or the budgets
-    shared with other runs: both acquire and adjust alike); the request is given back if the
-    wait for tokens is cancelled."""
-    if rpm is not None:
-        await rpm.acquire(1)
-    if tpm is not None and tokens > 0:
-        try:
-            await tpm.acquire(tokens)
-        except asyncio.CancelledError:
-            if rpm is not None:
-                rpm.adjust(-1)
-            raise
