@@ -27,14 +27,7 @@ from rich.text import Text
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.flow.target import ANSWER_INPUTS, APP_FIELDS
 from flowkit.inspect.compare_means import AggregateDelta, quantile, side_by_side
-from flowkit.inspect.compare_rows import (
-    NO_INPUT,
-    Pairs,
-    Side,
-    is_number,
-    pair_rows,
-    read_side,
-)
+from flowkit.inspect.compare_rows import NO_INPUT, Pairs, Side, is_number, pair_rows, read_side
 from flowkit.inspect.trace_view import fold, titled
 from flowkit.runs.folder import read_metrics, read_run_info
 
