@@ -158,3 +158,14 @@ def test_a_lower_is_better_metric_of_metrics_json_turns_its_verdict(tmp_path: Pa
     assert frame.loc["t.mean", "verdict"] == "worse"
     with pytest.raises(UsageError, match=r"--lower-is-better 't\.meen'"):
         flowkit.compare(a, b, lower_is_better=["t.meen"])
+
+
+def test_runs_without_per_row_outputs_repr_without_an_empty_list(tmp_path: Path) -> None:
+    """Runs kept as metrics.json alone read `<RunComparison a → b; 0 paired rows; >`."""
+    a = _run(tmp_path, "a", [3, 4, 5, 6])
+    b = _run(tmp_path, "b", [4, 5, 6, 7])
+    for run in (a, b):
+        (run.run_dir / "outputs.jsonl").unlink()
+    cmp = flowkit.compare(a, b)
+    assert repr(cmp) == "<RunComparison a → b; 0 paired rows>"
+    assert cmp.to_pandas().loc["t.mean", "difference"] == 1.0
