@@ -146,7 +146,6 @@ def compare(
     """Compare RUN_B with RUN_A: mean change per output with a paired bootstrap 95% CI."""
     from flowkit.cli.run_end import Checks, print_outcomes, write_ci_files
     from flowkit.inspect.compare import compare_runs, render
-    from flowkit.inspect.compare_rows import is_number
     from flowkit.inspect.regression import Baseline, judge, parse_drop
     from flowkit.runs.folder import read_metrics, resolve_run_dir
 
@@ -157,15 +156,12 @@ def compare(
     if drops or summary or summary_file:
         checks.baseline = Baseline.read(dir_a)
         checks.baseline.check(drops, "--fail-if")
-    # A metric of metrics.json (a defect rate) is lower-is-better for --fail-if; only per-row
-    # outputs go to the paired comparison, which knows no other names.
-    aggregates = {n for d in (dir_a, dir_b) for n, v in read_metrics(d).items() if is_number(v)}
     result = compare_runs(
         dir_a,
         dir_b,
         key=key,
         metrics=metrics,
-        lower_is_better=[n for n in lower_is_better if n not in aggregates],
+        lower_is_better=lower_is_better,
         resamples=resamples,
         seed=seed,
         top=top,

@@ -27,13 +27,7 @@ from rich.text import Text
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.flow.target import ANSWER_INPUTS, APP_FIELDS
 from flowkit.inspect.compare_means import AggregateDelta, quantile, side_by_side
-from flowkit.inspect.compare_rows import (
-    NO_INPUT,
-    Pairs,
-    Side,
-    pair_rows,
-    read_side,
-)
+from flowkit.inspect.compare_rows import NO_INPUT, Pairs, Side, is_number, pair_rows, read_side
 from flowkit.inspect.trace_view import fold, titled
 from flowkit.runs.folder import read_metrics, read_run_info
 
@@ -233,7 +227,10 @@ def compare_runs(
     common = a.names & b.names
     asked, lower = list(dict.fromkeys(metrics)), set(lower_is_better)
     _check_names(asked, common, "--metric")
-    _check_names(sorted(lower), common, "--lower-is-better")
+    numbers = (read_metrics(run_a), read_metrics(run_b))
+    # A metric of metrics.json (a defect rate, a latency's mean) may be lower-is-better too.
+    aggregates = {n for m in numbers for n, v in m.items() if is_number(v)}
+    _check_names(sorted(lower - aggregates), common, "--lower-is-better")
     names = asked or sorted(common)
     pairs = pair_rows(a, b, key)
     result = Comparison(
@@ -261,10 +258,11 @@ def compare_runs(
     for name in names:
         result.metrics.append(_metric(name, pairs, a, b, result, lower=name in lower, top=top))
     result.aggregates = side_by_side(
-        (read_metrics(run_a), read_metrics(run_b)),
+        numbers,
         (a, b),
         result.metrics,
         verdict=_verdict,
+        lower_is_better=lower & aggregates,
         resamples=resamples,
         seed=seed,
         confidence=confidence,

@@ -20,7 +20,7 @@ import math
 import random
 import re
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
@@ -155,12 +155,14 @@ def side_by_side(
     compared: Sequence[Any],
     *,
     verdict: Callable[[float, float, bool], str],
+    lower_is_better: Collection[str] = (),
     resamples: int,
     seed: int,
     confidence: float,
 ) -> list[AggregateDelta]:
     """metrics.json side by side, each number's change with its interval where the runs' files
-    allow one; ``compared`` are the per-row outputs' ``MetricDelta``."""
+    allow one; ``compared`` are the per-row outputs' ``MetricDelta``; a metric named in
+    ``lower_is_better`` is better lower, whatever the output it is the mean of."""
     ma, mb = metrics
     paired = {m.name: (m.n, m.ci_low, m.ci_high) for m in compared}
     lower = {m.name: m.lower_is_better for m in compared}
@@ -182,6 +184,7 @@ def side_by_side(
         )
         said = None
         if found.low is not None and found.high is not None and found.output is not None:
-            said = verdict(found.low, found.high, lower.get(found.output, False))
+            lower_here = name in lower_is_better or lower.get(found.output, False)
+            said = verdict(found.low, found.high, lower_here)
         out.append(AggregateDelta(name, va, vb, delta, found.low, found.high, said, found.how))
     return out

@@ -86,7 +86,7 @@ class RunComparison:
         extra = f", … {more} more" if more > 0 else ""
         return (
             f"<RunComparison {self.run_a.name} → {self.run_b.name}; "
-            f"{self.comparison.paired} paired rows; {verdicts}{extra}>"
+            f"{self.comparison.paired} paired rows{'; ' if verdicts else ''}{verdicts}{extra}>"
         )
 
     def _repr_html_(self) -> str:

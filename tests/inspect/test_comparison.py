@@ -146,3 +146,26 @@ def test_a_mean_with_a_stored_stdev_and_count_or_none_and_why(tmp_path: Path) ->
         "none: no per-row output has this mean in both runs, and metrics.json stores no "
         "t.other.stdev and t.other.count for it"
     )
+
+
+def test_a_lower_is_better_metric_of_metrics_json_turns_its_verdict(tmp_path: Path) -> None:
+    """`--lower-is-better t.mean` (a metric, not a per-row output) was refused from Python and
+    dropped by `compare`, whose table then called the rise that --fail-if failed "better"."""
+    a = _run(tmp_path, "a", [3, 4, 5, 6])
+    b = _run(tmp_path, "b", [4, 5, 6, 7])
+    frame = flowkit.compare(a, b, lower_is_better=["t.mean"]).to_pandas()
+    assert frame.loc["y.score", "verdict"] == "better"  # not named: higher is better
+    assert frame.loc["t.mean", "verdict"] == "worse"
+    with pytest.raises(UsageError, match=r"--lower-is-better 't\.meen'"):
+        flowkit.compare(a, b, lower_is_better=["t.meen"])
+
+
+def test_runs_without_per_row_outputs_repr_without_an_empty_list(tmp_path: Path) -> None:
+    """Runs kept as metrics.json alone read `<RunComparison a → b; 0 paired rows; >`."""
+    a = _run(tmp_path, "a", [3, 4, 5, 6])
+    b = _run(tmp_path, "b", [4, 5, 6, 7])
+    for run in (a, b):
+        (run.run_dir / "outputs.jsonl").unlink()
+    cmp = flowkit.compare(a, b)
+    assert repr(cmp) == "<RunComparison a → b; 0 paired rows>"
+    assert cmp.to_pandas().loc["t.mean", "difference"] == 1.0
