@@ -143,3 +143,31 @@ def test_a_run_killed_on_one_machine_is_resumed_from_another(
     info = json.loads(stored(url)["run.json"])
     assert info["status"] == "completed" and info["lease"]["host"] == "elsewhere"
     assert json.loads(stored(url)["lease-000002.json"])["released"] is True
+
+
+def test_a_store_that_refuses_is_an_error_naming_the_url_not_a_traceback(
+    project: Path, s3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No such bucket for a new run; credentials the store refuses for show and resume."""
+    runner = CliRunner()
+    made = runner.invoke(main, ["run", "f1_score", "--data", "data.jsonl",
+                                "--output", "s3://no-such-bucket-here/runs/x", "-q"])  # fmt: skip
+    assert made.exit_code == 2, made.output
+    assert made.stderr.startswith("error: s3://no-such-bucket-here/runs/x: the object store ")
+    assert "Traceback" not in made.output
+    assert runner.invoke(main, ["run", "f1_score", "--data", "data.jsonl",
+                                "--output", f"{s3}/a", "-q"]).exit_code == 0  # fmt: skip
+    monkeypatch.setattr(RemoteFolder, "names", _refused)
+    for args in (
+        ["show", f"{s3}/a"],
+        ["run", "--resume", f"{s3}/a"],
+        ["show", "a", "--runs-dir", s3],
+    ):
+        refused = runner.invoke(main, args)
+        assert refused.exit_code == 2, (args, refused.output)
+        assert "the object store failed: Access Denied" in refused.stderr, args
+        assert "check that the bucket exists" in refused.stderr
+
+
+def _refused(self: RemoteFolder) -> list[str]:
+    raise PermissionError("Access Denied")
