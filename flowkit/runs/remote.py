@@ -87,6 +87,11 @@ def read_copy(url: str) -> Path:
 _reads: str | None = None
 
 
+def is_read_copy(path: Path) -> bool:
+    """Whether ``path`` is in a copy :func:`read_copy` made (removed when the process ends)."""
+    return _reads is not None and Path(_reads) in path.resolve().parents
+
+
 def find_run(base: str, run: str) -> str:
     """The URL of run ``run`` (a name, or a unique start of one) under ``base``."""
     with store_errors(base):

@@ -171,3 +171,17 @@ def test_a_store_that_refuses_is_an_error_naming_the_url_not_a_traceback(
 
 def _refused(self: RemoteFolder) -> list[str]:
     raise PermissionError("Access Denied")
+
+
+def test_a_report_of_a_run_in_the_store_is_written_here_not_in_the_temporary_copy(
+    project: Path, s3: str
+) -> None:
+    """The copy `report` reads is removed when the command ends: by default the page is
+    written in the current folder, named after the run."""
+    runner = CliRunner()
+    assert runner.invoke(main, ["run", "f1_score", "--data", "data.jsonl",
+                                "--output", f"{s3}/a", "-q"]).exit_code == 0  # fmt: skip
+    made = runner.invoke(main, ["report", f"{s3}/a"])
+    assert made.exit_code == 0, made.output
+    assert made.stdout.startswith("report: a-report.html ")
+    assert (project / "a-report.html").is_file()
