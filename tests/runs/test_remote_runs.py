@@ -179,8 +179,10 @@ def test_a_report_of_a_run_in_the_store_is_written_here_not_in_the_temporary_cop
     """The copy `report` reads is removed when the command ends: by default the page is
     written in the current folder, named after the run."""
     runner = CliRunner()
-    assert runner.invoke(main, ["run", "f1_score", "--data", "data.jsonl",
-                                "--output", f"{s3}/a", "-q"]).exit_code == 0  # fmt: skip
+    ran = runner.invoke(main, ["run", "f1_score", "--data", "data.jsonl",
+                               "--output", f"{s3}/a", "-q"])  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    assert f"run folder: {s3}/a\n" in ran.stdout  # the URL, not the staging copy
     made = runner.invoke(main, ["report", f"{s3}/a"])
     assert made.exit_code == 0, made.output
     assert made.stdout.startswith("report: a-report.html ")
