@@ -69,7 +69,9 @@ class LeaseService:
 
         app = web.Application()
         app.router.add_get("/lease", self._socket)
-        self._runner = web.AppRunner(app, handle_signals=False)
+        # Stopping waits 1 s at most for the workers' connections (aiohttp's default is 60 s:
+        # a stopped run's threads hold theirs while their chunks run on).
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         try:
             site = web.TCPSite(self._runner, self._host, self._port)
