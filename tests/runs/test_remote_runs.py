@@ -187,3 +187,23 @@ def test_a_report_of_a_run_in_the_store_is_written_here_not_in_the_temporary_cop
     assert made.exit_code == 0, made.output
     assert made.stdout.startswith("report: a-report.html ")
     assert (project / "a-report.html").is_file()
+
+
+def test_ctrl_c_on_a_run_in_the_store_names_its_url(
+    s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flowkit.runs.job import Interrupted
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stop.py").write_text(
+        "import os, signal\n\n\ndef stop(x: int) -> int:\n"
+        "    if x == 3:\n        os.kill(os.getpid(), signal.SIGINT)\n    return x\n"
+    )
+    (tmp_path / "stop.yaml").write_text(
+        "name: stop\ninputs: {x: {type: integer}}\noutputs: {y: ${s.output}}\nnodes:\n"
+        "  - {name: s, type: python, source: stop.py, function: stop, inputs: {x: ${inputs.x}}}\n"
+    )
+    (tmp_path / "x.jsonl").write_text("".join(f'{{"x": {i}}}\n' for i in range(50)))
+    with pytest.raises(Interrupted) as raised:
+        flowkit.run("stop.yaml", "x.jsonl", output=f"{s3}/stopped", use_cache=False)
+    assert raised.value.message == f"interrupted; finished rows are kept in {s3}/stopped"
