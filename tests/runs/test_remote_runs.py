@@ -192,18 +192,27 @@ def test_a_report_of_a_run_in_the_store_is_written_here_not_in_the_temporary_cop
 def test_ctrl_c_on_a_run_in_the_store_names_its_url(
     s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import signal
+
     from flowkit.runs.job import Interrupted
 
+    # An earlier in-process CLI error ignores Ctrl-C from then on (flowkit.cli.group).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "stop.py").write_text(
-        "import os, signal\n\n\ndef stop(x: int) -> int:\n"
-        "    if x == 3:\n        os.kill(os.getpid(), signal.SIGINT)\n    return x\n"
+        "import os, signal, time\n\n\ndef stop(x: int) -> int:\n"
+        "    if x == 3:\n        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.02)  # the rows after it are not all done before it is seen\n"
+        "    return x\n"
     )
     (tmp_path / "stop.yaml").write_text(
         "name: stop\ninputs: {x: {type: integer}}\noutputs: {y: ${s.output}}\nnodes:\n"
         "  - {name: s, type: python, source: stop.py, function: stop, inputs: {x: ${inputs.x}}}\n"
     )
     (tmp_path / "x.jsonl").write_text("".join(f'{{"x": {i}}}\n' for i in range(50)))
-    with pytest.raises(Interrupted) as raised:
-        flowkit.run("stop.yaml", "x.jsonl", output=f"{s3}/stopped", use_cache=False)
+    try:
+        with pytest.raises(Interrupted) as raised:
+            flowkit.run("stop.yaml", "x.jsonl", output=f"{s3}/stopped", use_cache=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert raised.value.message == f"interrupted; finished rows are kept in {s3}/stopped"
