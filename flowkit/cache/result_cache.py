@@ -37,9 +37,15 @@ def encode_entry(output: Any, meta: dict[str, Any] | None = None) -> bytes:
 
 
 def decode_entry(raw: bytes) -> Hit:
-    """The (output, meta) of an entry's bytes; raises on bytes that are not one."""
+    """The (output, meta) of an entry's bytes; raises on bytes that are not one (JSON of
+    another shape too: an object store's entries may be written by anything with access)."""
     entry = loads(raw)
-    return entry["o"], entry.get("m")
+    if not isinstance(entry, dict) or "o" not in entry:
+        raise ValueError("not a cache entry")
+    meta = entry.get("m")
+    if meta is not None and not isinstance(meta, dict):
+        raise ValueError("not a cache entry: its metadata is not an object")
+    return entry["o"], meta
 
 
 class ResultCache(Protocol):

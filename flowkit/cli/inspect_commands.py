@@ -190,7 +190,8 @@ def compare(
     "--output",
     "-o",
     type=click.Path(dir_okay=False),
-    help="The HTML file to write (default: report.html in the run folder).",
+    help="The HTML file to write (default: report.html in the run folder; for a run in an "
+    "object store, NAME-report.html here).",
 )
 @click.option("--compare", "compare_ref", metavar="RUN_B", help="Also compare RUN_B with RUN.")
 @click.option("--key", help="With --compare: pair rows by this input column instead of by line.")
@@ -229,12 +230,16 @@ def report(
     """Write RUN as one self-contained HTML page: metrics, charts, rows and their traces."""
     from flowkit.inspect.report import Limits, write_report
     from flowkit.runs.folder import resolve_run_dir
+    from flowkit.runs.remote import is_read_copy
 
     run_dir = resolve_run_dir(run_ref, Path(runs_dir))
     other = resolve_run_dir(compare_ref, Path(runs_dir)) if compare_ref else None
+    default = run_dir / "report.html"
+    if is_read_copy(run_dir):  # a downloaded copy, removed when this command ends
+        default = Path(f"{run_dir.name}-report.html")
     written = write_report(
         run_dir,
-        Path(output) if output else run_dir / "report.html",
+        Path(output) if output else default,
         compare_with=other,
         key=key,
         lower_is_better=lower_is_better,

@@ -36,7 +36,8 @@ def report_end(result: Any, verbose: bool = False) -> None:
         from flowkit.inspect.show import batch_note
 
         console.print(f"cost ≈ ${cost:.4f} {batch_note(result.info)}", highlight=False)
-    console.print(f"run folder: {result.run_dir}")
+    # A folder in an object store is named by its URL: the local one is only its staging copy.
+    console.print(f"run folder: {result.info.get('location') or result.run_dir}")
     if c["failed"]:
         from flowkit.inspect.trace_view import show_sections  # reads the traces: only now
 
@@ -61,6 +62,8 @@ def run_ref(result: Any) -> str:
     from flowkit.errors import UsageError
     from flowkit.runs.folder import resolve_run_dir
 
+    if result.info.get("location"):  # in an object store (its staging copy is not the run)
+        return shlex.quote(str(result.info["location"]))
     try:
         if resolve_run_dir(result.run_id).resolve() == Path(result.run_dir).resolve():
             return str(result.run_id)

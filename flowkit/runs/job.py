@@ -241,7 +241,7 @@ def _execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     if full or writer.out_of_space:
         raise OutOfSpace(writer.dir)
     if status == INTERRUPTED:
-        raise Interrupted(writer.dir)
+        raise Interrupted(writer.dir, writer.info.get("location"))
     return RunResult(writer.dir, status, metrics or {}, counts, stats.token_totals(), writer.info)
 
 
@@ -367,6 +367,7 @@ class Interrupted(FlowkitError):
 
     exit_code = 130
 
-    def __init__(self, run_dir: Path) -> None:
-        super().__init__(f"interrupted; finished rows are kept in {run_dir}")
+    def __init__(self, run_dir: Path, location: str | None = None) -> None:
+        # A folder in an object store is named by its URL (run_dir is its staging copy).
+        super().__init__(f"interrupted; finished rows are kept in {location or run_dir}")
         self.run_dir = run_dir

@@ -131,19 +131,49 @@ class DriverLookup:
         self._sink = _RowSink(executor.writer.run_id)
         probe = Executor(executor.flow, executor.options, self._recorder, self._sink, executor.ctx)
         probe.aggregates = executor.aggregates  # an answered row's columns go to the run's
-        real_start = probe.nodes.start
+        real_start, real_inline = probe.nodes.start, probe._run_inline
+        inline = [0]  # how deep in plans that run in order, where no node can be put off
 
         def start(
             node: BoundNode, scope: Scope, line: int, prefix: str
         ) -> Coroutine[Any, Any, None] | None:
-            coro = real_start(node, scope, line, prefix)
+            # A missed node is put off, not raised at once, where its plan waits: the nodes
+            # beside it that the cache answers are looked up too, so that the worker gets
+            # their entries and does not pay for them again.
+            try:
+                coro = real_start(node, scope, line, prefix)
+            except _Missed as missed:
+                if inline[0]:
+                    raise
+                return self._put_off(missed)
             if coro is not None and node.kind != "flow":  # a sub-flow's nodes come here too
                 coro.close()
-                raise _Missed(prefix + node.name)
+                would_run = _Missed(prefix + node.name)
+                if inline[0]:
+                    raise would_run
+                return self._put_off(would_run)
             return coro
 
+        def run_inline(plan: Any, scope: Scope, line: int, prefix: str) -> None:
+            inline[0] += 1
+            try:
+                real_inline(plan, scope, line, prefix)
+            finally:
+                inline[0] -= 1
+
         probe.nodes.start = start  # type: ignore[method-assign]
+        probe._run_inline = run_inline  # type: ignore[method-assign]
         self._probe = probe
+        self._raised = False
+
+    async def _put_off(self, missed: _Missed) -> None:
+        """A missed node's stand-in: once the nodes started beside it have run, the row's
+        first one raises, and the others wait to be cancelled (no exception left unread)."""
+        await asyncio.sleep(0)
+        if not self._raised:
+            self._raised = True
+            raise missed
+        await asyncio.get_running_loop().create_future()
 
     def misses(self, rows: Iterable[Row]) -> Iterator[Shipped]:
         it = iter(rows)
@@ -172,6 +202,7 @@ class DriverLookup:
         sink.clear()
         probe.missing = MissingKeys(sink)  # this row's alone, merged into the run's if answered
         self._recorder.found = {}
+        self._raised = False
         try:
             await probe._row(*row)
         except _Missed:

@@ -22,6 +22,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -57,6 +58,20 @@ def staging_dir(url: str) -> Path:
     return Path(base) / digest / url.rsplit("/", 1)[-1]
 
 
+@contextlib.contextmanager
+def store_errors(url: str) -> Iterator[None]:
+    """The store's failures before a run or a read starts (no such bucket, credentials it
+    refuses, an endpoint it cannot reach) as a usage error naming the URL, not a traceback."""
+    try:
+        yield
+    except OSError as err:
+        raise UsageError(
+            f"{url}: the object store failed: {err or type(err).__name__}",
+            hint="check that the bucket exists and the store's settings (for S3 the AWS_* "
+            "variables: credentials, AWS_ENDPOINT_URL for a compatible server)",
+        ) from None
+
+
 def read_copy(url: str) -> Path:
     """A copy of a remote run folder to read (`show`, `compare`): a folder of its own, never
     the staging a run may be writing, removed when the process ends."""
@@ -65,15 +80,22 @@ def read_copy(url: str) -> Path:
         _reads = tempfile.mkdtemp(prefix="flowkit-read-")
         atexit.register(shutil.rmtree, _reads, True)
     into = Path(tempfile.mkdtemp(dir=_reads)) / url.rsplit("/", 1)[-1]
-    return RemoteFolder(url, into).download()
+    with store_errors(url):
+        return RemoteFolder(url, into).download()
 
 
 _reads: str | None = None
 
 
+def is_read_copy(path: Path) -> bool:
+    """Whether ``path`` is in a copy :func:`read_copy` made (removed when the process ends)."""
+    return _reads is not None and Path(_reads) in path.resolve().parents
+
+
 def find_run(base: str, run: str) -> str:
     """The URL of run ``run`` (a name, or a unique start of one) under ``base``."""
-    names = RemoteFolder(base).names()
+    with store_errors(base):
+        names = RemoteFolder(base).names()
     if run in names:
         return f"{base}/{run}"
     candidates = sorted(n for n in names if n.startswith(run))
@@ -209,10 +231,12 @@ def claim_remote(url: str, overwrite: bool) -> tuple[RemoteFolder, Lease, Binary
     from flowkit.runs.lease import take
 
     remote = RemoteFolder(url, staging_dir(url))
-    remote.check_new(overwrite)
-    lease = take(remote, url.rsplit("/", 1)[-1], "run")
+    with store_errors(url):
+        remote.check_new(overwrite)
+        lease = take(remote, url.rsplit("/", 1)[-1], "run")
     try:
-        remote.clear()
+        with store_errors(url):
+            remote.clear()
         return remote, lease, claim_run_dir(remote.staging, overwrite=True)
     except BaseException:
         lease.release()

@@ -11,14 +11,21 @@ import json
 import os
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flowkit.errors import UsageError, display
 from flowkit.runs.lease import Lease, LocalPlace, alive, live, newest, process_start, take
-from flowkit.runs.remote import RemoteFolder, find_run, read_copy, remote_url, staging_dir
+from flowkit.runs.remote import (
+    RemoteFolder,
+    find_run,
+    read_copy,
+    remote_url,
+    staging_dir,
+    store_errors,
+)
 
 RUNNING, COMPLETED, INTERRUPTED, FAILED = "running", "completed", "interrupted", "failed"
 
@@ -141,10 +148,12 @@ def claimed(run: str | os.PathLike[str], runs_root: str | os.PathLike[str]) -> I
     where = f"run {run_dir.name!r}"
     if remote is None:
         _not_running(read_run_info(run_dir), where)
-    lease = take(remote or LocalPlace(run_dir), run_dir.name, "resume")
+    with store_errors(url) if url is not None else nullcontext():
+        lease = take(remote or LocalPlace(run_dir), run_dir.name, "resume")
     try:
         if remote is not None:
-            remote.download()
+            with store_errors(remote.where):
+                remote.download()
         info = read_run_info(run_dir)
         if remote is not None:
             _not_running(info, where)

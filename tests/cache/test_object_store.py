@@ -99,6 +99,27 @@ def test_a_damaged_object_is_a_miss_with_a_notice_and_is_replaced(
     assert replaced in [o["said"] for o in _outputs(first.run_dir)]
 
 
+def test_an_object_of_another_shape_is_a_damaged_one(
+    s3_url: str, llm_server: LocalServer, workdir: Path
+) -> None:
+    """Valid JSON that is not an entry (written by anything with access to the bucket) is a
+    miss, as a cut one is: never a crash of the run reading it."""
+    write(workdir / "judge.yaml", JUDGE)
+    data = write_jsonl(workdir / "q.jsonl", [{"q": f"question {i}"} for i in range(4)])
+    first = flowkit.run("judge.yaml", data, cache_dir=s3_url, output="first")
+    fs = s3_fs(dict(os.environ))
+    bodies = [b'{"o": "x", "m": 5}', b"[1, 2]", b'"text"', b'{"m": {}}']
+    for name, body in zip(sorted(_objects(s3_url)), bodies, strict=True):
+        fs.pipe_file(name, body)
+    llm_server.reset()
+    again = flowkit.run("judge.yaml", data, cache_dir=s3_url, output="again")
+    assert again.status == "completed"
+    assert llm_server.stats()["chat_completions"] == 4
+    assert _outputs(again.run_dir) == _outputs(first.run_dir)
+    notices = read_json(again.run_dir / "run.json")["notices"]
+    assert any(n.startswith("4 damaged object(s) in the cache") for n in notices)
+
+
 def test_an_unreachable_store_is_a_notice_and_the_run_goes_on(
     llm_server: LocalServer, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

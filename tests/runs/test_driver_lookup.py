@@ -156,3 +156,41 @@ def test_rows_answered_on_the_driver_count_missing_keys_once(workdir: Path) -> N
     kept = read_json(local.run_dir / "run.json")
     assert read_json(again.run_dir / "run.json")["missing_keys"] == kept["missing_keys"]
     assert read_json(again.run_dir / "run.json")["notices"] == kept["notices"]
+
+
+# Two model calls a row that do not read each other, the first declared first.
+SIDE_BY_SIDE = """
+    name: side_by_side
+    inputs: {q: {type: string}}
+    outputs: {one: ${one.output}, two: ${two.output}}
+    nodes:
+      - name: one
+        type: llm
+        messages: [{role: user, content: "ONE_PROMPT {{ q }}"}]
+        inputs: {q: ${inputs.q}}
+      - name: two
+        type: llm
+        messages: [{role: user, content: "Another view of {{ q }}"}]
+        inputs: {q: ${inputs.q}}
+    """
+
+
+def test_a_missed_node_does_not_cost_the_cached_nodes_beside_it(
+    llm_server: LocalServer, workdir: Path
+) -> None:
+    data = write_jsonl(workdir / "q.jsonl", [{"q": f"question {i}"} for i in range(6)])
+    flow = write(workdir / "s.yaml", SIDE_BY_SIDE.replace("ONE_PROMPT", "Tell me about"))
+    cache = workdir / "cache"
+    flowkit.run(flow, data, cache_dir=cache, output="first")
+    llm_server.reset()
+    # The first node's prompt changed: its miss is met before the second node is looked up,
+    # and the rows go out with the second node's entries all the same (as a local run, the
+    # workers pay for the first node alone).
+    write(workdir / "s.yaml", SIDE_BY_SIDE.replace("ONE_PROMPT", "Tell me all about"))
+    changed = flowkit.run(
+        flow, data, cache_dir=cache, output="changed", backend="threading", workers=2
+    )
+    paid = _paid(changed)
+    assert {t["node"] for t in paid} == {"one"}
+    assert llm_server.stats()["chat_completions"] == len(paid) == 6
+    assert changed.counts["cache_hits"] == 6 and changed.counts["succeeded"] == 6

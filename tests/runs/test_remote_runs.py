@@ -143,3 +143,76 @@ def test_a_run_killed_on_one_machine_is_resumed_from_another(
     info = json.loads(stored(url)["run.json"])
     assert info["status"] == "completed" and info["lease"]["host"] == "elsewhere"
     assert json.loads(stored(url)["lease-000002.json"])["released"] is True
+
+
+def test_a_store_that_refuses_is_an_error_naming_the_url_not_a_traceback(
+    project: Path, s3: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No such bucket for a new run; credentials the store refuses for show and resume."""
+    runner = CliRunner()
+    made = runner.invoke(main, ["run", "f1_score", "--data", "data.jsonl",
+                                "--output", "s3://no-such-bucket-here/runs/x", "-q"])  # fmt: skip
+    assert made.exit_code == 2, made.output
+    assert made.stderr.startswith("error: s3://no-such-bucket-here/runs/x: the object store ")
+    assert "Traceback" not in made.output
+    assert runner.invoke(main, ["run", "f1_score", "--data", "data.jsonl",
+                                "--output", f"{s3}/a", "-q"]).exit_code == 0  # fmt: skip
+    monkeypatch.setattr(RemoteFolder, "names", _refused)
+    for args in (
+        ["show", f"{s3}/a"],
+        ["run", "--resume", f"{s3}/a"],
+        ["show", "a", "--runs-dir", s3],
+    ):
+        refused = runner.invoke(main, args)
+        assert refused.exit_code == 2, (args, refused.output)
+        assert "the object store failed: Access Denied" in refused.stderr, args
+        assert "check that the bucket exists" in refused.stderr
+
+
+def _refused(self: RemoteFolder) -> list[str]:
+    raise PermissionError("Access Denied")
+
+
+def test_a_report_of_a_run_in_the_store_is_written_here_not_in_the_temporary_copy(
+    project: Path, s3: str
+) -> None:
+    """The copy `report` reads is removed when the command ends: by default the page is
+    written in the current folder, named after the run."""
+    runner = CliRunner()
+    ran = runner.invoke(main, ["run", "f1_score", "--data", "data.jsonl",
+                               "--output", f"{s3}/a", "-q"])  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    assert f"run folder: {s3}/a\n" in ran.stdout  # the URL, not the staging copy
+    made = runner.invoke(main, ["report", f"{s3}/a"])
+    assert made.exit_code == 0, made.output
+    assert made.stdout.startswith("report: a-report.html ")
+    assert (project / "a-report.html").is_file()
+
+
+def test_ctrl_c_on_a_run_in_the_store_names_its_url(
+    s3: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    from flowkit.runs.job import Interrupted
+
+    # An earlier in-process CLI error ignores Ctrl-C from then on (flowkit.cli.group).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "stop.py").write_text(
+        "import os, signal, time\n\n\ndef stop(x: int) -> int:\n"
+        "    if x == 3:\n        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.02)  # the rows after it are not all done before it is seen\n"
+        "    return x\n"
+    )
+    (tmp_path / "stop.yaml").write_text(
+        "name: stop\ninputs: {x: {type: integer}}\noutputs: {y: ${s.output}}\nnodes:\n"
+        "  - {name: s, type: python, source: stop.py, function: stop, inputs: {x: ${inputs.x}}}\n"
+    )
+    (tmp_path / "x.jsonl").write_text("".join(f'{{"x": {i}}}\n' for i in range(50)))
+    try:
+        with pytest.raises(Interrupted) as raised:
+            flowkit.run("stop.yaml", "x.jsonl", output=f"{s3}/stopped", use_cache=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert raised.value.message == f"interrupted; finished rows are kept in {s3}/stopped"

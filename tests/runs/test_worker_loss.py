@@ -190,3 +190,35 @@ def test_sigterm_on_the_driver_stops_the_workers_and_keeps_finished_rows(
     kept = read_jsonl(tmp_path / "s" / "outputs.jsonl")
     assert info["status"] == "interrupted"
     assert 0 < len(kept) == info["counts"]["succeeded"]
+
+
+def test_sigterm_on_a_threading_run_closes_it_as_interrupted_at_once(
+    flow: Path, llm_server: LocalServer, tmp_path: Path
+) -> None:
+    """The threads' chunks run on and hold their connections to the lease service: stopping
+    it does not wait for them (it did, 30 s, then the run failed with a TimeoutError)."""
+    import signal
+    import threading
+    import time
+
+    from flowkit.runs.job import Interrupted
+    from tests.support import read_json
+
+    data = write_jsonl(tmp_path / "rows.jsonl", [{"q": f"q-{i}"} for i in range(2000)])
+    stopped: list[float] = []
+
+    def stop_when_busy() -> None:
+        while llm_server.stats()["chat_completions"] < 100:
+            time.sleep(0.01)
+        stopped.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    stopper = threading.Thread(target=stop_when_busy)
+    stopper.start()
+    with pytest.raises(Interrupted):
+        flowkit.run(
+            str(flow), data, use_cache=False, output=str(tmp_path / "s"), backend="threading"
+        )
+    assert time.monotonic() - stopped[0] < 15
+    stopper.join()
+    assert read_json(tmp_path / "s" / "run.json")["status"] == "interrupted"
