@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import flowkit
 from flowkit.llm import clients, memory
 from flowkit.llm.client import chat
@@ -217,6 +219,9 @@ def test_a_run_keeps_its_endpoints_beside_the_cache(
     assert "sk-local-test" not in (tmp_path / "cache" / memory.FILE).read_text()
 
 
+# Real time against a rate cap: the pace is learned from how fast replies come back, which a
+# test running beside others on the same cores skews; the slow stage runs it alone (-n0).
+@pytest.mark.slow
 def test_a_run_that_opens_from_memory_says_so(llm_server: LocalServer, tmp_path: Path) -> None:
     rows = tmp_path / "rows.jsonl"
     rows.write_text(
@@ -253,6 +258,9 @@ def test_a_run_that_opens_from_memory_says_so(llm_server: LocalServer, tmp_path:
     assert len([n for n in third.info["notes"] if "last run" in n]) == 1
 
 
+# Real time against a rate cap: the pace is learned from how fast replies come back, which a
+# test running beside others on the same cores skews; the slow stage runs it alone (-n0).
+@pytest.mark.slow
 def test_workers_that_open_from_memory_say_so_in_the_runs_notes(
     llm_server: LocalServer, tmp_path: Path
 ) -> None:
