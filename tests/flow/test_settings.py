@@ -140,3 +140,20 @@ def test_a_suite_of_suites_takes_its_metrics_settings(aie: Path, workdir: Path) 
         "--map groundedness.treshold: flow 'groundedness' has no input 'treshold' (did you "
         "mean 'threshold'?)"
     )
+
+
+@pytest.mark.slow  # starts worker processes
+def test_workers_rebuild_the_suite_with_its_settings_as_the_driver_does(
+    aie: Path, tmp_path: Path
+) -> None:
+    """A worker refuses a flow whose content hash is not the driver's: the nested rebuild is
+    the same in both."""
+    settings = {"groundedness.threshold": "4", "domain": "geo"}
+    on_workers = {"backend": "loky", "workers": 2, "chunk_size": 1}
+    result = flowkit.run(
+        "qa_suite", aie, target="oai_app.py:answer", mapping=settings,
+        cache_dir=tmp_path / "cache", output="loky", **on_workers,
+    )  # fmt: skip
+    assert result.counts["succeeded"] == 2
+    assert result.metrics["groundedness.pass_rate"] == 0.5
+    assert [r["inputs"]["domain"] for r in result.rows()] == ["geo", "geo"]
