@@ -9,9 +9,11 @@ with each such setting as an input of its own, wired to the sub-flow nodes it na
   a run's own flow name as ``NODE`` is the flow's input itself;
 - ``INPUT`` that is no input of the run's flow: every sub-flow node whose flow takes it.
 
-The rebuilt flow names the new input ``NODE__INPUT`` (or ``INPUT``) and the mapping is rewritten
-to it. The run, its resume and its worker processes all rebuild from the recorded mapping, so
-they run the same flow (the content hash checks it).
+The node is found however deep it sits (a suite inside --target's wrapper, a suite of suites):
+each sub-flow on the way down is rebuilt with the setting as an input of its own, passed on to
+the next. The rebuilt flow names the new input ``NODE__INPUT`` (or ``INPUT``) and the mapping is
+rewritten to it. The run, its resume and its worker processes all rebuild from the recorded
+mapping, so they run the same flow (the content hash checks it).
 """
 
 from __future__ import annotations
