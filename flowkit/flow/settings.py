@@ -9,9 +9,11 @@ with each such setting as an input of its own, wired to the sub-flow nodes it na
   a run's own flow name as ``NODE`` is the flow's input itself;
 - ``INPUT`` that is no input of the run's flow: every sub-flow node whose flow takes it.
 
-The rebuilt flow names the new input ``NODE__INPUT`` (or ``INPUT``) and the mapping is rewritten
-to it. The run, its resume and its worker processes all rebuild from the recorded mapping, so
-they run the same flow (the content hash checks it).
+The node is found however deep it sits (a suite inside --target's wrapper, a suite of suites):
+each sub-flow on the way down is rebuilt with the setting as an input of its own, passed on to
+the next. The rebuilt flow names the new input ``NODE__INPUT`` (or ``INPUT``) and the mapping is
+rewritten to it. The run, its resume and its worker processes all rebuild from the recorded
+mapping, so they run the same flow (the content hash checks it).
 """
 
 from __future__ import annotations
@@ -23,17 +25,36 @@ from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.flow.graph import Flow
 from flowkit.flow.source import YDict
 
+Path_ = tuple[str, ...]
+"""Sub-flow node names from the run's flow down to the one whose input a setting sets."""
 
-def _targets(flow: Flow, key: str) -> list[tuple[str, str]]:
-    """The (sub-flow node, its input) pairs ``key`` sets; empty when it sets none."""
-    subs = {n.name: n.impl for n in flow.nodes.values() if n.kind == "flow"}
+
+def _subs(flow: Flow) -> dict[str, Flow]:
+    """The flow's sub-flow nodes, by node name; not --target's app, whose inputs are the run's."""
+    from flowkit.flow.target import TARGET_NODE
+
+    return {
+        n.name: n.impl
+        for n in flow.nodes.values()
+        if n.kind == "flow"
+        and isinstance(n.impl, Flow)
+        and not (flow.target is not None and n.name == TARGET_NODE)
+    }
+
+
+def _targets(flow: Flow, key: str) -> list[tuple[Path_, str]]:
+    """The (path to a sub-flow node, its input) pairs ``key`` sets, however deep the node sits
+    (a suite inside --target's wrapper, a suite of suites); empty when it sets none."""
     node, dot, name = key.partition(".")
-    if dot:
-        sub = subs.get(node)
-        return [(node, name)] if isinstance(sub, Flow) and name in sub.inputs else []
-    if key in flow.inputs:
+    if not dot and key in flow.inputs:
         return []
-    return [(n, key) for n, sub in subs.items() if isinstance(sub, Flow) and key in sub.inputs]
+    found: list[tuple[Path_, str]] = []
+    for sub_name, sub in _subs(flow).items():
+        if (sub_name == node and name in sub.inputs) if dot else key in sub.inputs:
+            found.append(((sub_name,), name if dot else key))
+        else:  # a flow that does not take it may hold flows that do
+            found += [((sub_name, *path), p) for path, p in _targets(sub, key)]
+    return found
 
 
 def with_settings(flow: Flow, mapping: dict[str, str] | None) -> tuple[Flow, dict[str, str]]:
@@ -46,7 +67,7 @@ def with_settings(flow: Flow, mapping: dict[str, str] | None) -> tuple[Flow, dic
         bare = key.partition(".")[2]
         if bare in flow.inputs:
             mapping[bare] = mapping.pop(key)
-    wiring: dict[str, list[tuple[str, str]]] = {}
+    wiring: dict[str, list[tuple[Path_, str]]] = {}
     for key in list(mapping):
         targets = _targets(flow, key)
         if targets:
@@ -72,15 +93,31 @@ def _unaliased(key: str) -> str:
 
 def flows_of(flow: Flow) -> list[str]:
     """The flows of a run as the user named them: the flow itself (not the `suite` that
-    `flowkit run A B` makes, nor the flow --target wraps it in) and its sub-flow nodes (not
-    --target's app and agent_metrics)."""
-    subs = [n.name for n in flow.nodes.values() if n.kind == "flow"]
-    if flow.target is not None:
-        from flowkit.flow.target import AGENT_NODE, TARGET_NODE
-
-        subs = [s for s in subs if s not in (TARGET_NODE, AGENT_NODE)]
+    `flowkit run A B` makes, nor the flow --target wraps it in) and its sub-flow nodes at every
+    depth (not --target's app and agent_metrics)."""
     own = [] if flow.composed or flow.target is not None else [flow.name]
-    return own + [s for s in subs if s not in own]
+    return list(dict.fromkeys([*own, *_nested(flow)]))
+
+
+def _nested(flow: Flow) -> list[str]:
+    from flowkit.flow.target import AGENT_NODE
+
+    names: list[str] = []
+    for name, sub in _subs(flow).items():
+        if not (flow.target is not None and name == AGENT_NODE):
+            names += [name, *_nested(sub)]
+    return names
+
+
+def _flow_named(flow: Flow, name: str) -> Flow | None:
+    """The sub-flow of node ``name`` at any depth (the first found), or the flow itself."""
+    if name == flow.name:
+        return flow
+    for sub_name, sub in _subs(flow).items():
+        found = sub if sub_name == name else _flow_named(sub, name)
+        if found is not None:
+            return found
+    return None
 
 
 def _refuse(flow: Flow, key: str, written: str) -> None:
@@ -90,8 +127,8 @@ def _refuse(flow: Flow, key: str, written: str) -> None:
     flows = flows_of(flow)
     node, _, name = key.partition(".")
     if node in flows:
-        sub = flow if node == flow.name else flow.nodes[node].impl
-        inputs = sub.inputs if isinstance(sub, Flow) else {}
+        sub = _flow_named(flow, node)
+        inputs = sub.inputs if sub is not None else {}
         raise UsageError(
             f"--map {written}: flow {node!r} has no input {name!r}{did_you_mean(name, inputs)}",
             hint=f"its inputs are: {one_of(inputs)}",
@@ -103,18 +140,23 @@ def _refuse(flow: Flow, key: str, written: str) -> None:
     )
 
 
-def _rebuilt(flow: Flow, wiring: dict[str, list[tuple[str, str]]]) -> Flow:
+def _rebuilt(flow: Flow, wiring: dict[str, list[tuple[Path_, str]]]) -> Flow:
+    """``flow`` with each input of ``wiring`` wired to the sub-flow inputs it names; a sub-flow
+    that holds one deeper is rebuilt first with that input of its own, passed down to it."""
     from flowkit.flow.loader import LoadContext, _raise
 
     raw = flow.spec.model_dump(exclude_unset=True, by_alias=True)
     nodes: list[dict[str, Any]] = raw["nodes"]
     inputs = dict(raw.get("inputs", {}))
     by_name = {n["name"]: n for n in nodes}
+    deeper: dict[str, dict[str, list[tuple[Path_, str]]]] = {}  # node → its sub-flow's wiring
     for name, targets in wiring.items():
-        node, param = targets[0]
-        sub = flow.nodes[node].impl
-        inputs[name] = sub.inputs[param].model_dump(exclude_unset=True)
-        for node, param in targets:
+        inputs[name] = _spec_of(flow, *targets[0])
+        for path, param in targets:
+            node = path[0]
+            if len(path) > 1:
+                deeper.setdefault(node, {}).setdefault(name, []).append((path[1:], param))
+                param = name
             by_name[node]["inputs"] = {
                 **by_name[node].get("inputs", {}),
                 param: f"${{inputs.{name}}}",
@@ -123,7 +165,22 @@ def _rebuilt(flow: Flow, wiring: dict[str, list[tuple[str, str]]]) -> Flow:
     ydict = YDict(raw)
     ydict.file, ydict.line, ydict.key_lines = str(flow.path), 0, {}
     ctx = LoadContext()
+    for node, inner in deeper.items():
+        sub = flow.nodes[node].impl
+        assert isinstance(sub, Flow)
+        # The node's file loads as the rebuilt sub-flow (the loader's cache holds it by path):
+        # the same in the driver and every worker, so the content hash is one.
+        ctx._loaded[sub.path.resolve()] = _rebuilt(sub, inner)
     rebuilt = ctx.build(ydict, flow.path, flow.name)
     _raise(ctx, flow.name)
     assert rebuilt is not None
     return replace(rebuilt, sources=flow.sources, target=flow.target, code_files=flow.code_files)
+
+
+def _spec_of(flow: Flow, path: Path_, param: str) -> dict[str, Any]:
+    """The spec of the input ``param`` of the sub-flow at the end of ``path``."""
+    for node in path:
+        sub = flow.nodes[node].impl
+        assert isinstance(sub, Flow)
+        flow = sub
+    return flow.inputs[param].model_dump(exclude_unset=True)
