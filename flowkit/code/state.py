@@ -291,6 +291,14 @@ def _users(obj: Any) -> bool:
         file = code.co_filename
     else:
         file = getattr(sys.modules.get(getattr(obj, "__module__", "") or ""), "__file__", None)
+    if not file and inspect.isclass(obj):
+        # Its module left sys.modules (flowkit reloads edited user modules between runs, and
+        # an object made before keeps the old class): its methods still name their file.
+        for member in vars(obj).values():
+            code = getattr(getattr(member, "__func__", member), "__code__", None)
+            if code is not None:
+                file = code.co_filename
+                break
     return bool(file) and is_user_code(Path(file).resolve())
 
 

@@ -417,3 +417,22 @@ def test_a_bound_method_whose_object_cannot_be_fingerprinted_makes_the_app_uncac
     )
     assert app_fingerprint(functools.partial(client.ask)) == (None, why)
     assert app_fingerprint(lambda question: client.ask(question)) == (None, why)
+
+
+def test_an_object_whose_module_was_unloaded_is_still_the_users(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """flowkit evicts edited user modules between runs; an object made before keeps its class,
+    whose module is then gone from sys.modules: it is still the user's code, fingerprinted by
+    its state, not refused as a library's object."""
+    import sys
+
+    from flowkit.code.fingerprint import app_fingerprint
+
+    client = _Client()
+    monkeypatch.delitem(sys.modules, _Client.__module__)
+    why = (
+        "the state of _Client (attribute 'conn') cannot be fingerprinted (a value of type "
+        "object is not JSON)"
+    )
+    assert app_fingerprint(lambda question: client.ask(question)) == (None, why)
