@@ -135,7 +135,7 @@ def test_a_run_killed_on_one_machine_is_resumed_from_another(
 
     assert resumed.exit_code == 0, resumed.output
     assert f"rows {ROWS}: {ROWS} ok, 0 failed" in resumed.stdout
-    assert str(tmp_path / "staging-there") in resumed.stdout  # where it was staged
+    assert f"run folder: {url}" in resumed.stdout  # the store, not the staging copy
     back = Path(RemoteFolder(url, tmp_path / "read" / "r1").download())
     assert comparable(back) == clean_run(project)  # no row lost, none doubled
     final = {r["line"]: r for r in read_jsonl(back / "outputs.jsonl")}
