@@ -4,6 +4,7 @@ files at the driver's paths."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import multiprocessing
 import os
 from pathlib import Path
@@ -12,6 +13,9 @@ import pytest
 
 import flowkit
 from flowkit.flow.loader import load_flow
+from flowkit.llm.config import load_settings
+from flowkit.llm.leaseserver import serve_leases
+from flowkit.llm.session import LlmSession
 from flowkit.runs.backends import WorkerJob, run_chunk
 from flowkit.runs.bundle import pack, unpack
 from flowkit.runs.config import RunConfig
@@ -53,7 +57,13 @@ def test_a_worker_elsewhere_runs_a_flow_whose_folder_is_gone(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     spawn = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(1, spawn, initializer=os.chdir, initargs=(elsewhere,)) as worker:
+    # The driver serves its model settings and budgets to the worker, as a run does.
+    settings = load_settings(project_dir=tmp_path / "moved-away")
+    with (
+        serve_leases(LlmSession(), settings) as ticket,
+        cf.ProcessPoolExecutor(1, spawn, initializer=os.chdir, initargs=(elsewhere,)) as worker,
+    ):
+        job = dataclasses.replace(job, lease=ticket)
         chunk = worker.submit(run_chunk, job, [(i, row, None) for i, row in enumerate(rows)])
         result = chunk.result(timeout=60)
     outputs = [record["outputs"] for _, record in sorted(result.rows)]
