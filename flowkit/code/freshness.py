@@ -200,7 +200,7 @@ def _resolved(file: str) -> Path:
 
 def _modules_by_file() -> dict[Path, list[str]]:
     found: dict[Path, list[str]] = {}
-    for name, module in list(sys.modules.items()):
+    for name, module in sys.modules.copy().items():
         file = getattr(module, "__file__", None) if isinstance(module, ModuleType) else None
         if file and file.endswith(".py"):
             found.setdefault(_resolved(file), []).append(name)
@@ -251,7 +251,7 @@ def drop(names: Iterable[str]) -> list[str]:
         ids = {id(m) for m in gone.values()}
         # A package imported again would lack the attributes of submodules left loaded.
         todo = [n for n in list(sys.modules) if n.rpartition(".")[0] in gone]
-        for name, module in list(sys.modules.items()):
+        for name, module in sys.modules.copy().items():
             # Read from its dict: a module's own __getattr__ (a lazy loader) must not run here.
             if not isinstance(module, ModuleType) or "__path__" not in vars(module):
                 continue

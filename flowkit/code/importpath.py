@@ -89,7 +89,9 @@ def _leave(folder: str, before: frozenset[str]) -> None:
         sys.path.remove(folder)
     drop(
         name
-        for name, module in list(sys.modules.items())
+        # A copy made in one step: other threads (the threading backend's workers) import while
+        # this runs, and iterating the live dict raises.
+        for name, module in sys.modules.copy().items()
         if name not in before and _found_in(folder, name, getattr(module, "__file__", None))
     )
     sys.path_importer_cache.pop(folder, None)
