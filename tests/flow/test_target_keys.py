@@ -430,7 +430,8 @@ def test_an_object_whose_module_was_unloaded_is_still_the_users(
     from flowkit.code.fingerprint import app_fingerprint
 
     client = _Client()
-    monkeypatch.delitem(sys.modules, _Client.__module__)
+    # Another test in this process may have evicted it already (worksteal order varies).
+    monkeypatch.delitem(sys.modules, _Client.__module__, raising=False)
     why = (
         "the state of _Client (attribute 'conn') cannot be fingerprinted (a value of type "
         "object is not JSON)"
