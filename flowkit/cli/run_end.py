@@ -187,10 +187,13 @@ def compare_with_baseline(run_dir: Any, checks: Checks) -> Any:
     from flowkit.inspect.compare import compare_runs
     from flowkit.inspect.compare_rows import read_side
     from flowkit.inspect.regression import needed_outputs
+    from flowkit.runs.folder import read_metrics
 
     here = read_side(run_dir, None).names
     names = [n for n in needed_outputs(checks.drops, checks.baseline) if n in here]
-    lower = [n for n in checks.lower_is_better if n in names]
+    # A metric of metrics.json turns its verdict too (a defect rate): the gates read that.
+    metrics = {*checks.baseline.metrics, *read_metrics(run_dir)}
+    lower = [n for n in checks.lower_is_better if n in names or n in metrics]
     return compare_runs(checks.baseline.run_dir, run_dir, metrics=names, lower_is_better=lower)
 
 

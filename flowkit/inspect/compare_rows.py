@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -33,6 +33,24 @@ def numeric_outputs(outputs: Any, prefix: str = "") -> Iterator[tuple[str, float
             yield from numeric_outputs(value, path + ".")
         elif isinstance(value, bool) or is_number(value):
             yield path, float(value)
+
+
+LABEL_CHARS, LABEL_VALUES = 40, 16
+"""A per-row string output is kept as labels ("pass", "fail", "invalid", a severity) while its
+values are at most this short and this few; free text (a reason, a raw reply) is dropped."""
+
+
+def label_outputs(outputs: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted name, text) for every short string in a row's outputs, flattened as
+    :func:`numeric_outputs` flattens numbers: the labels a rate of metrics.json counts."""
+    if not isinstance(outputs, dict):
+        return
+    for name, value in outputs.items():
+        path = f"{prefix}{name}"
+        if isinstance(value, dict):
+            yield from label_outputs(value, path + ".")
+        elif isinstance(value, str):
+            yield path, value
 
 
 def _hashable(value: Any) -> Any:
@@ -61,19 +79,55 @@ class Side:
     """Per input name, a hash of each row's value (``NO_INPUT`` where it has none): paired
     rows should share their inputs."""
 
+    labels: dict[str, array[int]] = field(default_factory=dict)
+    """Per short string output (:data:`LABEL_VALUES` values at most), each row's label as an
+    index into ``label_names[name]`` (-1 where the row has none)."""
+    label_names: dict[str, list[str]] = field(default_factory=dict)
+    free_text: set[str] = field(default_factory=set)
+    """String outputs with too many or too long values to be labels."""
+
     @property
     def names(self) -> set[str]:
         return set(self.columns)
 
-    def add(self, line: int, values: Iterable[tuple[str, float]], inputs: Any) -> None:
+    def add(
+        self,
+        line: int,
+        values: Iterable[tuple[str, float]],
+        inputs: Any,
+        labels: Iterable[tuple[str, str]] = (),
+    ) -> None:
         at = len(self.lines)
         self.lines.append(line)
         _put(self.columns, at, values, "d", _NAN)
+        _put(self.labels, at, self._codes(labels), "h", -1)
         if isinstance(inputs, dict):
             hashes = ((str(n), hash(_hashable(v))) for n, v in inputs.items())
             _put(self.inputs, at, hashes, "q", NO_INPUT)
         else:
             _put(self.inputs, at, (), "q", NO_INPUT)
+
+    def _codes(self, labels: Iterable[tuple[str, str]]) -> Iterator[tuple[str, int]]:
+        """Each label as its index among its output's values; an output that outgrows
+        :data:`LABEL_VALUES` is free text from then on, and its column is dropped."""
+        for name, text in labels:
+            if name in self.free_text:
+                continue
+            names = self.label_names.setdefault(name, [])
+            if text not in names:
+                if len(names) == LABEL_VALUES or len(text) > LABEL_CHARS:
+                    self.free_text.add(name)
+                    self.labels.pop(name, None)
+                    del self.label_names[name]
+                    continue
+                names.append(text)
+            yield name, names.index(text)
+
+    def label_column(self, name: str, value: str) -> array[float]:
+        """1.0 where the row's label ``name`` is ``value``, 0.0 where it is another, NaN where
+        the row has none: a rate's rows, as a numeric column."""
+        code = self.label_names[name].index(value)
+        return array("d", (_NAN if c < 0 else float(c == code) for c in self.labels[name]))
 
 
 def _put(
@@ -121,7 +175,8 @@ def read_side(run_dir: Path, key: str | None) -> Side:
                 continue
             side.index[k] = len(side.lines)
             side.keys.append(k)
-        side.add(line, numeric_outputs(rec.get("outputs")), rec.get("inputs"))
+        outputs = rec.get("outputs")
+        side.add(line, numeric_outputs(outputs), rec.get("inputs"), label_outputs(outputs))
     return side
 
 
@@ -187,3 +242,17 @@ def pair_rows(a: Side, b: Side, key: str | None) -> Pairs:
     pairs.only_a.extend(line for line, _ in ([x] if x else []) + list(left))
     pairs.only_b.extend(line for line, _ in ([y] if y else []) + list(right))
     return pairs
+
+
+def paired_diffs(xs: Sequence[float], ys: Sequence[float], pairs: Pairs) -> array[float] | None:
+    """B − A over the paired rows with a value on both sides, when every row with a value (on
+    either side) is paired; else None: the runs' values must then be taken apart."""
+    diffs = array("d")
+    for pa, pb in zip(pairs.a, pairs.b, strict=True):
+        x, y = xs[pa], ys[pb]
+        if x == x and y == y:
+            diffs.append(y - x)
+    valued = len(diffs)
+    if sum(v == v for v in xs) != valued or sum(v == v for v in ys) != valued:
+        return None
+    return diffs

@@ -143,12 +143,13 @@ def test_a_drop_gate_needs_a_baseline(runs: Path) -> None:
     )
 
 
-def test_an_interval_gate_needs_a_mean(runs: Path) -> None:
+def test_an_interval_gate_needs_a_mean_or_a_rate(runs: Path) -> None:
     result = _run_against_base(runs, [4] * 8, "--gate-drop", "t.top")
     assert result.exit_code == 2
     assert result.output.splitlines()[0] == (
-        "error: --gate-drop t.top: 't.top' is not the mean of a per-row output, so it has no "
-        "paired interval; give a margin ('t.top>0.1') or gate a per-row output"
+        "error: --gate-drop t.top: 't.top' has no interval to judge it by: only a mean's or a "
+        "rate's interval can be worked out from the runs' files, and this is neither (nor the "
+        "mean of a per-row 0/1 output); give a margin ('t.top>0.1') or gate a per-row output"
     )
 
 
