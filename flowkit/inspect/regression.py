@@ -199,7 +199,7 @@ class _Entry:
             source = agg.source if agg.source and " " in agg.source else repr(agg.source)
             behind = f" over {agg.rows} paired rows (from per-row {source})"
         else:
-            behind = f" ({agg.interval})"
+            behind = f", {agg.interval}"
         why = "no interval: " + agg.interval.removeprefix("none: ")
         return cls(
             agg.a, agg.b, agg.ci_low, agg.ci_high, agg.verdict, agg.lower_is_better, behind, why
