@@ -26,7 +26,15 @@ from rich.text import Text
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.flow.target import ANSWER_INPUTS, APP_FIELDS
 from flowkit.inspect.compare_means import AggregateDelta, side_by_side
-from flowkit.inspect.compare_rows import NO_INPUT, Pairs, Side, is_number, pair_rows, read_side
+from flowkit.inspect.compare_rows import (
+    NO_INPUT,
+    Evidence,
+    Pairs,
+    Side,
+    is_number,
+    pair_rows,
+    read_side,
+)
 from flowkit.inspect.intervals import (
     BETTER,
     SAME,
@@ -245,16 +253,8 @@ def compare_runs(
     for name in names:
         down = better_lower(name, lower)
         result.metrics.append(_metric(name, pairs, a, b, result, lower=down, top=top))
-    result.aggregates = side_by_side(
-        numbers,
-        (a, b),
-        pairs,
-        result.metrics,
-        lower=lower & aggregates,
-        resamples=resamples,
-        seed=seed,
-        confidence=confidence,
-    )
+    evidence = Evidence(numbers, (a, b), pairs, resamples, seed, confidence)
+    result.aggregates = side_by_side(evidence, result.metrics, lower=lower & aggregates)
     return result
 
 

@@ -33,7 +33,7 @@ from statistics import NormalDist
 from typing import Any
 
 from flowkit.inspect.compare_rates import rate_interval
-from flowkit.inspect.compare_rows import Pairs, Side, is_number, paired_diffs
+from flowkit.inspect.compare_rows import Evidence, Side, is_number, paired_diffs
 from flowkit.inspect.intervals import (
     Interval,
     bootstrap_ci,
@@ -111,18 +111,11 @@ def _last_part(name: str) -> str:
 
 
 def interval(
-    name: str,
-    metrics: tuple[Mapping[str, Any], Mapping[str, Any]],
-    sides: tuple[Side, Side],
-    pairs: Pairs,
-    paired: Mapping[str, tuple[int, float | None, float | None]],
-    *,
-    resamples: int,
-    seed: int,
-    confidence: float,
+    name: str, ev: Evidence, paired: Mapping[str, tuple[int, float | None, float | None]]
 ) -> Interval:
     """The interval of metric ``name``'s change from run A to run B, or why there is none.
     ``paired`` holds the compared per-row outputs' (paired rows, interval), reused as is."""
+    metrics = ev.metrics
     for run, mine in (("B", metrics[0]), ("A", metrics[1])):
         if name not in mine:
             return Interval(None, None, ONLY_IN.format(run=run))
@@ -137,33 +130,20 @@ def interval(
         return Interval(None, None, COUNTED)
     ab = (float(a), float(b))
     if _MEAN.search(name):
-        return _mean_interval(name, ab, metrics, sides, pairs, paired, resamples, seed, confidence)
+        return _mean_interval(name, ab, ev, paired)
     # A rate by name, or any metric that is a per-row 0/1 output's mean (an accuracy).
-    found = rate_interval(
-        name,
-        ab,
-        metrics,
-        sides,
-        pairs,
-        binary_only=not _RATE.search(last),
-        resamples=resamples,
-        seed=seed,
-        confidence=confidence,
-    )
+    found = rate_interval(name, ab, ev, binary_only=not _RATE.search(last))
     return found or Interval(None, None, NOT_A_MEAN)
 
 
 def _mean_interval(
     name: str,
     ab: tuple[float, float],
-    metrics: tuple[Mapping[str, Any], Mapping[str, Any]],
-    sides: tuple[Side, Side],
-    pairs: Pairs,
+    ev: Evidence,
     paired: Mapping[str, tuple[int, float | None, float | None]],
-    resamples: int,
-    seed: int,
-    confidence: float,
 ) -> Interval:
+    metrics, sides, pairs = ev.metrics, ev.sides, ev.pairs
+    resamples, seed, confidence = ev.resamples, ev.seed, ev.confidence
     side_a, side_b = sides
     output = _mean_of(side_a, side_b, *ab)
     if output is not None:
@@ -194,21 +174,13 @@ def _mean_interval(
 
 
 def side_by_side(
-    metrics: tuple[Mapping[str, Any], Mapping[str, Any]],
-    sides: tuple[Side, Side],
-    pairs: Pairs,
-    compared: Sequence[Any],
-    *,
-    lower: Collection[str] = (),
-    resamples: int,
-    seed: int,
-    confidence: float,
+    ev: Evidence, compared: Sequence[Any], *, lower: Collection[str] = ()
 ) -> list[AggregateDelta]:
     """metrics.json side by side, each number's change with its interval and verdict where the
     runs' files allow one; ``compared`` are the per-row outputs' ``MetricDelta``. A metric is
     better lower when ``lower`` names it (--lower-is-better), when it is a defect or invalid
     rate, or when it is the mean of an output that is."""
-    ma, mb = metrics
+    ma, mb = ev.metrics
     paired = {m.name: (m.n, m.ci_low, m.ci_high) for m in compared}
     lower_outputs = {m.name for m in compared if m.lower_is_better}
     out = []
@@ -218,16 +190,7 @@ def side_by_side(
         if is_number(va) and is_number(vb):
             # Two aggregates of the same values summed in another order differ in the last bits.
             delta = 0.0 if math.isclose(va, vb, rel_tol=1e-12, abs_tol=0) else vb - va
-        found = interval(
-            name,
-            metrics,
-            sides,
-            pairs,
-            paired,
-            resamples=resamples,
-            seed=seed,
-            confidence=confidence,
-        )
+        found = interval(name, ev, paired)
         down = lower_is_better(name, lower) or found.output in lower_outputs
         said = NO_VERDICT
         if found.low is not None and found.high is not None:

@@ -23,7 +23,13 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from flowkit.inspect.compare_rows import LABEL_VALUES, Pairs, Side, is_number, paired_diffs
+from flowkit.inspect.compare_rows import (
+    LABEL_VALUES,
+    Evidence,
+    Side,
+    is_number,
+    paired_diffs,
+)
 from flowkit.inspect.intervals import Interval, bootstrap_ci, newcombe
 
 PAIRED = "paired bootstrap of the per-row {what}, the rows this rate counts"
@@ -130,32 +136,25 @@ def find_rows(
 
 
 def rate_interval(
-    name: str,
-    values: tuple[float, float],
-    metrics: tuple[Mapping[str, Any], Mapping[str, Any]],
-    sides: tuple[Side, Side],
-    pairs: Pairs,
-    *,
-    binary_only: bool = False,
-    resamples: int,
-    seed: int,
-    confidence: float,
+    name: str, values: tuple[float, float], ev: Evidence, *, binary_only: bool = False
 ) -> Interval | None:
     """The interval of rate ``name``'s change; None where neither the rows nor metrics.json
     give one (and ``binary_only``: where no 0/1 output has it as its mean)."""
-    found = find_rows(name, values, sides, binary_only)
+    found = find_rows(name, values, ev.sides, binary_only)
     if found is not None:
         what, xs, ys = found
-        diffs = paired_diffs(xs, ys, pairs)
+        diffs = paired_diffs(xs, ys, ev.pairs)
         if diffs is not None and len(diffs) >= 2:
-            low, high = bootstrap_ci(diffs, resamples=resamples, seed=seed, confidence=confidence)
+            low, high = bootstrap_ci(
+                diffs, resamples=ev.resamples, seed=ev.seed, confidence=ev.confidence
+            )
             return Interval(low, high, PAIRED.format(what=what), what, len(diffs))
         hits = [(int(sum(v for v in col if v == v)), sum(v == v for v in col)) for col in (xs, ys)]
-        low, high = newcombe(*hits[0], *hits[1], confidence)
+        low, high = newcombe(*hits[0], *hits[1], ev.confidence)
         return Interval(low, high, APART.format(what=what), what)
     if binary_only:
         return None
-    stored = _stored(name, values, metrics, confidence)
+    stored = _stored(name, values, ev.metrics, ev.confidence)
     if stored is not None:
         return stored
     prefix = re.sub(r"[^/.]*$", "", name)

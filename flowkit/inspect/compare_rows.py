@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -22,16 +22,24 @@ def is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
-def numeric_outputs(outputs: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
-    """(dotted name, value) for every number in a row's outputs; a suite's nested outputs
-    flatten to ``groundedness.score``. Booleans count as 0/1 (exact-match style results)."""
+def leaves(outputs: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted name, value) for every value in a row's outputs that is not a dict: a suite's
+    nested outputs flatten to ``groundedness.score``."""
     if not isinstance(outputs, dict):
         return
     for name, value in outputs.items():
         path = f"{prefix}{name}"
         if isinstance(value, dict):
-            yield from numeric_outputs(value, path + ".")
-        elif isinstance(value, bool) or is_number(value):
+            yield from leaves(value, path + ".")
+        else:
+            yield path, value
+
+
+def numeric_outputs(outputs: Any) -> Iterator[tuple[str, float]]:
+    """(dotted name, value) for every number in a row's outputs. Booleans count as 0/1
+    (exact-match style results)."""
+    for path, value in leaves(outputs):
+        if isinstance(value, bool) or is_number(value):
             yield path, float(value)
 
 
@@ -40,17 +48,16 @@ LABEL_CHARS, LABEL_VALUES = 40, 16
 values are at most this short and this few; free text (a reason, a raw reply) is dropped."""
 
 
-def label_outputs(outputs: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
-    """(dotted name, text) for every short string in a row's outputs, flattened as
-    :func:`numeric_outputs` flattens numbers: the labels a rate of metrics.json counts."""
-    if not isinstance(outputs, dict):
-        return
-    for name, value in outputs.items():
-        path = f"{prefix}{name}"
-        if isinstance(value, dict):
-            yield from label_outputs(value, path + ".")
-        elif isinstance(value, str):
-            yield path, value
+def _split(outputs: Any) -> tuple[list[tuple[str, float]], list[tuple[str, str]]]:
+    """A row's numbers (as :func:`numeric_outputs`) and its strings (the labels a rate of
+    metrics.json counts), in one walk."""
+    numbers, labels = [], []
+    for path, value in leaves(outputs):
+        if isinstance(value, str):
+            labels.append((path, value))
+        elif isinstance(value, bool) or is_number(value):
+            numbers.append((path, float(value)))
+    return numbers, labels
 
 
 def _hashable(value: Any) -> Any:
@@ -175,8 +182,8 @@ def read_side(run_dir: Path, key: str | None) -> Side:
                 continue
             side.index[k] = len(side.lines)
             side.keys.append(k)
-        outputs = rec.get("outputs")
-        side.add(line, numeric_outputs(outputs), rec.get("inputs"), label_outputs(outputs))
+        numbers, labels = _split(rec.get("outputs"))
+        side.add(line, numbers, rec.get("inputs"), labels)
     return side
 
 
@@ -256,3 +263,16 @@ def paired_diffs(xs: Sequence[float], ys: Sequence[float], pairs: Pairs) -> arra
     if sum(v == v for v in xs) != valued or sum(v == v for v in ys) != valued:
         return None
     return diffs
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What two runs' files give a metric's interval: their metrics.json, their rows and how
+    those pair, and the bootstrap's settings."""
+
+    metrics: tuple[Mapping[str, Any], Mapping[str, Any]]
+    sides: tuple[Side, Side]
+    pairs: Pairs
+    resamples: int
+    seed: int
+    confidence: float

@@ -21,7 +21,7 @@ from typing import Any
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.inspect.compare import Comparison, MetricDelta
 from flowkit.inspect.compare_means import AggregateDelta, interval
-from flowkit.inspect.compare_rows import Side, is_number, pair_rows, read_side
+from flowkit.inspect.compare_rows import Evidence, Side, is_number, pair_rows, read_side
 from flowkit.inspect.intervals import TOO_FEW, WORSE, Interval
 from flowkit.runs.folder import read_metrics
 
@@ -90,10 +90,8 @@ class Baseline:
         """The metric's interval with the baseline on both sides: whether, and from what, the
         comparison will work one out (flowkit.inspect.compare_means decides for both)."""
         pairs = pair_rows(self.side, self.side, None)
-        both = (self.metrics, self.metrics)
-        return interval(
-            metric, both, (self.side, self.side), pairs, {}, resamples=1, seed=0, confidence=0.95
-        )
+        both = Evidence((self.metrics, self.metrics), (self.side, self.side), pairs, 1, 0, 0.95)
+        return interval(metric, both, {})
 
     def interval_source(self, metric: str) -> str | None:
         """The per-row output whose interval a metric shares: itself, or for a mean in
