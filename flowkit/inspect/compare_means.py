@@ -121,7 +121,8 @@ def interval(
             return Interval(None, None, ONLY_IN.format(run=run))
     a, b = metrics[0].get(name), metrics[1].get(name)
     for run, value in (("A", a), ("B", b)):
-        if value is None or (isinstance(value, float) and value != value):
+        # metrics.json keeps an aggregate's NaN as the string "NaN" (strict JSON).
+        if value is None or value == "NaN" or (isinstance(value, float) and value != value):
             return Interval(None, None, NO_VALUE.format(run=run))
     if not (is_number(a) and is_number(b)):
         return Interval(None, None, NOT_NUMBERS)

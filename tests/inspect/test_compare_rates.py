@@ -93,6 +93,32 @@ def test_a_pass_rate_of_paired_rows_gets_the_paired_interval_of_its_rows(tmp_pat
     assert _cli(tmp_path, "--fail-if", "t.pass_rate", *lower).exit_code == 0
 
 
+KEYED = """
+def f(x):
+    return {"result": "pass" if x % 10 > 3 else "fail"}
+
+def agg(ys):
+    return {"pass_rate": sum(y["result"] == "pass" for y in ys) / len(ys)}
+"""
+
+
+def test_a_rate_pairs_its_rows_by_the_key_compare_pairs_by(tmp_path: Path) -> None:
+    """x's tens are the row's id, its units the score: run B holds the rows in another order."""
+    xs_a = [10 * i + s for i, s in enumerate(A)]
+    xs_b = [10 * i + s for i, s in enumerate(B)][::-1]
+    flow = python_flow(tmp_path, KEYED, "agg")
+    flow.write_text(flow.read_text().replace("inputs: {x:", "inputs: {id: {type: integer}, x:", 1))
+    runs = []
+    for name, xs in (("a", xs_a), ("b", xs_b)):
+        data = write_jsonl(tmp_path / f"{name}.jsonl", [{"x": x, "id": x // 10} for x in xs])
+        runs.append(flowkit.run(flow, data, name=name, runs_root=tmp_path / "runs"))
+    rate = flowkit.compare(*runs, key="id").to_pandas().loc["t.pass_rate"]
+    diffs = [float(y > 3) - float(x > 3) for x, y in zip(A, B, strict=True)]
+    assert (rate["ci_low"], rate["ci_high"]) == pytest.approx(_bootstrap(diffs), abs=1e-12)
+    by_line = flowkit.compare(*runs).to_pandas().loc["t.pass_rate"]
+    assert (by_line["ci_low"], by_line["ci_high"]) != (rate["ci_low"], rate["ci_high"])
+
+
 def test_a_rate_of_rows_not_all_paired_gets_newcombes_interval(tmp_path: Path) -> None:
     more = [*B, 5, 5, 4, 5]  # four rows only B has
     runs = _runs(tmp_path, PASS, A, more)
@@ -207,6 +233,7 @@ def agg(ys):
         "p90": scores[int(0.9 * (len(scores) - 1))],
         "agent/latency_seconds/average": sum(y["latency"] for y in ys) / len(ys),
         "big": max(scores) if max(scores) > 5 else None,
+        "ratio": float("nan") if len(ys) >= 10 else 0.5,
         "label": "v1",
     }
     if len(ys) < 10:
@@ -228,6 +255,7 @@ def test_every_kind_of_metric_has_an_interval_or_a_reason_and_the_cli_agrees(
         "t.p50": "none: only a mean's or a rate's interval can be worked out from the runs' "
         "files, and this is neither (nor the mean of a per-row 0/1 output)",
         "t.big": "none: no value in run B (no row gave one)",
+        "t.ratio": "none: no value in run B (no row gave one)",
         "t.label": "none: not a number in both runs",
         "t.only_in_a": "none: only run A has this metric",
     }
