@@ -177,6 +177,7 @@ def compare(
     if checks.baseline is None:
         return
     current = read_metrics(dir_b)
+    checks.comparison = result
     outcomes = judge(drops, result, checks.baseline, current, lower_is_better, "fail-if")
     print_outcomes(outcomes)
     write_ci_files(f"flowkit compare {dir_a.name} → {dir_b.name}", current, checks, outcomes)

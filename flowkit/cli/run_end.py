@@ -109,6 +109,8 @@ class Checks:
     summary: str | None = None
     summary_file: str | None = None
     junit: str | None = None
+    comparison: Any = None
+    """The comparison with the baseline the gates read, whose verdicts the summary shows."""
 
 
 def check_run(result: Any, checks: Checks) -> None:
@@ -176,7 +178,7 @@ def _gate_outcomes(result: Any, checks: Checks) -> list[Any]:
         passed, message = outcome(gate, result.metrics)
         outcomes.append(Outcome(f"gate {gate}", passed, message))
     if checks.baseline is not None and checks.drops:
-        cmp = compare_with_baseline(result.run_dir, checks)
+        cmp = checks.comparison = compare_with_baseline(result.run_dir, checks)
         outcomes += judge(
             checks.drops, cmp, checks.baseline, result.metrics, checks.lower_is_better
         )
@@ -187,10 +189,13 @@ def compare_with_baseline(run_dir: Any, checks: Checks) -> Any:
     from flowkit.inspect.compare import compare_runs
     from flowkit.inspect.compare_rows import read_side
     from flowkit.inspect.regression import needed_outputs
+    from flowkit.runs.folder import read_metrics
 
     here = read_side(run_dir, None).names
     names = [n for n in needed_outputs(checks.drops, checks.baseline) if n in here]
-    lower = [n for n in checks.lower_is_better if n in names]
+    # A metric of metrics.json turns its verdict too (a defect rate): the gates read that.
+    metrics = {*checks.baseline.metrics, *read_metrics(run_dir)}
+    lower = [n for n in checks.lower_is_better if n in names or n in metrics]
     return compare_runs(checks.baseline.run_dir, run_dir, metrics=names, lower_is_better=lower)
 
 
@@ -210,7 +215,8 @@ def write_ci_files(
 
     if checks.summary == "md" or checks.summary_file:  # a file asked for is a summary asked for
         base = checks.baseline.metrics if checks.baseline is not None else None
-        text = markdown(title, outcomes, metrics, base)
+        changes = checks.comparison.aggregates if checks.comparison is not None else None
+        text = markdown(title, outcomes, metrics, base, changes)
         written = write_summary(text, checks.summary_file)
         if written is None:
             sys.stdout.write(text)

@@ -3,9 +3,13 @@
 - ``show``: the summary of a run and the metrics table.
 - ``trace_view``: per-row, per-node traces, filtered by ``--where``.
 - ``compare``: paired bootstrap deltas between two runs; ``compare_rows`` reads and pairs
-  the rows into columns; ``compare_means``: the intervals of metrics.json's means (from the
-  per-row values, or a stored stdev and count); ``comparison``: ``flowkit.compare`` and
-  ``RunResult.compare``, the same as tables for pandas and notebooks.
+  the rows into columns (numbers, and short labels such as "pass"/"fail"); ``compare_means``:
+  each metric of metrics.json's interval and verdict, or why it has none (a mean from the
+  per-row values or a stored stdev and count); ``compare_rates``: a rate's (its per-row 0/1
+  rows paired, Newcombe's interval apart, or the stored counts); ``intervals``: the bootstrap,
+  Wilson and Newcombe intervals and ``verdict``, the one rule every verdict comes from;
+  ``comparison``: ``flowkit.compare`` and ``RunResult.compare``, the same as tables for pandas
+  and notebooks.
 - ``gates``: ``--gate`` conditions on metrics, and the condition parser ``--where`` shares.
 - ``regression``: ``--gate-drop``/``--fail-if``, gates on the change from a baseline run, each
   verdict with its paired interval; ``ci_report``: the markdown summary and JUnit XML of them.

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from flowkit.errors import UsageError
+from flowkit.inspect.compare_means import AggregateDelta
 from flowkit.inspect.compare_rows import is_number
 from flowkit.inspect.regression import Outcome
 
@@ -26,9 +27,11 @@ def markdown(
     outcomes: Sequence[Outcome],
     metrics: dict[str, Any],
     baseline: dict[str, Any] | None = None,
+    changes: Sequence[AggregateDelta] | None = None,
 ) -> str:
     """The summary: the verdict first, then each check, then the metrics (beside the
-    baseline's when there is one)."""
+    baseline's when there is one, with each change's interval and verdict where the comparison
+    with it gives them: the `compare` table's)."""
     failed = [o for o in outcomes if not o.passed]
     verdict = f"❌ {len(failed)} of {len(outcomes)} checks failed" if failed else "✅ passed"
     lines = [f"### {title}: {verdict}", ""]
@@ -41,12 +44,23 @@ def markdown(
     if baseline is None:
         lines += ["| metric | value |", "|---|---:|"]
         lines += [f"| {_cell(k)} | {_cell(v)} |" for k, v in metrics.items()]
-    else:
+    elif changes is None:
         lines += ["| metric | baseline | this run | change |", "|---|---:|---:|---:|"]
         for name in dict.fromkeys([*baseline, *metrics]):
             a, b = baseline.get(name), metrics.get(name)
             change = f"{b - a:+.4g}" if is_number(a) and is_number(b) else "—"
             lines.append(f"| {_cell(name)} | {_cell(a)} | {_cell(b)} | {change} |")
+    else:
+        lines += [
+            "| metric | baseline | this run | change | interval | verdict |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for d in changes:
+            change = "—" if d.delta is None else f"{d.delta:+.4g}"
+            ci = "—" if d.ci_low is None else f"[{d.ci_low:+.4g}, {d.ci_high:+.4g}]"
+            said = "—" if d.ci_low is None else d.verdict
+            row = f"| {_cell(d.name)} | {_cell(d.a)} | {_cell(d.b)} | {change} | {ci} | {said} |"
+            lines.append(row)
     return "\n".join(lines) + "\n"
 
 

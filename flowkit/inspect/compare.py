@@ -13,9 +13,8 @@ from __future__ import annotations
 import heapq
 import json
 import math
-import random
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,31 @@ from rich.text import Text
 
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.flow.target import ANSWER_INPUTS, APP_FIELDS
-from flowkit.inspect.compare_means import AggregateDelta, quantile, side_by_side
-from flowkit.inspect.compare_rows import NO_INPUT, Pairs, Side, is_number, pair_rows, read_side
+from flowkit.inspect.compare_means import AggregateDelta, side_by_side
+from flowkit.inspect.compare_rows import (
+    NO_INPUT,
+    Evidence,
+    Pairs,
+    Side,
+    is_number,
+    pair_rows,
+    read_side,
+)
+from flowkit.inspect.intervals import (
+    BETTER,
+    SAME,
+    TOO_FEW,
+    WORSE,
+    bootstrap_ci,
+    verdict,
+)
+from flowkit.inspect.intervals import (
+    lower_is_better as better_lower,
+)
 from flowkit.inspect.trace_view import fold, titled
 from flowkit.runs.folder import read_metrics, read_run_info
 
-BETTER, WORSE, SAME, TOO_FEW = "better", "worse", "no significant change", "too few rows"
+__all__ = ["BETTER", "SAME", "TOO_FEW", "WORSE", "Comparison", "bootstrap_ci", "compare_runs"]
 
 
 @dataclass
@@ -168,29 +186,6 @@ def _other_data(
     return differ, first
 
 
-def bootstrap_ci(
-    diffs: Sequence[float], *, resamples: int, seed: int, confidence: float = 0.95
-) -> tuple[float, float]:
-    """Percentile interval of the mean of ``diffs`` over ``resamples`` resamples."""
-    n = len(diffs)
-    if n == 0:
-        raise ValueError("no differences to resample")
-    if min(diffs) == max(diffs):  # every resample has the same mean
-        return diffs[0], diffs[0]
-    rng = random.Random(seed)
-    choices = rng.choices
-    means = sorted(sum(choices(diffs, k=n)) / n for _ in range(resamples))
-    alpha = (1.0 - confidence) / 2
-    return quantile(means, alpha), quantile(means, 1.0 - alpha)
-
-
-def _verdict(low: float, high: float, lower_is_better: bool) -> str:
-    if low <= 0.0 <= high:
-        return SAME
-    higher = low > 0.0
-    return BETTER if higher != lower_is_better else WORSE
-
-
 def _check_names(asked: Iterable[str], available: set[str], option: str) -> None:
     for name in asked:
         if name not in available:
@@ -256,17 +251,10 @@ def compare_runs(
     if not common:
         result.notes.append("no numeric per-row output is present in both runs")
     for name in names:
-        result.metrics.append(_metric(name, pairs, a, b, result, lower=name in lower, top=top))
-    result.aggregates = side_by_side(
-        numbers,
-        (a, b),
-        result.metrics,
-        verdict=_verdict,
-        lower_is_better=lower & aggregates,
-        resamples=resamples,
-        seed=seed,
-        confidence=confidence,
-    )
+        down = better_lower(name, lower)
+        result.metrics.append(_metric(name, pairs, a, b, result, lower=down, top=top))
+    evidence = Evidence(numbers, (a, b), pairs, resamples, seed, confidence)
+    result.aggregates = side_by_side(evidence, result.metrics, lower=lower & aggregates)
     return result
 
 
@@ -313,7 +301,7 @@ def _metric(
         diffs, resamples=result.resamples, seed=result.seed, confidence=result.confidence
     )
     return MetricDelta(
-        name, n, mean_a, mean_b, delta, low, high, _verdict(low, high, lower), lower, missing
+        name, n, mean_a, mean_b, delta, low, high, verdict(low, high, lower), lower, missing
     )
 
 
@@ -388,7 +376,8 @@ def render(cmp: Comparison, run_a: Path, run_b: Path) -> Group:
         t = titled("metrics", "metric", "A", "B", "Δ", f"{cmp.confidence:.0%} CI", "verdict")
         for agg in cmp.aggregates:
             ci = "—" if agg.ci_low is None else f"[{agg.ci_low:+.4g}, {agg.ci_high:+.4g}]"
-            verdict = Text(agg.verdict or "", _VERDICT_STYLE.get(agg.verdict or "", ""))
-            t.add_row(agg.name, _f(agg.a), _f(agg.b), _signed(agg.delta), ci, verdict)
+            said = "—" if agg.ci_low is None else agg.verdict  # why: compare --json, to_pandas
+            shown = Text(said, _VERDICT_STYLE.get(said, ""))
+            t.add_row(agg.name, _f(agg.a), _f(agg.b), _signed(agg.delta), ci, shown)
         parts.append(t)
     return Group(*parts)

@@ -1,45 +1,69 @@
-"""Intervals for the metrics of metrics.json that `compare` sets side by side.
+"""Intervals for the metrics of metrics.json that `compare` sets side by side, each metric's
+verdict from its interval, and why a metric has neither.
 
 A metric of metrics.json is one number per run; whether its change is beyond noise depends on
-what it was computed from, which the run's files tell only sometimes:
+what it was computed from, which the runs' files tell only sometimes. By the metric's kind:
 
 - a mean (its name's last part is ``mean`` or ``average``) that equals, in both runs, the mean
   of one per-row output's values in outputs.jsonl is that output's mean. When every row with a
   value is paired, its interval is the output's paired one (the difference is the same number);
   otherwise each run's values are resampled apart (a bootstrap of the difference of two
-  independent means: wider, as unpaired rows are);
-- ``P.mean`` beside ``P.stdev`` and ``P.count`` in both runs' metrics.json (the built-in flows
-  write them): the normal interval of a difference of two independent means, from those.
+  independent means: wider, as unpaired rows are). Else ``P.mean`` beside ``P.stdev`` and
+  ``P.count`` in both runs' metrics.json (the built-in flows write them): the normal interval
+  of a difference of two independent means, from those;
+- a rate (its name's last part ends in ``rate``, as ``pass_rate``, ``defect_rate@high``), and
+  any other metric that is the mean of a per-row 0/1 output: flowkit.inspect.compare_rates;
+- a count or a sum (``count``, ``invalid``, ``tokens.sum``) follows how many rows there were,
+  and a metric of another kind (a percentile, a maximum, a spread) has no interval the runs'
+  files give; nor has a metric missing or without a value in one run.
 
-Otherwise there is no interval, and :attr:`MeanInterval.how` says why.
+Each interval gives the verdict :func:`flowkit.inspect.intervals.verdict` gives it (``--fail-if``
+and ``--gate-drop`` read the same); without an interval the verdict is :data:`NO_VERDICT`, and
+``interval`` says why.
 """
 
 from __future__ import annotations
 
 import math
-import random
 import re
 from array import array
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-from flowkit.inspect.compare_rows import Side, is_number
+from flowkit.inspect.compare_rates import rate_interval
+from flowkit.inspect.compare_rows import Evidence, Side, is_number, paired_diffs
+from flowkit.inspect.intervals import (
+    Interval,
+    bootstrap_ci,
+    bootstrap_unpaired,
+    lower_is_better,
+    verdict,
+)
 
 _MEAN = re.compile(r"(?:^|[/._])(?:mean|average)$")  # t.mean, f1_mean, agent/…/average
+_RATE = re.compile(r"rate(?:@[^/.]*)?$")  # of the last part: pass_rate, defect_rate@high
+_COUNTED = frozenset(("count", "sum", "total", "invalid", "passed", "failed", "errors", "rows"))
 PAIRED = "paired bootstrap of the per-row output {name}, whose mean it is"
 UNPAIRED = (
     "bootstrap of each run's {name} values apart (the metric is their mean; not every row is "
     "paired)"
 )
 STORED = "normal, from each run's {prefix}.stdev and {prefix}.count (runs taken as independent)"
-NOT_A_MEAN = "none: only a mean's interval can be worked out from the runs' files"
+NOT_A_MEAN = (
+    "none: only a mean's or a rate's interval can be worked out from the runs' files, and this "
+    "is neither (nor the mean of a per-row 0/1 output)"
+)
+COUNTED = "none: a count or a sum follows how many rows each run had; compare a mean or a rate"
 NO_SOURCE = (
     "none: no per-row output has this mean in both runs, and metrics.json stores no "
     "{prefix}.stdev and {prefix}.count for it"
 )
 NOT_NUMBERS = "none: not a number in both runs"
+ONLY_IN = "none: only run {run} has this metric"
+NO_VALUE = "none: no value in run {run} (no row gave one)"
+NO_VERDICT = "none: no interval"
 
 
 @dataclass
@@ -52,28 +76,15 @@ class AggregateDelta:
     delta: float | None
     ci_low: float | None = None
     ci_high: float | None = None
-    verdict: str | None = None
-    """Where the interval and the direction are known (the mean of a per-row output)."""
+    verdict: str = NO_VERDICT
+    """From the interval (flowkit.inspect.intervals.verdict); NO_VERDICT without one."""
     interval: str = ""
     """How the interval was worked out, or why there is none (flowkit.inspect.compare_means)."""
-
-
-@dataclass(frozen=True)
-class MeanInterval:
-    low: float | None
-    high: float | None
-    how: str
-    """How the interval was worked out, or why there is none."""
-    output: str | None = None
-    """The per-row output the metric is the mean of, where one is."""
-
-
-def quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    lower_is_better: bool = False
+    source: str | None = None
+    """The per-row output (or 0/1 rows) the interval is worked out from, where one is."""
+    rows: int | None = None
+    """The paired rows behind a paired interval."""
 
 
 def values(side: Side, name: str) -> array[float]:
@@ -95,48 +106,62 @@ def _close(x: float, y: float) -> bool:
     return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def bootstrap_unpaired(
-    xs: Sequence[float], ys: Sequence[float], *, resamples: int, seed: int, confidence: float
-) -> tuple[float, float]:
-    """Percentile interval of mean(ys) − mean(xs), each side resampled on its own."""
-    rng = random.Random(seed)
-    choices, nx, ny = rng.choices, len(xs), len(ys)
-    deltas = sorted(
-        sum(choices(ys, k=ny)) / ny - sum(choices(xs, k=nx)) / nx for _ in range(resamples)
-    )
-    alpha = (1.0 - confidence) / 2
-    return quantile(deltas, alpha), quantile(deltas, 1.0 - alpha)
+def _last_part(name: str) -> str:
+    return re.split(r"[/.]", name)[-1]
 
 
 def interval(
-    name: str,
-    metrics: tuple[Mapping[str, Any], Mapping[str, Any]],
-    sides: tuple[Side, Side],
-    paired: Mapping[str, tuple[int, float | None, float | None]],
-    *,
-    resamples: int,
-    seed: int,
-    confidence: float,
-) -> MeanInterval:
-    """The interval of metric ``name``'s change from run A to run B, where the runs' files
-    allow one. ``paired`` holds each compared per-row output's (paired rows, interval)."""
+    name: str, ev: Evidence, paired: Mapping[str, tuple[int, float | None, float | None]]
+) -> Interval:
+    """The interval of metric ``name``'s change from run A to run B, or why there is none.
+    ``paired`` holds the compared per-row outputs' (paired rows, interval), reused as is."""
+    metrics = ev.metrics
+    for run, mine in (("B", metrics[0]), ("A", metrics[1])):
+        if name not in mine:
+            return Interval(None, None, ONLY_IN.format(run=run))
     a, b = metrics[0].get(name), metrics[1].get(name)
+    for run, value in (("A", a), ("B", b)):
+        # metrics.json keeps an aggregate's NaN as the string "NaN" (strict JSON).
+        if value is None or value == "NaN" or (isinstance(value, float) and value != value):
+            return Interval(None, None, NO_VALUE.format(run=run))
     if not (is_number(a) and is_number(b)):
-        return MeanInterval(None, None, NOT_NUMBERS)
-    if not _MEAN.search(name):
-        return MeanInterval(None, None, NOT_A_MEAN)
+        return Interval(None, None, NOT_NUMBERS)
+    last = _last_part(name)
+    if last in _COUNTED or last.endswith(("_count", "_sum", "_total")):
+        return Interval(None, None, COUNTED)
+    ab = (float(a), float(b))
+    if _MEAN.search(name):
+        return _mean_interval(name, ab, ev, paired)
+    # A rate by name, or any metric that is a per-row 0/1 output's mean (an accuracy).
+    found = rate_interval(name, ab, ev, binary_only=not _RATE.search(last))
+    return found or Interval(None, None, NOT_A_MEAN)
+
+
+def _mean_interval(
+    name: str,
+    ab: tuple[float, float],
+    ev: Evidence,
+    paired: Mapping[str, tuple[int, float | None, float | None]],
+) -> Interval:
+    metrics, sides, pairs = ev.metrics, ev.sides, ev.pairs
+    resamples, seed, confidence = ev.resamples, ev.seed, ev.confidence
     side_a, side_b = sides
-    output = _mean_of(side_a, side_b, float(a), float(b))
+    output = _mean_of(side_a, side_b, *ab)
     if output is not None:
+        diffs = paired_diffs(side_a.columns[output], side_b.columns[output], pairs)
+        if diffs is not None and len(diffs) >= 2:
+            _, low, high = paired.get(output, (0, None, None))
+            if low is None or high is None:  # the output was not compared (--metric)
+                low, high = bootstrap_ci(
+                    diffs, resamples=resamples, seed=seed, confidence=confidence
+                )
+            return Interval(low, high, PAIRED.format(name=output), output, len(diffs))
         xs, ys = values(side_a, output), values(side_b, output)
-        n, low, high = paired.get(output, (0, None, None))
-        if n == len(xs) == len(ys) and low is not None:
-            return MeanInterval(low, high, PAIRED.format(name=output), output)
         if len(xs) >= 2 and len(ys) >= 2:
             low, high = bootstrap_unpaired(
                 xs, ys, resamples=resamples, seed=seed, confidence=confidence
             )
-            return MeanInterval(low, high, UNPAIRED.format(name=output), output)
+            return Interval(low, high, UNPAIRED.format(name=output), output)
     prefix = re.sub(r"[/._]?(?:mean|average)$", "", name)
     stored = [(m.get(f"{prefix}.stdev"), m.get(f"{prefix}.count")) for m in metrics]
     numbers = [(float(s), float(c)) for s, c in stored if is_number(s) and is_number(c) and c >= 2]
@@ -144,28 +169,21 @@ def interval(
         (sa, na), (sb, nb) = numbers
         spread = math.sqrt(sa * sa / na + sb * sb / nb)
         z = NormalDist().inv_cdf(0.5 + confidence / 2)
-        delta = float(b) - float(a)
-        return MeanInterval(delta - z * spread, delta + z * spread, STORED.format(prefix=prefix))
-    return MeanInterval(None, None, NO_SOURCE.format(prefix=prefix))
+        delta = ab[1] - ab[0]
+        return Interval(delta - z * spread, delta + z * spread, STORED.format(prefix=prefix))
+    return Interval(None, None, NO_SOURCE.format(prefix=prefix))
 
 
 def side_by_side(
-    metrics: tuple[Mapping[str, Any], Mapping[str, Any]],
-    sides: tuple[Side, Side],
-    compared: Sequence[Any],
-    *,
-    verdict: Callable[[float, float, bool], str],
-    lower_is_better: Collection[str] = (),
-    resamples: int,
-    seed: int,
-    confidence: float,
+    ev: Evidence, compared: Sequence[Any], *, lower: Collection[str] = ()
 ) -> list[AggregateDelta]:
-    """metrics.json side by side, each number's change with its interval where the runs' files
-    allow one; ``compared`` are the per-row outputs' ``MetricDelta``; a metric named in
-    ``lower_is_better`` is better lower, whatever the output it is the mean of."""
-    ma, mb = metrics
+    """metrics.json side by side, each number's change with its interval and verdict where the
+    runs' files allow one; ``compared`` are the per-row outputs' ``MetricDelta``. A metric is
+    better lower when ``lower`` names it (--lower-is-better), when it is a defect or invalid
+    rate, or when it is the mean of an output that is."""
+    ma, mb = ev.metrics
     paired = {m.name: (m.n, m.ci_low, m.ci_high) for m in compared}
-    lower = {m.name: m.lower_is_better for m in compared}
+    lower_outputs = {m.name for m in compared if m.lower_is_better}
     out = []
     for name in dict.fromkeys([*ma, *mb]):
         va, vb = ma.get(name), mb.get(name)
@@ -173,18 +191,11 @@ def side_by_side(
         if is_number(va) and is_number(vb):
             # Two aggregates of the same values summed in another order differ in the last bits.
             delta = 0.0 if math.isclose(va, vb, rel_tol=1e-12, abs_tol=0) else vb - va
-        found = interval(
-            name,
-            metrics,
-            sides,
-            paired,
-            resamples=resamples,
-            seed=seed,
-            confidence=confidence,
-        )
-        said = None
-        if found.low is not None and found.high is not None and found.output is not None:
-            lower_here = name in lower_is_better or lower.get(found.output, False)
-            said = verdict(found.low, found.high, lower_here)
-        out.append(AggregateDelta(name, va, vb, delta, found.low, found.high, said, found.how))
+        found = interval(name, ev, paired)
+        down = lower_is_better(name, lower) or found.output in lower_outputs
+        said = NO_VERDICT
+        if found.low is not None and found.high is not None:
+            said = verdict(found.low, found.high, down)
+        found_at = (found.low, found.high, said, found.how, down, found.output, found.rows)
+        out.append(AggregateDelta(name, va, vb, delta, *found_at))
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -22,17 +22,42 @@ def is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
-def numeric_outputs(outputs: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
-    """(dotted name, value) for every number in a row's outputs; a suite's nested outputs
-    flatten to ``groundedness.score``. Booleans count as 0/1 (exact-match style results)."""
+def leaves(outputs: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted name, value) for every value in a row's outputs that is not a dict: a suite's
+    nested outputs flatten to ``groundedness.score``."""
     if not isinstance(outputs, dict):
         return
     for name, value in outputs.items():
         path = f"{prefix}{name}"
         if isinstance(value, dict):
-            yield from numeric_outputs(value, path + ".")
-        elif isinstance(value, bool) or is_number(value):
+            yield from leaves(value, path + ".")
+        else:
+            yield path, value
+
+
+def numeric_outputs(outputs: Any) -> Iterator[tuple[str, float]]:
+    """(dotted name, value) for every number in a row's outputs. Booleans count as 0/1
+    (exact-match style results)."""
+    for path, value in leaves(outputs):
+        if isinstance(value, bool) or is_number(value):
             yield path, float(value)
+
+
+LABEL_CHARS, LABEL_VALUES = 40, 16
+"""A per-row string output is kept as labels ("pass", "fail", "invalid", a severity) while its
+values are at most this short and this few; free text (a reason, a raw reply) is dropped."""
+
+
+def _split(outputs: Any) -> tuple[list[tuple[str, float]], list[tuple[str, str]]]:
+    """A row's numbers (as :func:`numeric_outputs`) and its strings (the labels a rate of
+    metrics.json counts), in one walk."""
+    numbers, labels = [], []
+    for path, value in leaves(outputs):
+        if isinstance(value, str):
+            labels.append((path, value))
+        elif isinstance(value, bool) or is_number(value):
+            numbers.append((path, float(value)))
+    return numbers, labels
 
 
 def _hashable(value: Any) -> Any:
@@ -61,19 +86,55 @@ class Side:
     """Per input name, a hash of each row's value (``NO_INPUT`` where it has none): paired
     rows should share their inputs."""
 
+    labels: dict[str, array[int]] = field(default_factory=dict)
+    """Per short string output (:data:`LABEL_VALUES` values at most), each row's label as an
+    index into ``label_names[name]`` (-1 where the row has none)."""
+    label_names: dict[str, list[str]] = field(default_factory=dict)
+    free_text: set[str] = field(default_factory=set)
+    """String outputs with too many or too long values to be labels."""
+
     @property
     def names(self) -> set[str]:
         return set(self.columns)
 
-    def add(self, line: int, values: Iterable[tuple[str, float]], inputs: Any) -> None:
+    def add(
+        self,
+        line: int,
+        values: Iterable[tuple[str, float]],
+        inputs: Any,
+        labels: Iterable[tuple[str, str]] = (),
+    ) -> None:
         at = len(self.lines)
         self.lines.append(line)
         _put(self.columns, at, values, "d", _NAN)
+        _put(self.labels, at, self._codes(labels), "h", -1)
         if isinstance(inputs, dict):
             hashes = ((str(n), hash(_hashable(v))) for n, v in inputs.items())
             _put(self.inputs, at, hashes, "q", NO_INPUT)
         else:
             _put(self.inputs, at, (), "q", NO_INPUT)
+
+    def _codes(self, labels: Iterable[tuple[str, str]]) -> Iterator[tuple[str, int]]:
+        """Each label as its index among its output's values; an output that outgrows
+        :data:`LABEL_VALUES` is free text from then on, and its column is dropped."""
+        for name, text in labels:
+            if name in self.free_text:
+                continue
+            names = self.label_names.setdefault(name, [])
+            if text not in names:
+                if len(names) == LABEL_VALUES or len(text) > LABEL_CHARS:
+                    self.free_text.add(name)
+                    self.labels.pop(name, None)
+                    del self.label_names[name]
+                    continue
+                names.append(text)
+            yield name, names.index(text)
+
+    def label_column(self, name: str, value: str) -> array[float]:
+        """1.0 where the row's label ``name`` is ``value``, 0.0 where it is another, NaN where
+        the row has none: a rate's rows, as a numeric column."""
+        code = self.label_names[name].index(value)
+        return array("d", (_NAN if c < 0 else float(c == code) for c in self.labels[name]))
 
 
 def _put(
@@ -121,7 +182,8 @@ def read_side(run_dir: Path, key: str | None) -> Side:
                 continue
             side.index[k] = len(side.lines)
             side.keys.append(k)
-        side.add(line, numeric_outputs(rec.get("outputs")), rec.get("inputs"))
+        numbers, labels = _split(rec.get("outputs"))
+        side.add(line, numbers, rec.get("inputs"), labels)
     return side
 
 
@@ -187,3 +249,30 @@ def pair_rows(a: Side, b: Side, key: str | None) -> Pairs:
     pairs.only_a.extend(line for line, _ in ([x] if x else []) + list(left))
     pairs.only_b.extend(line for line, _ in ([y] if y else []) + list(right))
     return pairs
+
+
+def paired_diffs(xs: Sequence[float], ys: Sequence[float], pairs: Pairs) -> array[float] | None:
+    """B − A over the paired rows with a value on both sides, when every row with a value (on
+    either side) is paired; else None: the runs' values must then be taken apart."""
+    diffs = array("d")
+    for pa, pb in zip(pairs.a, pairs.b, strict=True):
+        x, y = xs[pa], ys[pb]
+        if x == x and y == y:
+            diffs.append(y - x)
+    valued = len(diffs)
+    if sum(v == v for v in xs) != valued or sum(v == v for v in ys) != valued:
+        return None
+    return diffs
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What two runs' files give a metric's interval: their metrics.json, their rows and how
+    those pair, and the bootstrap's settings."""
+
+    metrics: tuple[Mapping[str, Any], Mapping[str, Any]]
+    sides: tuple[Side, Side]
+    pairs: Pairs
+    resamples: int
+    seed: int
+    confidence: float

@@ -35,9 +35,11 @@ class RunComparison:
     def to_pandas(self) -> Any:
         """One row per metric: each per-row output with its paired mean difference (B − A),
         bootstrap interval and verdict, then each metric of metrics.json with its difference,
-        and its interval and verdict where the runs' files give them
-        (flowkit.inspect.compare_means). ``interval`` says how each interval was worked out,
-        or why there is none."""
+        and its interval and verdict where the runs' files give them: a mean's, a rate's
+        (flowkit.inspect.compare_means, compare_rates). ``interval`` says how each interval was
+        worked out, or why there is none; a row without one has the verdict "none: no
+        interval". The verdicts are those `flowkit compare`, ``--fail-if`` and its summary
+        give (flowkit.inspect.intervals.verdict decides them all)."""
         pd = _pandas("to_pandas")
         rows = [
             [

@@ -2,10 +2,11 @@
 `--fail-if` (compare) fail a CI job when a metric got worse than a baseline.
 
 A gate reads ``METRIC>MARGIN`` (fails when the metric drops by more than MARGIN, a number or a
-percent of the baseline's value) or ``METRIC`` alone (fails when the paired bootstrap interval of
-the change lies wholly on the worse side of zero). METRIC is a metric of metrics.json or a
-numeric per-row output; a ``….mean`` metric takes its interval from the per-row output it is the
-mean of, so every verdict is printed with the interval behind it.
+percent of the baseline's value) or ``METRIC`` alone (fails when the comparison's verdict on it is
+"worse": its interval lies wholly on the worse side of zero). METRIC is a metric of metrics.json
+or a numeric per-row output. The interval, the direction and the verdict are those `compare`
+prints and ``RunComparison.to_pandas()`` gives (flowkit.inspect.compare_means works them out for
+both), so every verdict is printed with the interval behind it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from typing import Any
 
 from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.inspect.compare import Comparison, MetricDelta
-from flowkit.inspect.compare_rows import Side, is_number, read_side
+from flowkit.inspect.compare_means import AggregateDelta, interval
+from flowkit.inspect.compare_rows import Evidence, Side, is_number, pair_rows, read_side
+from flowkit.inspect.intervals import TOO_FEW, WORSE, Interval
 from flowkit.runs.folder import read_metrics
 
 _DROP = re.compile(r"^\s*(?P<name>[^<>=!\s]+)\s*(?:>\s*(?P<margin>[^%\s]+)\s*(?P<pct>%)?)?\s*$")
@@ -83,21 +86,20 @@ class Baseline:
     def read(cls, run_dir: Path) -> Baseline:
         return cls(run_dir, read_metrics(run_dir), read_side(run_dir, None))
 
+    def self_interval(self, metric: str) -> Interval:
+        """The metric's interval with the baseline on both sides: whether, and from what, the
+        comparison will work one out (flowkit.inspect.compare_means decides for both)."""
+        pairs = pair_rows(self.side, self.side, None)
+        both = Evidence((self.metrics, self.metrics), (self.side, self.side), pairs, 1, 0, 0.95)
+        return interval(metric, both, {})
+
     def interval_source(self, metric: str) -> str | None:
         """The per-row output whose interval a metric shares: itself, or for a mean in
-        metrics.json the output whose mean it is (its own prefix's first)."""
+        metrics.json the output whose mean it is."""
         if metric in self.side.columns:
             return metric
-        value = self.metrics.get(metric)
-        if not is_number(value) or not metric.endswith("mean"):
-            return None
-        prefix = metric.rpartition(".")[0]
-        names = sorted(self.side.columns, key=lambda n: (not n.startswith(f"{prefix}."), n))
-        for name in names:
-            column = [v for v in self.side.columns[name] if v == v]
-            if column and math.isclose(math.fsum(column) / len(column), value, rel_tol=1e-9):
-                return name
-        return None
+        output = self.self_interval(metric).output
+        return output if output in self.side.columns else None
 
     def check(self, gates: Iterable[DropGate], option: str) -> None:
         """Refuse, before any row runs, a gate the baseline cannot answer."""
@@ -109,12 +111,15 @@ class Baseline:
                     f"per-row output {gate.metric!r}{did_you_mean(gate.metric, known)}",
                     hint=f"it has {one_of(known)}",
                 )
-            if gate.margin is None and self.interval_source(gate.metric) is None:
+            if gate.margin is not None or gate.metric in self.side.columns:
+                continue
+            found = self.self_interval(gate.metric)
+            if found.low is None:
                 outputs = sorted(self.side.columns)
                 raise UsageError(
-                    f"{option} {gate}: {gate.metric!r} is not the mean of a per-row output, so "
-                    f"it has no paired interval; give a margin ('{gate.metric}>0.1') or gate a "
-                    f"per-row output",
+                    f"{option} {gate}: {gate.metric!r} has no interval to judge it by: "
+                    f"{found.how.removeprefix('none: ')}; give a margin ('{gate.metric}>0.1') "
+                    "or gate a per-row output",
                     hint=f"per-row outputs: {one_of(outputs)}",
                 )
 
@@ -144,50 +149,76 @@ def judge(
     lower_is_better: Iterable[str] = (),
     label: str = "gate-drop",
 ) -> list[Outcome]:
-    """Each gate's verdict, naming the metric, the change and the interval behind it."""
+    """Each gate's verdict, naming the metric, the change and the interval behind it. The
+    interval, the direction and the verdict are the comparison's own (the `compare` table's
+    and `to_pandas()`'s); ``lower_is_better`` only turns a metric the comparison lacks."""
     lower = set(lower_is_better)
-    deltas = {m.name: m for m in cmp.metrics}
-    return [
-        _judge(g, deltas, baseline, current, g.metric in lower, f"{label} {g}", cmp.confidence)
-        for g in gates
-    ]
+    per_row = {m.name: m for m in cmp.metrics}
+    aggregates = {a.name: a for a in cmp.aggregates}
+    out = []
+    for g in gates:
+        name = f"{label} {g}"
+        if g.metric in baseline.side.columns or g.metric not in aggregates:
+            entry = _Entry.of_output(per_row.get(g.metric), g.metric in lower)
+        else:
+            entry = _Entry.of_metric(aggregates[g.metric])
+        out.append(_judge(g, entry, name, cmp.confidence))
+    return out
 
 
-def _judge(
-    gate: DropGate,
-    deltas: dict[str, MetricDelta],
-    baseline: Baseline,
-    current: dict[str, Any],
-    lower: bool,
-    name: str,
-    confidence: float,
-) -> Outcome:
-    source = baseline.interval_source(gate.metric)
-    paired = deltas.get(source) if source else None
-    if gate.metric in baseline.side.columns:
-        a = paired.mean_a if paired else None
-        b = paired.mean_b if paired else None
-    else:
-        a, b = baseline.metrics.get(gate.metric), current.get(gate.metric)
+@dataclass(frozen=True)
+class _Entry:
+    """What a gate reads of one row of the comparison."""
+
+    a: Any
+    b: Any
+    low: float | None
+    high: float | None
+    verdict: str
+    lower: bool
+    behind: str
+    """The interval's source, as the message says it."""
+    no_interval: str
+
+    @classmethod
+    def of_output(cls, m: MetricDelta | None, lower: bool) -> _Entry:
+        if m is None:
+            no = "too few paired rows for an interval"
+            return cls(None, None, None, None, TOO_FEW, lower, "", no)
+        behind = f" over {m.n} paired rows"
+        return cls(
+            m.mean_a, m.mean_b, m.ci_low, m.ci_high, m.verdict, m.lower_is_better, behind,
+            "too few paired rows for an interval",
+        )  # fmt: skip
+
+    @classmethod
+    def of_metric(cls, agg: AggregateDelta) -> _Entry:
+        if agg.rows is not None:
+            source = agg.source if agg.source and " " in agg.source else repr(agg.source)
+            behind = f" over {agg.rows} paired rows (from per-row {source})"
+        else:
+            behind = f", {agg.interval}"
+        why = "no interval: " + agg.interval.removeprefix("none: ")
+        return cls(
+            agg.a, agg.b, agg.ci_low, agg.ci_high, agg.verdict, agg.lower_is_better, behind, why
+        )
+
+
+def _judge(gate: DropGate, e: _Entry, name: str, confidence: float) -> Outcome:
+    a, b = e.a, e.b
     if not is_number(a) or not is_number(b):
         return Outcome(name, False, f"{name}: failed, this run has no value of {gate.metric!r}")
-    worse = (b - a) if lower else (a - b)
-    moved = "rose" if lower else "dropped"
+    worse = (b - a) if e.lower else (a - b)
+    moved = "rose" if e.lower else "dropped"
     change = f"{gate.metric} {a:.4g} → {b:.4g}"
     interval = ""
-    says_worse = False
-    if paired is not None and paired.ci_low is not None and paired.ci_high is not None:
+    if e.low is not None and e.high is not None:
         pct = f"{confidence:.0%}"
-        via = "" if source == gate.metric else f" (from per-row {source!r})"
-        interval = (
-            f"; {pct} CI of the change [{paired.ci_low:+.4g}, {paired.ci_high:+.4g}] over "
-            f"{paired.n} paired rows{via}"
-        )
-        says_worse = paired.ci_low > 0 if lower else paired.ci_high < 0
+        interval = f"; {pct} CI of the change [{e.low:+.4g}, {e.high:+.4g}]{e.behind}"
     if gate.margin is None:
-        if paired is None or paired.ci_low is None:
-            return Outcome(name, False, f"{name}: failed, too few paired rows for an interval")
-        if says_worse:
+        if e.low is None:
+            return Outcome(name, False, f"{name}: failed, {e.no_interval}")
+        if e.verdict == WORSE:
             return Outcome(
                 name, False, f"{name}: failed, {moved} by {worse:.4g} ({change}){interval}"
             )

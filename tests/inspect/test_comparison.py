@@ -133,14 +133,19 @@ def test_a_mean_with_a_stored_stdev_and_count_or_none_and_why(tmp_path: Path) ->
     difference = statistics.mean(b) - statistics.mean(a)
     assert mean["ci_low"] == pytest.approx(difference - half)
     assert mean["ci_high"] == pytest.approx(difference + half)
-    assert pd.isna(mean["verdict"])  # whether higher is better, metrics.json does not say
+    # The interval lies below zero: worse, as a per-row mean's would be; better lower, better.
+    assert difference + half < 0
+    assert mean["verdict"] == "worse"
+    lower = flowkit.compare(*runs, lower_is_better=["t.mean"]).to_pandas()
+    assert lower.loc["t.mean", "verdict"] == "better"
     assert mean["interval"] == (
         "normal, from each run's t.stdev and t.count (runs taken as independent)"
     )
     total, other = frame.loc["t.total"], frame.loc["t.other.mean"]
     assert pd.isna(total["ci_low"]) and pd.isna(other["ci_low"])
-    assert (
-        total["interval"] == "none: only a mean's interval can be worked out from the runs' files"
+    assert (total["verdict"], other["verdict"]) == ("none: no interval", "none: no interval")
+    assert total["interval"] == (
+        "none: a count or a sum follows how many rows each run had; compare a mean or a rate"
     )
     assert other["interval"] == (
         "none: no per-row output has this mean in both runs, and metrics.json stores no "

@@ -143,12 +143,13 @@ def test_a_drop_gate_needs_a_baseline(runs: Path) -> None:
     )
 
 
-def test_an_interval_gate_needs_a_mean(runs: Path) -> None:
+def test_an_interval_gate_needs_a_mean_or_a_rate(runs: Path) -> None:
     result = _run_against_base(runs, [4] * 8, "--gate-drop", "t.top")
     assert result.exit_code == 2
     assert result.output.splitlines()[0] == (
-        "error: --gate-drop t.top: 't.top' is not the mean of a per-row output, so it has no "
-        "paired interval; give a margin ('t.top>0.1') or gate a per-row output"
+        "error: --gate-drop t.top: 't.top' has no interval to judge it by: only a mean's or a "
+        "rate's interval can be worked out from the runs' files, and this is neither (nor the "
+        "mean of a per-row 0/1 output); give a margin ('t.top>0.1') or gate a per-row output"
     )
 
 
@@ -178,7 +179,10 @@ def test_compare_fail_if_writes_summary_and_junit(runs: Path) -> None:
     summary = (runs / "summary.md").read_text("utf-8").splitlines()
     assert summary[0] == "### flowkit compare base → new: ❌ 1 of 2 checks failed"
     assert "| fail-if t.top>2 | ✅ passed (t.top 5 → 4) |" in summary
-    assert "| t.mean | 4.5 | 3.5 | -1 |" in summary
+    # Each metric with the interval and verdict of the comparison the gates read.
+    assert "| metric | baseline | this run | change | interval | verdict |" in summary
+    assert "| t.mean | 4.5 | 3.5 | -1 | [-1, -1] | worse |" in summary
+    assert "| t.top | 5 | 4 | -1 | — | — |" in summary
     suite = ET.parse(runs / "junit.xml").getroot().find("testsuite")
     assert suite is not None and suite.attrib["failures"] == "1"
     cases = {c.attrib["name"]: c.find("failure") for c in suite.iter("testcase")}
@@ -220,6 +224,7 @@ def test_the_summary_is_appended_to_github_step_summary(runs: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = page.read_text("utf-8").splitlines()
     assert lines[:2] == ["earlier step", "### flowkit run new (t) vs baseline base: ✅ passed"]
+    assert "| metric | baseline | this run | change | interval | verdict |" in lines
 
 
 def test_without_a_place_the_summary_goes_to_stdout(runs: Path) -> None:
