@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from flowkit.cache.memory import MemoryCache
@@ -231,6 +231,29 @@ def rows_to_send(executor: Executor, rows: Iterable[Row], guard: threading.Lock)
     if executor.cache is None:
         return rows
     return DriverLookup(executor, guard).misses(rows)
+
+
+def driver_entries(
+    cache: ResultCache, guard: threading.Lock
+) -> Callable[[list[str]], dict[str, bytes]]:
+    """What a worker's cache asks of the driver's for a key it missed (``MemoryCache.remote``,
+    through the lease service, from a thread of its own): the entries the store holds, read
+    together. A key of a node downstream of one the worker ran is known only there, so it
+    could not go out with the row. The worker counts the lookup, so the store does not."""
+
+    def entries(keys: list[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        with guard:  # the store is the driver's, which looks rows up and folds chunks
+            cache.prefetch(set(keys))
+            for key in keys:
+                hit = cache.get(key)
+                if hit is MISS:
+                    cache.misses -= 1
+                else:
+                    found[key] = encode_entry(*hit)
+        return found
+
+    return entries
 
 
 def worker_rows(rows: list[Any], use_cache: bool) -> tuple[list[Row], MemoryCache | None]:
