@@ -249,3 +249,45 @@ def test_workers_ask_the_drivers_cache_for_keys_known_only_after_an_upstream_nod
 
 def _outputs(result: Any) -> list[Any]:
     return [row["outputs"] for row in read_jsonl(result.run_dir / "outputs.jsonl")]
+
+
+@pytest.mark.cluster  # real clusters take seconds to start (a stage of .ci/run of its own)
+@pytest.mark.parametrize("backend", ["dask", "ray"])
+def test_cluster_workers_ask_the_drivers_cache_for_keys_known_only_after_an_upstream_node_ran(
+    backend: str, llm_server: LocalServer, workdir: Path, tmp_path: Path
+) -> None:
+    data = write_jsonl(workdir / "q.jsonl", [{"q": f"question {i}"} for i in range(8)])
+    cache = workdir / "cache"
+    first = flowkit.run(_chain(workdir, "Tell me"), data, cache_dir=cache, output="first")
+    llm_server.reset()
+    edited = _chain(workdir, "Tell me please")
+    # The workers' own cache folder is not the driver's, as on another machine.
+    env = {k: os.environ[k] for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "FLOWKIT_MODEL")} | {
+        "FLOWKIT_CACHE_DIR": str(tmp_path / "workers-own-cache")
+    }
+    options: dict[str, Any] = {"cache_dir": cache, "output": "changed", "chunk_size": 2}
+    if backend == "dask":
+        distributed = pytest.importorskip("distributed")
+        with distributed.LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, env=env
+        ) as cluster:
+            changed = flowkit.run(
+                edited, data, backend="dask", scheduler=cluster.scheduler_address, **options
+            )
+    else:
+        ray = pytest.importorskip("ray")
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": env},
+        )
+        try:
+            changed = flowkit.run(edited, data, backend="ray", **options)
+        finally:
+            ray.shutdown()
+    paid = _paid(changed)
+    assert {t["node"] for t in paid} == {"a"}
+    assert llm_server.stats()["chat_completions"] == len(paid) == 8
+    assert changed.counts["cache_hits"] == 16
+    assert _outputs(changed) == _outputs(first)
