@@ -18,6 +18,11 @@ and every worker's model call goes through them:
   driver's scheduler learns from it as from a local reply and decides: done, another attempt,
   or give up. A request cut as stalled on the driver is cancelled on the worker.
 
+The same connection carries a worker's cache lookups (``LeaseClient.entry``): a key its
+in-memory cache missed (``flowkit.cache.memory``) is asked of the driver's store before the
+node that would pay for it runs; keys asked together go in one ``entries`` message, answered
+with the entries the store holds (``LeaseService``'s ``entries``, ``flowkit.runs.lookup``).
+
 Addresses: the service binds to ``$FLOWKIT_LEASE_BIND`` (``HOST`` or ``HOST:PORT``); unset,
 to 127.0.0.1 for a local cluster and to every interface when the run joins a cluster
 (``--scheduler``, or Ray's ``RAY_ADDRESS``). Workers dial ``$FLOWKIT_LEASE_ADDRESS`` where the
