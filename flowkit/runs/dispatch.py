@@ -29,13 +29,13 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import os
-import signal
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from flowkit.errors import FlowkitError, UsageError
+from flowkit.runs.lease import signals_interrupt
 
 RETRIES = 3
 """How many times a chunk lost to a dead worker is sent again before the run stops."""
@@ -341,7 +341,7 @@ def dispatch(
     def send(seq: int, chunk: list[Any], tries: int) -> None:
         out[pool.submit(fn, job, chunk)] = (seq, chunk, tries)
 
-    with _sigterm_stops():
+    with signals_interrupt():  # SIGTERM cancels the chunks out, as Ctrl-C does
         try:
             while True:
                 while (
@@ -392,21 +392,3 @@ def _lost(chunk: list[Any], tries: int, err: BaseException) -> WorkerLost:
         hint="see why the workers die (memory, a node that crashes the process), "
         "then resume the run",
     )
-
-
-@contextlib.contextmanager
-def _sigterm_stops() -> Iterator[None]:
-    """SIGTERM stops a scaled-out run as Ctrl-C does: the workers' outstanding chunks are
-    cancelled, and the run is closed as interrupted with what finished."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(*_: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -35,6 +35,7 @@ from flowkit.runs.config import RunConfig
 from flowkit.runs.cost import run_cost, with_models
 from flowkit.runs.environment import run_environment
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
+from flowkit.runs.lease import signals_interrupt
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
 from flowkit.runs.space import OutOfSpace, no_space
@@ -126,6 +127,7 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     (flowkit.runs.environment).
     """
     with (
+        signals_interrupt(),  # SIGTERM closes the run as interrupted, lease released, at once
         run_environment(job.config.environment),
         importable(job.flow.import_path),
         run_session(local_dir(job.config.cache_dir)),
@@ -356,10 +358,12 @@ def _sigint_deferred() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGINT, lambda *_: None)
+    terminate = signal.signal(signal.SIGTERM, lambda *_: None)  # a second SIGTERM too
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, terminate)
 
 
 class Interrupted(FlowkitError):
