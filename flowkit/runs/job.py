@@ -70,6 +70,9 @@ class Job:
     """The flow as this run binds it (its endpoints and models); the flow itself is shared."""
     keep_rows: bool = True
     """A resume keeps the rows that finished; one with changes allowed runs every row again."""
+    flows: Any = None
+    """The flow as workers get it (flowkit.runs.bundle.FlowBundle), packed before the run
+    folder exists: one too big to send is refused then. None for a local run."""
 
 
 def make_job(
@@ -92,13 +95,22 @@ def make_job(
 
         check_reachable(config.backend, config.scheduler)
         check_main_guard(config.backend, config.scheduler)
+    flows = _pack(flow) if config.backend != "local" else None
     options = config.run_options()
     with run_environment(config.environment):  # what settings and endpoints read
         settings = _settings(flow, config, settings)
         ctx = RunContext(options, settings, config.environment)
         bound = bind(flow, ctx)
     _check_refresh(flow, options.refresh)
-    return Job(flow, data_path, maps, config, options, ctx, settings, on_progress, bound=bound)
+    job = Job(flow, data_path, maps, config, options, ctx, settings, on_progress, bound=bound)
+    job.flows = flows
+    return job
+
+
+def _pack(flow: Flow) -> Any:
+    from flowkit.runs.bundle import pack
+
+    return pack(flow)
 
 
 def _settings(flow: Flow, config: RunConfig, settings: Any) -> Any:
@@ -259,11 +271,10 @@ def _run_rows(
         return
     from flowkit.flow.variants import CHOSEN
     from flowkit.runs.backends import WorkerJob, chunk_rows, run_distributed
-    from flowkit.runs.bundle import pack
 
     chosen = CHOSEN.get()
     worker_job = WorkerJob(
-        pack(job.flow),
+        job.flows if job.flows is not None else _pack(job.flow),
         job.config,
         writer.run_id,
         job.flow.content_hash,

@@ -168,3 +168,24 @@ def test_a_flow_folder_too_big_to_send_is_refused(
         f"the flow's files under {tmp_path} come to {size:,} bytes; workers get a flow by "
         "content, at most 100 bytes"
     )
+
+
+def test_a_flow_too_big_to_send_is_refused_before_the_run_folder_exists(
+    llm_server: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flowkit.runs.bundle as bundle
+
+    path = _project(tmp_path)
+    monkeypatch.setattr(bundle, "MAX_TOTAL", 100)
+    with pytest.raises(flowkit.UsageError) as raised:
+        flowkit.run(
+            str(path), [{"q": "x"}], output=str(tmp_path / "big"), backend="threading", workers=2
+        )
+    size = sum(
+        len(p.read_bytes()) for p in tmp_path.rglob("*") if p.suffix in (".py", ".yaml", ".jinja2")
+    )
+    assert raised.value.message == (
+        f"the flow's files under {tmp_path} come to {size:,} bytes; workers get a flow by "
+        "content, at most 100 bytes"
+    )
+    assert not (tmp_path / "big").exists()
