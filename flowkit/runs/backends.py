@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowkit.code.importpath import importable
 from flowkit.errors import FlowkitError, UsageError
-from flowkit.runs.bundle import FlowBundle, unpack
+from flowkit.runs.bundle import FlowBundle, target_base, unpack
 from flowkit.runs.config import RunConfig
 from flowkit.runs.lookup import rows_to_send
 
@@ -133,7 +133,10 @@ def _load_flow(job: WorkerJob) -> Flow:
         from flowkit.flow.target import with_target
 
         target = job.target
-        flow = with_target(flow, target.target, target.columns, Path(target.base))
+        # The app as the driver sent it, found where the driver's working directory is among
+        # the files it sent (flowkit.runs.bundle); the driver's path only if it sent none.
+        base = target_base(job.flows) or Path(target.base)
+        flow = with_target(flow, target.target, target.columns, base)
     flow, _ = with_settings(flow, job.config.mapping)  # as the driver rebuilt it
     if job.flow_hash and flow.content_hash != job.flow_hash:
         raise UsageError(
