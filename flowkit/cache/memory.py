@@ -21,6 +21,10 @@ from typing import Any, Literal
 
 from flowkit.cache.result_cache import MISS, Hit, Miss, decode_entry, encode_entry
 
+ABSENT = b""
+"""A seed that says the driver's store has no entry under its key (it looked when the row went
+out): ``get_elsewhere`` does not ask for it again."""
+
 
 class MemoryCache:
     """A ``ResultCache`` over a dict of encoded entries (``encode_entry``)."""
@@ -28,7 +32,9 @@ class MemoryCache:
     def __init__(self, seeds: dict[str, bytes] | None = None) -> None:
         self.problem: str | None = None
         self.notices: list[str] = []
-        self._entries: dict[str, bytes] = dict(seeds or {})
+        self._entries: dict[str, bytes] = {}
+        self._absent: set[str] = set()
+        self.seed(seeds or {})
         self._pending: dict[str, bytes] = {}
         self.hits = self.misses = self.writes = 0
         self.remote: Callable[[str], Awaitable[bytes | None]] | None = None
@@ -36,8 +42,13 @@ class MemoryCache:
         store, through the run's lease service); None: nowhere."""
 
     def seed(self, entries: dict[str, bytes]) -> None:
-        """Add entries found elsewhere (not pending: the driver has them already)."""
-        self._entries.update(entries)
+        """Add entries found elsewhere (not pending: the driver has them already), and keys
+        known to be absent there (``ABSENT``)."""
+        for key, raw in entries.items():
+            if raw == ABSENT:
+                self._absent.add(key)
+            else:
+                self._entries[key] = raw
 
     def get(self, key: str) -> Hit | Literal[Miss.MISS]:
         raw = self._pending.get(key) or self._entries.get(key)
@@ -55,7 +66,9 @@ class MemoryCache:
     async def get_elsewhere(self, key: str) -> Hit | Literal[Miss.MISS]:
         """What ``remote`` holds under ``key``, seeded here; a hit no longer counts as the miss
         ``get`` counted (the run counts the lookup once, where it was answered)."""
-        raw = await self.remote(key) if self.remote is not None else None
+        if self.remote is None or key in self._absent:
+            return MISS
+        raw = await self.remote(key)
         if raw is None:
             return MISS
         try:
