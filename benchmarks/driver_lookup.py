@@ -23,12 +23,17 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
+from textwrap import dedent
 
 import flowkit
 from flowkit.testing.server import LocalServer, serve
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the flow of the tests
+from tests.runs.test_driver_lookup import CHAIN
 
 
 def main() -> None:
@@ -70,34 +75,14 @@ def main() -> None:
         edited(work, server, args.chain_rows, args.backend, args.workers)
 
 
-CHAIN = """
-name: chain
-inputs: {q: {type: string}}
-outputs: {c: ${c.output}}
-nodes:
-  - name: a
-    type: llm
-    messages: [{role: user, content: "FIRST_PROMPT [[reply: about {{ q }}]]"}]
-    inputs: {q: ${inputs.q}}
-  - name: b
-    type: llm
-    messages: [{role: user, content: "Shorten: {{ said }}"}]
-    inputs: {said: ${a.output}}
-  - name: c
-    type: llm
-    messages: [{role: user, content: "Grade: {{ said }}"}]
-    inputs: {said: ${b.output}}
-"""
-
-
 def edited(work: Path, server: LocalServer, rows: int, backend: str, workers: int) -> None:
     """The chain's first prompt edited (its output unchanged): calls locally and on workers."""
     data = work / "chain.jsonl"
     data.write_text("".join(json.dumps({"q": f"question {i}"}) + "\n" for i in range(rows)))
     flow = work / "chain.yaml"
-    flow.write_text(CHAIN.replace("FIRST_PROMPT", "Tell me"))
+    flow.write_text(dedent(CHAIN).replace("FIRST_PROMPT", "Tell me"))
     flowkit.run(flow, data, output="chain", cache_dir=work / "chain-cache", concurrency=64)
-    flow.write_text(CHAIN.replace("FIRST_PROMPT", "Tell me please"))
+    flow.write_text(dedent(CHAIN).replace("FIRST_PROMPT", "Tell me please"))
     for name, options in (
         ("local", {}),
         (f"{backend} x{workers}", {"backend": backend, "workers": workers}),
