@@ -225,7 +225,8 @@ def _chain(workdir: Path, first_prompt: str) -> Path:
     return write(workdir / "chain.yaml", CHAIN.replace("FIRST_PROMPT", first_prompt))
 
 
-@pytest.mark.parametrize("backend", ["threading", "loky"])
+# loky starts its worker processes afresh (seconds): a stage of its own.
+@pytest.mark.parametrize("backend", ["threading", pytest.param("loky", marks=pytest.mark.slow)])
 def test_workers_ask_the_drivers_cache_for_keys_known_only_after_an_upstream_node_ran(
     backend: str, llm_server: LocalServer, workdir: Path
 ) -> None:
