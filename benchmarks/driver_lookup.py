@@ -8,6 +8,13 @@ cache store of their own (flowkit.runs.lookup): the rerun's calls should be 0, e
 answered by the driver's lookup before anything is sent. Prints each run's model calls and
 wall time. (tests/runs/test_driver_lookup.py checks the same on Dask workers whose own cache
 folder differs from the driver's, as on another machine.)
+
+Then an upstream edit whose output comes out unchanged, over CHAIN_ROWS rows of a chain of
+three model calls (the first one's reply fixed by the test server's `[[reply: …]]` directive):
+run once, its first prompt edited, then run again locally and on BACKEND, each from a copy of
+the first run's cache. Both should pay for the first node alone (one call a row): the second
+and third nodes' keys are known only once the first has run, on the worker, which asks the
+driver's cache for them before paying.
 """
 
 from __future__ import annotations
@@ -15,12 +22,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
+from textwrap import dedent
 
 import flowkit
-from flowkit.testing.server import serve
+from flowkit.testing.server import LocalServer, serve
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the flow of the tests
+from tests.runs.test_driver_lookup import CHAIN
 
 
 def main() -> None:
@@ -28,6 +41,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--backend", default="loky")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--chain-rows", type=int, default=200)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, serve() as server:
         work = Path(tmp)
@@ -56,8 +70,33 @@ def main() -> None:
             workers=args.workers,
         )
         again = server.stats()["chat_completions"], time.monotonic() - began
-    print(f"first run, local: {first[0]} model calls, {first[1]:.1f} s")
-    print(f"rerun, {args.backend} x{args.workers}: {again[0]} model calls, {again[1]:.1f} s")
+        print(f"first run, local: {first[0]} model calls, {first[1]:.1f} s")
+        print(f"rerun, {args.backend} x{args.workers}: {again[0]} model calls, {again[1]:.1f} s")
+        edited(work, server, args.chain_rows, args.backend, args.workers)
+
+
+def edited(work: Path, server: LocalServer, rows: int, backend: str, workers: int) -> None:
+    """The chain's first prompt edited (its output unchanged): calls locally and on workers."""
+    data = work / "chain.jsonl"
+    data.write_text("".join(json.dumps({"q": f"question {i}"}) + "\n" for i in range(rows)))
+    flow = work / "chain.yaml"
+    flow.write_text(dedent(CHAIN).replace("FIRST_PROMPT", "Tell me"))
+    flowkit.run(flow, data, output="chain", cache_dir=work / "chain-cache", concurrency=64)
+    flow.write_text(dedent(CHAIN).replace("FIRST_PROMPT", "Tell me please"))
+    for name, options in (
+        ("local", {}),
+        (f"{backend} x{workers}", {"backend": backend, "workers": workers}),
+    ):
+        cache = work / f"cache-{len(options)}"
+        shutil.copytree(work / "chain-cache", cache)
+        server.reset()
+        began = time.monotonic()
+        flowkit.run(flow, data, output=f"edited-{len(options)}", cache_dir=cache, **options)
+        calls = server.stats()["chat_completions"]
+        print(
+            f"first prompt edited, output unchanged ({rows} rows, 3 calls a row), {name}: "
+            f"{calls} model calls, {time.monotonic() - began:.1f} s"
+        )
 
 
 if __name__ == "__main__":

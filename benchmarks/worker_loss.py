@@ -1,14 +1,17 @@
 """Benchmark: a worker killed mid-run, on each process backend.
 
     python benchmarks/worker_loss.py [--rows 640] [--backends loky dask ray] [--chunk-size N]
+        [--kills K]
 
 An llm flow (one judge call per row, then a python node) over N rows against the test server
 in a child process (the flow of tests/runs/test_worker_loss.py, with a 20 ms latency), once
 locally and once per backend on two workers; on the backend run, the
 worker that runs the middle row kills itself (SIGKILL) right after that row's model call, once.
 Prints per backend whether the outputs equal the local run's, the rows kept and the model calls
-made beyond one per row (a lost chunk's calls, made again), against the chunk size. Ray is
-skipped where it is not installed.
+made beyond one per row (a lost chunk's calls, made again), against the chunk size. With
+``--kills K`` each backend runs K times, the killed row spread over the data (1/(K+1) of the
+way in, 2/(K+1), …), and the largest and the mean extra calls are printed after the runs. Ray
+is skipped where it is not installed.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=640)
     parser.add_argument("--backends", nargs="+", default=["loky", "dask", "ray"])
     parser.add_argument("--chunk-size", type=int, default=None)
+    parser.add_argument("--kills", type=int, default=1)
     args = parser.parse_args()
 
     import flowkit
@@ -58,49 +62,68 @@ def main() -> None:
         local = flowkit.run("judged.yaml", str(data), use_cache=False, output="local")
         print(f"{args.rows} rows, chunk size {size}, 2 workers, one worker killed mid-run")
         for backend in args.backends:
-            options: dict[str, Any] = {}
             if backend == "ray" and importlib.util.find_spec("ray") is None:
                 print(f"{backend:6} skipped: ray is not installed")
                 continue
-            cluster = None
-            if backend == "dask":
-                from distributed import LocalCluster
-
-                cluster = LocalCluster(
-                    n_workers=2, threads_per_worker=1, dashboard_address=None, env=dict(os.environ)
+            extras = []
+            for kill in range(args.kills):
+                row = args.rows * (kill + 1) // (args.kills + 1)
+                extras.append(_killed(backend, work, data, local.run_dir, server, size, row, args))
+            if args.kills > 1:
+                print(
+                    f"{backend:6} {args.kills} kills: extra calls at most {max(extras)}, "
+                    f"mean {sum(extras) / len(extras):.1f} (chunk {size})"
                 )
-                options["scheduler"] = cluster.scheduler_address
-            if backend == "ray":
-                import ray
 
-                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-            server.reset()
-            marker = work / f"killed-{backend}"
-            t0 = time.monotonic()
-            try:
-                result = flowkit.run(
-                    "judged.yaml",
-                    str(data),
-                    use_cache=False,
-                    output=backend,
-                    backend=backend,
-                    chunk_size=size,
-                    environment=kill_at(str(marker), args.rows // 2),
-                    **options,
-                )
-            finally:
-                if cluster is not None:
-                    cluster.close()
-                if backend == "ray":
-                    ray.shutdown()
-            calls = server.stats()["chat_completions"]
-            same = _outputs(result.run_dir) == _outputs(local.run_dir)
-            print(
-                f"{backend:6} killed={marker.exists()} identical={same} "
-                f"rows kept {result.counts['succeeded']}/{args.rows}, "
-                f"extra calls {calls - args.rows} (chunk {size}), "
-                f"{time.monotonic() - t0:.1f} s"
-            )
+
+def _killed(
+    backend: str, work: Path, data: Path, local: Path, server: Any, size: int, row: int, args: Any
+) -> int:
+    """One run on ``backend`` whose worker running ``row`` is killed; its extra calls."""
+    import flowkit
+
+    options: dict[str, Any] = {}
+    cluster = None
+    if backend == "dask":
+        from distributed import LocalCluster
+
+        cluster = LocalCluster(
+            n_workers=2, threads_per_worker=1, dashboard_address=None, env=dict(os.environ)
+        )
+        options["scheduler"] = cluster.scheduler_address
+    if backend == "ray":
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    server.reset()
+    marker = work / f"killed-{backend}-{row}"
+    t0 = time.monotonic()
+    try:
+        result = flowkit.run(
+            "judged.yaml",
+            str(data),
+            use_cache=False,
+            output=f"{backend}-{row}",
+            backend=backend,
+            chunk_size=size,
+            environment=kill_at(str(marker), row),
+            **options,
+        )
+    finally:
+        if cluster is not None:
+            cluster.close()
+        if backend == "ray":
+            ray.shutdown()
+    calls = server.stats()["chat_completions"]
+    same = _outputs(result.run_dir) == _outputs(local)
+    print(
+        f"{backend:6} row {row} killed={marker.exists()} identical={same} "
+        f"rows kept {result.counts['succeeded']}/{args.rows}, "
+        f"extra calls {calls - args.rows} (chunk {size}), "
+        f"{time.monotonic() - t0:.1f} s",
+        flush=True,
+    )
+    return int(calls - args.rows)
 
 
 if __name__ == "__main__":

@@ -5,13 +5,25 @@ each row up before sending it (``flowkit.runs.lookup``) and ships a missed row w
 it found for it, so the worker pays only for what is really missing. What the worker computes
 is taken back (``take_pending``) and written by the driver into the run's store. Nothing here
 reads or writes a disk, so nothing can fail, and ``problem`` stays None.
+
+The key of a node downstream of one the worker ran is known only once that one has run (its
+output is among the inputs), so the driver could not send its entry along: an upstream edit
+whose output comes out unchanged would have every downstream node paid for again. So before
+a node that waits is paid for, the key it missed here is asked of the driver's store
+(``get_elsewhere``, through ``remote``: the lease service's connection, which batches the keys
+asked together).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from flowkit.cache.result_cache import MISS, Hit, Miss, decode_entry, encode_entry
+
+ABSENT = b""
+"""A seed that says the driver's store has no entry under its key (it looked when the row went
+out): ``get_elsewhere`` does not ask for it again."""
 
 
 class MemoryCache:
@@ -20,13 +32,23 @@ class MemoryCache:
     def __init__(self, seeds: dict[str, bytes] | None = None) -> None:
         self.problem: str | None = None
         self.notices: list[str] = []
-        self._entries: dict[str, bytes] = dict(seeds or {})
+        self._entries: dict[str, bytes] = {}
+        self._absent: set[str] = set()
+        self.seed(seeds or {})
         self._pending: dict[str, bytes] = {}
         self.hits = self.misses = self.writes = 0
+        self.remote: Callable[[str], Awaitable[bytes | None]] | None = None
+        """Where a missed key is asked before a node that waits is paid for (the driver's
+        store, through the run's lease service); None: nowhere."""
 
     def seed(self, entries: dict[str, bytes]) -> None:
-        """Add entries found elsewhere (not pending: the driver has them already)."""
-        self._entries.update(entries)
+        """Add entries found elsewhere (not pending: the driver has them already), and keys
+        known to be absent there (``ABSENT``)."""
+        for key, raw in entries.items():
+            if raw == ABSENT:
+                self._absent.add(key)
+            else:
+                self._entries[key] = raw
 
     def get(self, key: str) -> Hit | Literal[Miss.MISS]:
         raw = self._pending.get(key) or self._entries.get(key)
@@ -40,6 +62,23 @@ class MemoryCache:
                 return hit
         self.misses += 1
         return MISS
+
+    async def get_elsewhere(self, key: str) -> Hit | Literal[Miss.MISS]:
+        """What ``remote`` holds under ``key``, seeded here; a hit no longer counts as the miss
+        ``get`` counted (the run counts the lookup once, where it was answered)."""
+        if self.remote is None or key in self._absent:
+            return MISS
+        raw = await self.remote(key)
+        if raw is None:
+            return MISS
+        try:
+            hit = decode_entry(raw)
+        except Exception:  # damaged on its way: a miss, as in every store
+            return MISS
+        self._entries[key] = raw
+        self.misses -= 1
+        self.hits += 1
+        return hit
 
     def prefetch(self, keys: set[str]) -> None:
         """Everything is in memory already."""

@@ -3,7 +3,8 @@
 The engine holds a cache through this protocol only, so a store other than the SQLite one
 (``flowkit.cache.store.Cache``) can stand in there. A run's driver keeps its cache in the SQLite
 store or the object store (``flowkit.cache.objects``), chosen by ``flowkit.cache.location``; a
-scale-out worker's is in memory (``flowkit.cache.memory``).
+scale-out worker's is in memory (``flowkit.cache.memory``), and asks the driver's store for a key
+it misses before the node that would pay for it runs (``Elsewhere``).
 The behaviour the engine relies on is pinned by ``tests/cache/test_result_cache_contract.py``,
 run over every implementation: a value put is got back equal (as JSON: what a rerun replays),
 an unknown key is ``MISS``, ``prefetch`` never changes what ``get`` answers, and ``flush`` and
@@ -13,7 +14,7 @@ an unknown key is ``MISS``, ``prefetch`` never changes what ``get`` answers, and
 from __future__ import annotations
 
 import enum
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from flowkit.cache.canonical import dumps, loads
 
@@ -86,4 +87,17 @@ class ResultCache(Protocol):
 
     def close(self) -> None:
         """Flush and let go of the store; may be called again."""
+        ...
+
+
+@runtime_checkable
+class Elsewhere(Protocol):
+    """A cache that can look a key it missed up elsewhere (a scale-out worker's, in the
+    driver's store): asked, asynchronously, before a node that waits (a model call) is paid
+    for. Keys of nodes downstream of one that just ran are known only then, so the driver
+    could not send their entries along with the row."""
+
+    async def get_elsewhere(self, key: str) -> Hit | Literal[Miss.MISS]:
+        """What the other store holds under ``key`` (kept here and counted as a hit, no longer
+        as the miss ``get`` counted), or ``MISS``."""
         ...

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowkit import kinds
 from flowkit.cache.canonical import to_json_value
-from flowkit.cache.result_cache import MISS, ResultCache
+from flowkit.cache.result_cache import MISS, Elsewhere, Hit, ResultCache
 from flowkit.cache.store import node_key
 from flowkit.engine.bound import BoundFlow, BoundNode
 from flowkit.engine.context import RunContext, RunOptions, Stats
@@ -82,6 +82,8 @@ class NodeRunner:
         self._lookahead = lookahead
         self._subflow = subflow
         self._waits = waits
+        # A scale-out worker's cache asks the driver's for a key it misses (see Elsewhere).
+        self._elsewhere = cache if isinstance(cache, Elsewhere) else None
 
     def start(
         self, node: BoundNode, scope: Scope, line: int, prefix: str
@@ -126,22 +128,10 @@ class NodeRunner:
             skip = refreshed(self.options, node, qual)
             hit = MISS if skip else self.cache.get(key)
             if hit is not MISS:
-                output, meta = hit
-                self.stats.cache_hits += 1
-                self.stats.cached_nodes[qual] = self.stats.cached_nodes.get(qual, 0) + 1
-                self.done(
-                    node,
-                    scope,
-                    line,
-                    qual,
-                    OK,
-                    inputs,
-                    output,
-                    start=start,
-                    cache_hit=True,
-                    llm=meta,
-                )
+                self._hit(node, scope, line, qual, inputs, hit, start)
                 return None
+            if not skip and node.is_async and self._elsewhere is not None:
+                return self._run_async(node, scope, inputs, line, qual, key, start, ask=True)
         if not node.is_async:
             try:
                 result = kinds.get(node.kind).run_sync(node, inputs, self.ctx)
@@ -161,7 +151,14 @@ class NodeRunner:
         qual: str,
         key: str | None,
         start: float,
+        ask: bool = False,
     ) -> None:
+        if ask and self._elsewhere is not None and key is not None:
+            # Before paying for a node that waits: the key missed here may be in another store.
+            hit = await self._elsewhere.get_elsewhere(key)
+            if hit is not MISS:
+                self._hit(node, scope, line, qual, inputs, hit, start)
+                return
         try:
             result = await kinds.get(node.kind).run(node, inputs, self.ctx)
         except EndpointError:
@@ -170,6 +167,23 @@ class NodeRunner:
             self._fail(node, scope, line, qual, inputs, err, start)
             return
         self._succeed(node, scope, line, qual, inputs, result, key, start)
+
+    def _hit(
+        self,
+        node: BoundNode,
+        scope: Scope,
+        line: int,
+        qual: str,
+        inputs: dict[str, Any],
+        hit: Hit,
+        start: float,
+    ) -> None:
+        output, meta = hit
+        self.stats.cache_hits += 1
+        self.stats.cached_nodes[qual] = self.stats.cached_nodes.get(qual, 0) + 1
+        self.done(
+            node, scope, line, qual, OK, inputs, output, start=start, cache_hit=True, llm=meta
+        )
 
     def _succeed(
         self,

@@ -18,6 +18,11 @@ and every worker's model call goes through them:
   driver's scheduler learns from it as from a local reply and decides: done, another attempt,
   or give up. A request cut as stalled on the driver is cancelled on the worker.
 
+The same connection carries a worker's cache lookups (``LeaseClient.entry``): a key its
+in-memory cache missed (``flowkit.cache.memory``) is asked of the driver's store before the
+node that would pay for it runs; keys asked together go in one ``entries`` message, answered
+with the entries the store holds (``LeaseService``'s ``entries``, ``flowkit.runs.lookup``).
+
 Addresses: the service binds to ``$FLOWKIT_LEASE_BIND`` (``HOST`` or ``HOST:PORT``); unset,
 to 127.0.0.1 for a local cluster and to every interface when the run joins a cluster
 (``--scheduler``, or Ray's ``RAY_ADDRESS``). Workers dial ``$FLOWKIT_LEASE_ADDRESS`` where the
@@ -166,6 +171,11 @@ class LeaseClient:
         self._attempts: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] = {}
         self._described: dict[int, tuple[Endpoint, dict[str, Any]]] = {}
         self._lost: str | None = None
+        # Cache keys asked of the driver and not yet sent, each with the rows waiting for it;
+        # whether a batch of them is out (the next one gathers what is asked meanwhile).
+        self._wanted: dict[str, list[asyncio.Future[bytes | None]]] = {}
+        self._asking = False
+        self._asker: asyncio.Future[None] | None = None
 
     def _where(self) -> str:
         return self.ticket.url.removeprefix("ws://").removesuffix("/lease")
@@ -236,6 +246,41 @@ class LeaseClient:
     def _send(self, message: dict[str, Any]) -> None:
         """Send from any thread's loop (the channel's queue is the chunk loop's)."""
         self._call(self._loop, self._channel.send, message)
+
+    async def entry(self, key: str) -> bytes | None:
+        """The driver's cache entry under ``key`` (``encode_entry``'s bytes), None when it holds
+        none or cannot be asked. Keys asked together (in one turn of the loop, or while a batch
+        is out) go in one message."""
+        if self._lost is not None or asyncio.get_running_loop() is not self._loop:
+            return None  # the connection is this loop's; another thread's call just pays
+        waiting: asyncio.Future[bytes | None] = self._loop.create_future()
+        self._wanted.setdefault(key, []).append(waiting)
+        if not self._asking:
+            self._asking = True
+            self._asker = asyncio.ensure_future(self._ask())
+        return await waiting
+
+    async def _ask(self) -> None:
+        wanted: dict[str, list[asyncio.Future[bytes | None]]] = {}
+        try:
+            while self._wanted and self._lost is None:
+                wanted, self._wanted = self._wanted, {}
+                rid = next(self._ids)
+                inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+                self._inboxes[rid] = (self._loop, inbox)
+                try:
+                    self._channel.send({"op": "entries", "id": rid, "keys": list(wanted)})
+                    message = await inbox.get()
+                finally:
+                    self._inboxes.pop(rid, None)
+                found = message.get("found") or {}
+                _settle(wanted, found)
+                wanted = {}
+        finally:
+            self._asking = False
+            _settle(wanted, {})  # lost, or cancelled as the chunk ended: those rows pay
+            _settle(self._wanted, {})
+            self._wanted = {}
 
     def scheduler(self, endpoint: Endpoint, model: str | None) -> LeasedScheduler:
         """The driver's scheduler of ``endpoint`` and ``model``, as this worker draws from it."""
@@ -321,6 +366,14 @@ class LeaseClient:
         finally:
             self._inboxes.pop(rid, None)
             self._attempts.pop(rid, None)
+
+
+def _settle(wanted: dict[str, list[asyncio.Future[bytes | None]]], found: dict[str, str]) -> None:
+    for key, futures in wanted.items():
+        raw = found.get(key)
+        for waiting in futures:
+            if not waiting.done():
+                waiting.set_result(raw.encode() if raw is not None else None)
 
 
 class LeasedScheduler:

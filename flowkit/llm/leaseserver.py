@@ -11,7 +11,7 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +32,17 @@ STOP_SECONDS = 2.0
 class LeaseService:
     """The driver's schedulers (``session``'s), served to workers; see the module doc."""
 
-    def __init__(self, session: LlmSession, settings: Any, *, cluster: bool = False) -> None:
+    def __init__(
+        self,
+        session: LlmSession,
+        settings: Any,
+        *,
+        cluster: bool = False,
+        entries: Callable[[list[str]], dict[str, bytes]] | None = None,
+    ) -> None:
         self.session = session
+        self._entries = entries
+        """The driver's cache entries for a worker's keys (run in a thread: it reads a store)."""
         self.token = secrets.token_urlsafe(32)
         self._settings = settings
         self._keys = {n: c.api_key for n, c in getattr(settings, "connections", {}).items()}
@@ -124,6 +133,10 @@ class LeaseService:
                     task = asyncio.ensure_future(self._lease(channel, reports, data))
                     tasks[rid] = task
                     task.add_done_callback(functools.partial(_forget, tasks, rid))
+                elif op == "entries":
+                    task = asyncio.ensure_future(self._send_entries(channel, rid, data["keys"]))
+                    tasks[rid] = task
+                    task.add_done_callback(functools.partial(_forget, tasks, rid))
                 elif op == "done":
                     # A report of an attempt already cut (the worker sent it before it heard)
                     # is not the report of the attempt that replaced it.
@@ -138,6 +151,16 @@ class LeaseService:
                 task.cancel()
             await channel.close()
         return ws
+
+    async def _send_entries(self, channel: Channel, rid: int, keys: list[str]) -> None:
+        """Answer a worker's cache keys from the driver's store: what it holds, by key."""
+        found: dict[str, bytes] = {}
+        if self._entries is not None:
+            # A store that fails answers nothing: the worker pays, as it would have before.
+            with suppress(Exception):
+                found = await asyncio.get_running_loop().run_in_executor(None, self._entries, keys)
+        text = {key: raw.decode() for key, raw in found.items()}
+        channel.send({"op": "entries", "id": rid, "found": text})
 
     def _endpoint(self, described: dict[str, Any]) -> Endpoint:
         """The driver's endpoint for a worker's description of it (with the driver's key, so
@@ -213,9 +236,16 @@ async def _wait(ready: asyncio.Future[int]) -> int:
 
 
 @contextmanager
-def serve_leases(session: LlmSession, settings: Any, *, cluster: bool = False) -> Iterator[Ticket]:
-    """Within: ``session``'s schedulers are served to the run's workers (see the module doc)."""
-    service = LeaseService(session, settings, cluster=cluster)
+def serve_leases(
+    session: LlmSession,
+    settings: Any,
+    *,
+    cluster: bool = False,
+    entries: Callable[[list[str]], dict[str, bytes]] | None = None,
+) -> Iterator[Ticket]:
+    """Within: ``session``'s schedulers (and with ``entries``, the driver's cache) are served
+    to the run's workers (see the module doc)."""
+    service = LeaseService(session, settings, cluster=cluster, entries=entries)
     try:
         yield service.start()
     finally:

@@ -13,7 +13,8 @@
   folder from before leases its process), finding a run folder and reading it back, and the
   claim that lets one resume at a time into a folder, from any host.
 - ``lease``: who writes a run folder: a lease renewed by a heartbeat, taken over from any host
-  once it expires, by one taker at a time.
+  once it expires, by one taker at a time; SIGTERM closes a run as interrupted at once, its
+  lease released, as Ctrl-C does.
 - ``remote``: run folders in an object store (``s3://…`` through fsspec): a staging copy
   uploaded at each heartbeat and at the end, downloaded to read or resume.
 - ``summary``: what `show` says about the traces, tallied as the run writes them.
@@ -27,10 +28,12 @@
   and send their results to the driver, drawing on its endpoint budgets
   (``flowkit.llm.leases``); ``dispatch``: the chunks sent out through each
   backend's own futures, a lost one sent again, all cancelled when the driver stops;
-  ``bundle``: the flow sent to workers by content; ``preflight``: the cluster's address and
+  ``bundle``: the flow (and a ``--target`` app's code) sent to workers by content, packed
+  before the run folder exists; ``preflight``: the cluster's address and
   the script's `__main__` guard, checked before the run folder exists.
 - ``lookup``: the driver's cache lookup before rows go out: rows the cache answers are finished
-  on the driver, missed rows go out with the entries found for them.
+  on the driver, missed rows go out with the entries found for them; and the driver's answers
+  to the keys workers miss later (a node downstream of one they ran).
 
 Imports point down to ``flowkit.engine``, ``flowkit.data``, ``flowkit.flow``, ``flowkit.cache``
 and ``flowkit.llm``.

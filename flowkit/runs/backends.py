@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 from flowkit.code.importpath import importable
 from flowkit.errors import FlowkitError, UsageError
-from flowkit.runs.bundle import FlowBundle, unpack
+from flowkit.runs.bundle import FlowBundle, target_base, unpack
 from flowkit.runs.config import RunConfig
 from flowkit.runs.lookup import rows_to_send
 
 if TYPE_CHECKING:
+    from flowkit.cache.memory import MemoryCache
     from flowkit.flow.graph import Flow
 
 
@@ -132,7 +133,10 @@ def _load_flow(job: WorkerJob) -> Flow:
         from flowkit.flow.target import with_target
 
         target = job.target
-        flow = with_target(flow, target.target, target.columns, Path(target.base))
+        # The app as the driver sent it, found where the driver's working directory is among
+        # the files it sent (flowkit.runs.bundle); the driver's path only if it sent none.
+        base = target_base(job.flows) or Path(target.base)
+        flow = with_target(flow, target.target, target.columns, base)
     flow, _ = with_settings(flow, job.config.mapping)  # as the driver rebuilt it
     if job.flow_hash and flow.content_hash != job.flow_hash:
         raise UsageError(
@@ -214,7 +218,7 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     session = _session(job)
     try:
         with importable(flow.import_path), using(session):
-            asyncio.run(_run(executor, rows, session, job.lease))
+            asyncio.run(_run(executor, rows, session, job.lease, cache))
     finally:
         ctx.threads.shutdown(wait=False)
     result = ChunkResult(
@@ -233,7 +237,13 @@ def _run_chunk(job: WorkerJob, rows: list[tuple[int, Any, Any]]) -> ChunkResult:
     return result
 
 
-async def _run(executor: Any, rows: list[tuple[int, Any, Any]], session: Any, ticket: Any) -> None:
+async def _run(
+    executor: Any,
+    rows: list[tuple[int, Any, Any]],
+    session: Any,
+    ticket: Any,
+    cache: MemoryCache | None,
+) -> None:
     from flowkit.llm.client import aclose_clients
     from flowkit.llm.leases import LeaseClient
 
@@ -243,10 +253,14 @@ async def _run(executor: Any, rows: list[tuple[int, Any, Any]], session: Any, ti
             return
         async with LeaseClient(ticket) as lease:
             session.lease = lease
+            if cache is not None:  # a key missed here is asked of the driver's cache
+                cache.remote = lease.entry
             try:
                 await executor.run(rows)
             finally:
                 session.lease = None
+                if cache is not None:
+                    cache.remote = None
     finally:
         await aclose_clients()
 
@@ -288,7 +302,7 @@ def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob, size: in
             _fold(result, writer, cache, executor, stats)
             executor._tick()
 
-    with _leases(executor, job) as job:
+    with _leases(executor, job, guard) as job:
         # Two chunks per worker: one running, one waiting, so a worker never idles between chunks.
         window = 2 * (pool.slots or config.workers)
         chunks = _chunks(rows_to_send(executor, rows, guard), size)
@@ -296,22 +310,26 @@ def run_distributed(executor: Any, rows: Iterable[Any], job: WorkerJob, size: in
 
 
 @contextlib.contextmanager
-def _leases(executor: Any, job: WorkerJob) -> Iterator[WorkerJob]:
-    """``job`` with the ticket to the driver's endpoint budgets, served while the run lasts
-    (flowkit.llm.leases); unchanged when the flow calls no model."""
-    settings = executor.ctx.settings
-    if settings is None:
+def _leases(executor: Any, job: WorkerJob, guard: threading.Lock) -> Iterator[WorkerJob]:
+    """``job`` with the ticket to the driver's endpoint budgets and cache, served while the run
+    lasts (flowkit.llm.leases); unchanged when the flow calls no model and has no node that
+    waits, whose missed key workers would ask the driver's cache for."""
+    settings, cache = executor.ctx.settings, executor.cache
+    asks = cache is not None and executor._waits(executor.flow)
+    if settings is None and not asks:
         yield job
         return
     from flowkit.llm.leaseserver import serve_leases
     from flowkit.llm.session import current_session
+    from flowkit.runs.lookup import driver_entries
 
     # Workers of a cluster joined by address may be on other hosts: listen for them there too.
     config = job.config
     cluster = config.scheduler is not None or (
         config.backend == "ray" and bool(os.environ.get("RAY_ADDRESS"))
     )
-    with serve_leases(current_session(), settings, cluster=cluster) as ticket:
+    entries = driver_entries(cache, guard) if asks else None
+    with serve_leases(current_session(), settings, cluster=cluster, entries=entries) as ticket:
         yield dataclasses.replace(job, lease=ticket)
 
 

@@ -14,6 +14,12 @@ loads it from there with the same relative layout:
   the folders below it, two levels deep, for files its code reads beside it.
 
 Files of flowkit itself and of installed packages are never sent: the worker has its own.
+
+A run with ``--target`` sends its app by content too: the app's code files (those its code
+fingerprint reads), and the folder the target is named relative to (``base``) as a place
+among the files, where the worker finds ``app.py:answer`` or ``app:answer`` as the driver
+found it in its working directory. An app flow (``--target app.yaml``) is still found at the
+driver's path (see ``_by_content``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from flowkit.errors import UsageError
 
 if TYPE_CHECKING:
     from flowkit.flow.graph import Flow
+    from flowkit.flow.target import Target
 
 KINDS = frozenset({".yaml", ".yml", ".jinja2", ".j2", ".prompty", ".py", ".json", ".txt", ".md"})
 """Files of a flow's folder sent with it besides those the flow names."""
@@ -56,6 +63,9 @@ class FlowBundle:
     folder: str = ""
     """The name of the root the files have in common, kept on the worker: a flow without a
     `name:` is named after its folder (flow.dag.yaml)."""
+    base: str | None = None
+    """``--target``'s folder (the driver's working directory) relative to the files' root:
+    where the worker looks for the app. None when the run has no target."""
 
 
 def pack(flow: Flow) -> FlowBundle:
@@ -70,10 +80,13 @@ def pack(flow: Flow) -> FlowBundle:
             entries.append(("builtin", path.stem))
         else:
             entries.append(("file", path))
-    files = _files(flow, builtins) if any(k == "file" for k, _ in entries) else []
+    target = flow.target
+    sent = any(k == "file" for k, _ in entries) or target is not None
+    files = _files(flow, builtins) if sent else []
     if not files:
         return FlowBundle(tuple((k, str(v)) for k, v in entries))
-    root = Path(os.path.commonpath([str(f.parent) for f in files]))
+    base = Path(target.base).resolve() if target is not None and _by_content(target) else None
+    root = Path(os.path.commonpath([str(f.parent) for f in files] + ([str(base)] if base else [])))
     contents = tuple(sorted((f.relative_to(root).as_posix(), f.read_bytes()) for f in files))
     total = sum(len(text) for _, text in contents)
     if total > MAX_TOTAL:
@@ -93,6 +106,7 @@ def pack(flow: Flow) -> FlowBundle:
         contents,
         digest.hexdigest(),
         root.name,
+        base.relative_to(root).as_posix() if base is not None else None,
     )
 
 
@@ -166,8 +180,7 @@ def unpack(bundle: FlowBundle) -> list[str]:
     flows to load, as ``load_flows`` takes them."""
     if not bundle.files:
         return [value for _, value in bundle.entries]
-    top = Path(tempfile.gettempdir()) / "flowkit-flows" / bundle.digest
-    root = top / bundle.folder if bundle.folder else top
+    top, root = _root(bundle)
     if not (top / ".complete").is_file():
         for name, text in bundle.files:
             path = root / name
@@ -179,3 +192,24 @@ def unpack(bundle: FlowBundle) -> list[str]:
             os.replace(partial, path)
         (top / ".complete").touch()
     return [str(root / value) if kind == "file" else value for kind, value in bundle.entries]
+
+
+def _by_content(target: Target) -> bool:
+    """Whether the worker finds ``target``'s app among the files sent: a function's module is;
+    an app flow (``app.yaml``) is still found at the driver's path, because the node that runs
+    it names its file by that path, which enters the flow's content hash."""
+    return not (target.target.endswith((".yaml", ".yml")) and ":" not in target.target)
+
+
+def _root(bundle: FlowBundle) -> tuple[Path, Path]:
+    """Where ``unpack`` writes the bundle's files: its folder, and their root within."""
+    top = Path(tempfile.gettempdir()) / "flowkit-flows" / bundle.digest
+    return top, (top / bundle.folder if bundle.folder else top)
+
+
+def target_base(bundle: FlowBundle) -> Path | None:
+    """Where the unpacked files hold ``--target``'s folder (call after ``unpack``); None when
+    the app was not sent (no target, or an app the worker has installed)."""
+    if bundle.base is None or not bundle.files:
+        return None
+    return _root(bundle)[1] / bundle.base

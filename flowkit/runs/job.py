@@ -35,6 +35,7 @@ from flowkit.runs.config import RunConfig
 from flowkit.runs.cost import run_cost, with_models
 from flowkit.runs.environment import run_environment
 from flowkit.runs.folder import COMPLETED, FAILED, INTERRUPTED, RunWriter
+from flowkit.runs.lease import signals_interrupt
 from flowkit.runs.result import RunResult
 from flowkit.runs.resume import prepare
 from flowkit.runs.space import OutOfSpace, no_space
@@ -69,6 +70,9 @@ class Job:
     """The flow as this run binds it (its endpoints and models); the flow itself is shared."""
     keep_rows: bool = True
     """A resume keeps the rows that finished; one with changes allowed runs every row again."""
+    flows: Any = None
+    """The flow as workers get it (flowkit.runs.bundle.FlowBundle), packed before the run
+    folder exists: one too big to send is refused then. None for a local run."""
 
 
 def make_job(
@@ -91,13 +95,22 @@ def make_job(
 
         check_reachable(config.backend, config.scheduler)
         check_main_guard(config.backend, config.scheduler)
+    flows = _pack(flow) if config.backend != "local" else None
     options = config.run_options()
     with run_environment(config.environment):  # what settings and endpoints read
         settings = _settings(flow, config, settings)
         ctx = RunContext(options, settings, config.environment)
         bound = bind(flow, ctx)
     _check_refresh(flow, options.refresh)
-    return Job(flow, data_path, maps, config, options, ctx, settings, on_progress, bound=bound)
+    job = Job(flow, data_path, maps, config, options, ctx, settings, on_progress, bound=bound)
+    job.flows = flows
+    return job
+
+
+def _pack(flow: Flow) -> Any:
+    from flowkit.runs.bundle import pack
+
+    return pack(flow)
 
 
 def _settings(flow: Flow, config: RunConfig, settings: Any) -> Any:
@@ -126,6 +139,7 @@ def execute(job: Job, writer: RunWriter, *, kept: Path | None) -> RunResult:
     (flowkit.runs.environment).
     """
     with (
+        signals_interrupt(),  # SIGTERM closes the run as interrupted, lease released, at once
         run_environment(job.config.environment),
         importable(job.flow.import_path),
         run_session(local_dir(job.config.cache_dir)),
@@ -257,11 +271,10 @@ def _run_rows(
         return
     from flowkit.flow.variants import CHOSEN
     from flowkit.runs.backends import WorkerJob, chunk_rows, run_distributed
-    from flowkit.runs.bundle import pack
 
     chosen = CHOSEN.get()
     worker_job = WorkerJob(
-        pack(job.flow),
+        job.flows if job.flows is not None else _pack(job.flow),
         job.config,
         writer.run_id,
         job.flow.content_hash,
@@ -356,10 +369,12 @@ def _sigint_deferred() -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGINT, lambda *_: None)
+    terminate = signal.signal(signal.SIGTERM, lambda *_: None)  # a second SIGTERM too
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, terminate)
 
 
 class Interrupted(FlowkitError):

@@ -9,17 +9,25 @@ seconds with a later ``expires``; once the newest lease has expired (its holder 
 its host is gone) the run reads as interrupted from any host, and the next taker creates
 generation ``g + 1``. A holder that finds ``g + 1`` exists has lost the folder: it stops renewing
 and writing. Expiry compares wall clocks, so hosts' clocks must agree to well within ``ttl``.
+
+A run stopped by a signal does not wait for its lease to expire: ``signals_interrupt`` turns
+SIGTERM (what a scheduler, ``kill`` or a container's stop sends) into the KeyboardInterrupt
+Ctrl-C raises, so the run closes its folder as ``interrupted`` with what finished and releases
+its lease at once, and ``--resume`` works from any host right away.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
+import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -103,6 +111,33 @@ class LocalPlace:
             f.flush()
             os.fsync(f.fileno())
         return tmp
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """Within: SIGTERM, and SIGINT where its handler would kill the process outright, raise
+    KeyboardInterrupt in the main thread, which closes a run as interrupted (see the module
+    doc). Signals land in the main thread only: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(sig)
+        # A signal ignored on purpose (SIGINT in a background job) stays ignored; Python's
+        # own SIGINT handler raises KeyboardInterrupt already.
+        if handler is signal.SIG_IGN or (sig == signal.SIGINT and handler is not signal.SIG_DFL):
+            continue
+        previous[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def lease_name(generation: int) -> str:

@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
-from flowkit.cache.memory import MemoryCache
+from flowkit.cache.memory import ABSENT, MemoryCache
 from flowkit.cache.result_cache import MISS, Hit, Miss, ResultCache, encode_entry
 from flowkit.engine.context import Stats
 from flowkit.engine.executor import BATCH_ROWS, Executor
@@ -57,6 +57,8 @@ class _Recorder:
     def __init__(self, cache: ResultCache) -> None:
         self.cache = cache
         self.found: dict[str, Hit] = {}
+        self.absent: set[str] = set()
+        """Keys the row missed here: the worker need not ask for them again."""
         self.notices: list[str] = []
         self.misses = 0
 
@@ -73,6 +75,7 @@ class _Recorder:
         if hit is MISS:
             # Not counted here: the worker looks the key up again, misses, and counts it.
             self.cache.misses -= 1
+            self.absent.add(key)
             raise _Missed(key)
         self.found[key] = hit
         return hit
@@ -192,6 +195,8 @@ class DriverLookup:
             found = await self._answer(row)
             if found is not None:
                 entries = {k: encode_entry(o, m) for k, (o, m) in found.items()}
+                # Keys missed here go as empty entries: the worker does not ask for them again.
+                entries.update(dict.fromkeys(self._recorder.absent - entries.keys(), ABSENT))
                 shipped.append((*row, entries))
         return shipped
 
@@ -201,7 +206,7 @@ class DriverLookup:
         stats = probe.stats = probe.nodes.stats = Stats()
         sink.clear()
         probe.missing = MissingKeys(sink)  # this row's alone, merged into the run's if answered
-        self._recorder.found = {}
+        self._recorder.found, self._recorder.absent = {}, set()
         self._raised = False
         try:
             await probe._row(*row)
@@ -231,6 +236,29 @@ def rows_to_send(executor: Executor, rows: Iterable[Row], guard: threading.Lock)
     if executor.cache is None:
         return rows
     return DriverLookup(executor, guard).misses(rows)
+
+
+def driver_entries(
+    cache: ResultCache, guard: threading.Lock
+) -> Callable[[list[str]], dict[str, bytes]]:
+    """What a worker's cache asks of the driver's for a key it missed (``MemoryCache.remote``,
+    through the lease service, from a thread of its own): the entries the store holds, read
+    together. A key of a node downstream of one the worker ran is known only there, so it
+    could not go out with the row. The worker counts the lookup, so the store does not."""
+
+    def entries(keys: list[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        with guard:  # the store is the driver's, which looks rows up and folds chunks
+            cache.prefetch(set(keys))
+            for key in keys:
+                hit = cache.get(key)
+                if hit is MISS:
+                    cache.misses -= 1
+                else:
+                    found[key] = encode_entry(*hit)
+        return found
+
+    return entries
 
 
 def worker_rows(rows: list[Any], use_cache: bool) -> tuple[list[Row], MemoryCache | None]:

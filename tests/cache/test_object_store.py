@@ -161,3 +161,24 @@ def test_concurrent_writers_need_no_lock(s3_url: str) -> None:
         assert output["key"] == key
         assert output["by"] in ({0} if i < 10 else {1} if i >= 30 else {0, 1})
     assert reader.problem is None and not reader.notices
+
+
+def test_workers_ask_the_bucket_through_the_driver_for_keys_known_only_after_a_node_ran(
+    s3_url: str, llm_server: LocalServer, workdir: Path
+) -> None:
+    """A chain of three model calls whose first prompt was edited, its output unchanged: the
+    workers find the second and third nodes in the bucket (through the driver), as a local
+    run does, and pay for the first alone."""
+    from tests.runs.test_driver_lookup import _chain, _outputs, _paid
+
+    data = write_jsonl(workdir / "q.jsonl", [{"q": f"question {i}"} for i in range(6)])
+    first = flowkit.run(_chain(workdir, "Tell me"), data, cache_dir=s3_url, output="first")
+    llm_server.reset()
+    options: dict[str, Any] = {"backend": "threading", "workers": 2, "chunk_size": 2}
+    edited = _chain(workdir, "Tell me please")
+    changed = flowkit.run(edited, data, cache_dir=s3_url, output="changed", **options)
+    paid = _paid(changed)
+    assert {t["node"] for t in paid} == {"a"}
+    assert llm_server.stats()["chat_completions"] == len(paid) == 6
+    assert changed.counts["cache_hits"] == 12
+    assert _outputs(changed) == _outputs(first)

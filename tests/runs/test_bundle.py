@@ -168,3 +168,60 @@ def test_a_flow_folder_too_big_to_send_is_refused(
         f"the flow's files under {tmp_path} come to {size:,} bytes; workers get a flow by "
         "content, at most 100 bytes"
     )
+
+
+def test_a_flow_too_big_to_send_is_refused_before_the_run_folder_exists(
+    llm_server: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flowkit.runs.bundle as bundle
+
+    path = _project(tmp_path)
+    monkeypatch.setattr(bundle, "MAX_TOTAL", 100)
+    with pytest.raises(flowkit.UsageError) as raised:
+        flowkit.run(
+            str(path), [{"q": "x"}], output=str(tmp_path / "big"), backend="threading", workers=2
+        )
+    size = sum(
+        len(p.read_bytes()) for p in tmp_path.rglob("*") if p.suffix in (".py", ".yaml", ".jinja2")
+    )
+    assert raised.value.message == (
+        f"the flow's files under {tmp_path} come to {size:,} bytes; workers get a flow by "
+        "content, at most 100 bytes"
+    )
+    assert not (tmp_path / "big").exists()
+
+
+@pytest.mark.cluster  # a fresh worker process takes seconds to start
+@pytest.mark.parametrize("target", ["app.py:answer", "app:answer"])
+def test_a_worker_elsewhere_runs_a_target_whose_folder_is_gone(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--target's app travels by content as the flow does: the driver's working directory is
+    moved away, and a fresh process elsewhere calls the app as the driver did."""
+    from flowkit.flow.target import with_target
+    from tests.flow.test_target import APP, APP_FLOW
+
+    project = tmp_path / "project"
+    write(project / "app.py", APP)
+    write(project / "app.yaml", APP_FLOW)
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    rows = [{"question": f"Capital of {c}?", "ground_truth": "Paris."} for c in ("France", "Mars")]
+    local = flowkit.run("f1_score", rows, target=target, use_cache=False, output="local")
+    expected = [r["outputs"]["score"] for r in read_jsonl(local.run_dir / "outputs.jsonl")]
+    flow = with_target(load_flow("f1_score"), target, ("question", "ground_truth"), project)
+    job = WorkerJob(
+        pack(flow), RunConfig(use_cache=False), "r", flow.content_hash, target=flow.target
+    )
+    monkeypatch.chdir(tmp_path)
+    project.rename(tmp_path / "moved-away")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    spawn = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(1, spawn, initializer=os.chdir, initargs=(elsewhere,)) as worker:
+        # Mapped as the driver maps them: the flow's optional inputs with their defaults.
+        defaults = {k: spec.default for k, spec in flow.inputs.items() if not spec.required}
+        mapped = [(i, {**defaults, **row}, None) for i, row in enumerate(rows)]
+        result = worker.submit(run_chunk, job, mapped).result(timeout=60)
+    scores = [record["outputs"]["score"] for _, record in sorted(result.rows)]
+    assert scores == expected == [1.0, 0.0]

@@ -195,3 +195,36 @@ def test_a_new_run_never_clears_a_folder_another_host_is_writing(tmp_path: Path)
     (run_dir / lease_name(3)).write_text(json.dumps({**lease, "expires": time.time() - 1}))
     claim_run_dir(run_dir, overwrite=True).close()  # expired: the folder is free
     assert not (run_dir / "run.json").exists()
+
+
+@pytest.mark.slow
+def test_a_run_sent_sigterm_is_interrupted_at_once_and_resumable_from_anywhere(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Ctrl-C stops a run (what a scheduler, `kill` or a container's stop sends)."""
+    # A lease far longer than the test: a run that did not release it could not be resumed.
+    proc = start_flowkit(
+        project,
+        *("run", "flaky.yaml", "f1_score", "--data", "data.jsonl", "--name", "r1", "-q"),
+        *("--concurrency", "2"),
+        env={"FLOWKIT_TEST_SLEEP": "0.05", LEASE_ENV: "600"},
+    )
+    run_dir = project / "runs" / "r1"
+    wait_for_rows(run_dir / "outputs.jsonl", 5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "error: interrupted; finished rows are kept in runs/r1" in err
+    done = {r["line"]: r for r in read_jsonl(run_dir / "outputs.jsonl")}
+    assert 5 <= len(done) < ROWS
+    monkeypatch.setattr(socket, "gethostname", lambda: "elsewhere")
+    info = read_run_info(run_dir)
+    assert (info["status"], info["lease"]["released"]) == ("interrupted", True)
+
+    resumed = CliRunner().invoke(main, ["run", "--resume", "r1", "-q"])
+
+    assert resumed.exit_code == 0, resumed.output
+    assert comparable(run_dir) == clean_run(project)  # no row lost, none doubled
+    final = {r["line"]: r for r in read_jsonl(run_dir / "outputs.jsonl")}
+    assert all(final[line] == rec for line, rec in done.items())
+    assert read_run_info(run_dir)["lease"]["host"] == "elsewhere"
