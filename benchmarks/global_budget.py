@@ -47,7 +47,7 @@ def cluster(backend: str) -> Iterator[dict[str, Any]]:
         from distributed import LocalCluster
 
         with LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
         ) as found:
             yield {"scheduler": found.scheduler_address}
     elif backend == "ray":

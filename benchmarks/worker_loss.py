@@ -88,7 +88,7 @@ def _killed(
         from distributed import LocalCluster
 
         cluster = LocalCluster(
-            n_workers=2, threads_per_worker=1, dashboard_address=None, env=dict(os.environ)
+            n_workers=2, threads_per_worker=1, dashboard_address=":0", env=dict(os.environ)
         )
         options["scheduler"] = cluster.scheduler_address
     if backend == "ray":

@@ -51,7 +51,7 @@ def main() -> None:
             f.write(json.dumps(row) + "\n")
     with (
         LocalCluster(
-            n_workers=args.workers, threads_per_worker=1, dashboard_address=None
+            n_workers=args.workers, threads_per_worker=1, dashboard_address=":0"
         ) as cluster,
         Client(cluster.scheduler_address) as client,
     ):

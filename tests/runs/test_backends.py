@@ -76,7 +76,7 @@ def dask_scheduler(_server: LocalServer) -> Iterator[str]:
         "FLOWKIT_MODEL": "flowkit-test",
     }
     with distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, env=env
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0", env=env
     ) as cluster:
         yield cluster.scheduler_address
 

@@ -94,7 +94,7 @@ def test_dask_workers_hold_the_runs_concurrency_at_the_endpoint(
     # A cluster joined by address is served on every interface: this one is on loopback.
     monkeypatch.setenv("FLOWKIT_LEASE_BIND", "127.0.0.1")
     with distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
     ) as cluster:
         found = _in_flight(
             slow_endpoint, 64, backend="dask", scheduler=cluster.scheduler_address, chunk_size=16

@@ -101,7 +101,7 @@ def elsewhere(_server: LocalServer, tmp_path: Path) -> Iterator[str]:
         "FLOWKIT_CACHE_DIR": str(tmp_path / "workers-own-cache"),
     }
     with distributed.LocalCluster(
-        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, env=env
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0", env=env
     ) as cluster:
         yield cluster.scheduler_address
 
@@ -270,7 +270,7 @@ def test_cluster_workers_ask_the_drivers_cache_for_keys_known_only_after_an_upst
     if backend == "dask":
         distributed = pytest.importorskip("distributed")
         with distributed.LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, env=env
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0", env=env
         ) as cluster:
             changed = flowkit.run(
                 edited, data, backend="dask", scheduler=cluster.scheduler_address, **options

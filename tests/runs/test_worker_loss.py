@@ -116,7 +116,7 @@ def test_a_killed_dask_worker_costs_at_most_one_chunk(
     # while a client holds the task, and recomputes it when that worker dies) until each task
     # was released as soon as its result was fetched.
     with distributed.LocalCluster(
-        n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=None, env=env
+        n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=":0", env=env
     ) as cluster:
         _killed_on("dask", flow, llm_server, tmp_path, scheduler=cluster.scheduler_address)
 
