@@ -31,6 +31,7 @@ inputs ``latency_seconds`` and ``usage``: rag_suite) is fed them instead of a se
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -215,7 +216,9 @@ def _with_target(
         app_node = {
             "name": TARGET_NODE,
             "type": "flow",
-            "flow": str(app.sources[0]),
+            # Relative to the base, so that a worker finds it among the files sent to it
+            # (flowkit.runs.bundle) and the flow's content hash is the same on every host.
+            "flow": os.path.relpath(app.sources[0], base),
             "inputs": {k: f"${{inputs.{k}}}" for k in app_inputs},
             "latency": True,
             # What its model calls took, unless it says so itself.

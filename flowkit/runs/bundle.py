@@ -17,9 +17,8 @@ Files of flowkit itself and of installed packages are never sent: the worker has
 
 A run with ``--target`` sends its app by content too: the app's code files (those its code
 fingerprint reads), and the folder the target is named relative to (``base``) as a place
-among the files, where the worker finds ``app.py:answer`` or ``app:answer`` as the driver
-found it in its working directory. An app flow (``--target app.yaml``) is still found at the
-driver's path (see ``_by_content``).
+among the files, where the worker finds ``app.py:answer``, ``app:answer`` or an app flow
+``app.yaml`` as the driver found it in its working directory.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from flowkit.errors import UsageError
 
 if TYPE_CHECKING:
     from flowkit.flow.graph import Flow
-    from flowkit.flow.target import Target
 
 KINDS = frozenset({".yaml", ".yml", ".jinja2", ".j2", ".prompty", ".py", ".json", ".txt", ".md"})
 """Files of a flow's folder sent with it besides those the flow names."""
@@ -85,7 +83,7 @@ def pack(flow: Flow) -> FlowBundle:
     files = _files(flow, builtins) if sent else []
     if not files:
         return FlowBundle(tuple((k, str(v)) for k, v in entries))
-    base = Path(target.base).resolve() if target is not None and _by_content(target) else None
+    base = Path(target.base).resolve() if target is not None else None
     root = Path(os.path.commonpath([str(f.parent) for f in files] + ([str(base)] if base else [])))
     contents = tuple(sorted((f.relative_to(root).as_posix(), f.read_bytes()) for f in files))
     total = sum(len(text) for _, text in contents)
@@ -192,13 +190,6 @@ def unpack(bundle: FlowBundle) -> list[str]:
             os.replace(partial, path)
         (top / ".complete").touch()
     return [str(root / value) if kind == "file" else value for kind, value in bundle.entries]
-
-
-def _by_content(target: Target) -> bool:
-    """Whether the worker finds ``target``'s app among the files sent: a function's module is;
-    an app flow (``app.yaml``) is still found at the driver's path, because the node that runs
-    it names its file by that path, which enters the flow's content hash."""
-    return not (target.target.endswith((".yaml", ".yml")) and ":" not in target.target)
 
 
 def _root(bundle: FlowBundle) -> tuple[Path, Path]:

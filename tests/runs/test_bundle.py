@@ -192,7 +192,7 @@ def test_a_flow_too_big_to_send_is_refused_before_the_run_folder_exists(
 
 
 @pytest.mark.cluster  # a fresh worker process takes seconds to start
-@pytest.mark.parametrize("target", ["app.py:answer", "app:answer"])
+@pytest.mark.parametrize("target", ["app.py:answer", "app:answer", "app.yaml"])
 def test_a_worker_elsewhere_runs_a_target_whose_folder_is_gone(
     target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
