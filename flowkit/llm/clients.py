@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import sys
 import threading
 import weakref
 from collections.abc import AsyncIterator
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 
 from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 from flowkit.llm.replies import capped
-from flowkit.llm.sdk import openai
+from flowkit.llm.sdk import openai, prefetch
 
 Client = openai.AsyncOpenAI
 # The SDK's http clients, reading each reply under a size cap (``replies``). Older SDKs
@@ -68,6 +69,18 @@ def _tls_context() -> Any:
         return _tls[0]
 
 
+_aiohttp_import: list[threading.Thread | None] = []
+
+
+def _aiohttp_imported() -> bool:
+    """Whether aiohttp is imported; the first call starts its import on a thread."""
+    with _counted:
+        if not _aiohttp_import:
+            _aiohttp_import.append(prefetch("aiohttp"))
+    thread = _aiohttp_import[0]
+    return thread is None or not thread.is_alive()
+
+
 def warm_up() -> None:
     """Start building the shared TLS context on a thread, once per process. Loading the
     certificate store releases the GIL, so it overlaps the rest of the run's preparation."""
@@ -81,11 +94,11 @@ def warm_up() -> None:
         threading.Thread(target=_tls_context, name="flowkit-tls", daemon=True).start()
 
 
-def _transport(concurrency: int, max_reply_bytes: int) -> Any:
-    """The SDK's aiohttp transport (the ``openai[aiohttp]`` extra, a dependency), its pool sized
-    to the endpoint's in-flight limit. Measured at about 60% of the CPU per request of the
-    default httpx transport (benchmarks/llm_bound.py). None (the SDK's default) only when the
-    extra is missing."""
+def _transport(concurrency: int, max_reply_bytes: int, aiohttp: bool = True) -> Any:
+    """The SDK's http client with its pool sized to the endpoint's in-flight limit: on the SDK's
+    aiohttp transport (the ``openai[aiohttp]`` extra, a dependency), measured at about 60% of
+    the CPU per request of the default httpx one (benchmarks/llm_bound.py); on httpx when
+    ``aiohttp`` is false, or the extra is missing."""
     default = openai.DEFAULT_CONNECTION_LIMITS
     tls = _tls_context()
     limits = type(default)(
@@ -94,17 +107,26 @@ def _transport(concurrency: int, max_reply_bytes: int) -> Any:
         keepalive_expiry=default.keepalive_expiry,
     )
     verify = {"verify": tls} if tls is not None else {}
-    try:
-        if _CappedAioHttp is None:
-            raise AttributeError("DefaultAioHttpClient")
-        client = _CappedAioHttp(limits=limits, **verify)
-    except (AttributeError, RuntimeError):  # an SDK too old for it, or without the extra
+    client: Any = None
+    if aiohttp and _CappedAioHttp is not None:
+        # An SDK without the extra raises RuntimeError; the transport's package without
+        # aiohttp, ImportError.
+        with contextlib.suppress(AttributeError, RuntimeError, ImportError):
+            client = _CappedAioHttp(limits=limits, **verify)
+    if client is None:
         client = _CappedHttpx(limits=limits, **verify)
     client.max_reply_bytes = max_reply_bytes
     return client
 
 
-def _build(endpoint: Endpoint) -> Client:
+def on_aiohttp(client: Client) -> bool:
+    """Whether ``client`` sends through the SDK's aiohttp transport."""
+    return _CappedAioHttp is not None and isinstance(
+        getattr(client, "_client", None), _CappedAioHttp
+    )
+
+
+def _build(endpoint: Endpoint, *, aiohttp: bool = True) -> Client:
     key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
     timeout = endpoint.limits.timeout
     # aiohttp refuses a URL that carries credentials beside the SDK's Authorization header;
@@ -115,7 +137,7 @@ def _build(endpoint: Endpoint) -> Client:
         transport = _CappedHttpx()
         transport.max_reply_bytes = cap
     else:
-        transport = _transport(endpoint.limits.concurrency, cap)
+        transport = _transport(endpoint.limits.concurrency, cap, aiohttp)
     if endpoint.kind == "azure":
         return openai.AsyncAzureOpenAI(
             azure_endpoint=endpoint.azure_endpoint or "",
@@ -147,6 +169,10 @@ class ClientPool:
         # never across an await.
         self._lock = threading.Lock()
         self._clients: dict[tuple[tuple[str, ...], int], Client] = {}
+        # Clients on httpx that stand in until aiohttp is imported (their keys), and those
+        # replaced since, with their loop's id: closed with the loop's other clients.
+        self._interim: set[tuple[tuple[str, ...], int]] = set()
+        self._retired: list[tuple[int, Client]] = []
         # Loop id -> (weak ref to the loop, its guard). The guard only knows the id, so
         # holding it here does not keep the loop alive.
         self._loops: dict[int, tuple[LoopRef, AsyncIterator[None]]] = {}
@@ -166,6 +192,9 @@ class ClientPool:
     async def _close_loop_clients(self, loop_id: int) -> None:
         with self._lock:
             doomed = [self._clients.pop(k) for k in list(self._clients) if k[1] == loop_id]
+            self._interim = {k for k in self._interim if k[1] != loop_id}
+            doomed += [c for i, c in self._retired if i == loop_id]
+            self._retired = [(i, c) for i, c in self._retired if i != loop_id]
         for client in doomed:
             await client.close()
 
@@ -180,19 +209,33 @@ class ClientPool:
             loop = ref()
             if loop is None or loop.is_closed() or (loop_id == id(current) and loop is not current):
                 del self._loops[loop_id]
-                for key in [k for k in self._clients if k[1] == loop_id]:
-                    del self._clients[key]
+                self._drop(loop_id)
+
+    def _drop(self, loop_id: int) -> None:
+        """Forget the clients of a loop that ended (called with the lock held)."""
+        for key in [k for k in self._clients if k[1] == loop_id]:
+            del self._clients[key]
+        self._interim = {k for k in self._interim if k[1] != loop_id}
+        self._retired = [(i, c) for i, c in self._retired if i != loop_id]
 
     async def get(self, endpoint: Endpoint) -> Client:
-        """The client for ``endpoint`` in the running event loop, created on first use."""
+        """The client for ``endpoint`` in the running event loop, created on first use.
+
+        Until something has imported aiohttp, the first client of an endpoint sends on the
+        SDK's httpx transport (the SDK imports httpx anyway): a run of one request never pays
+        for aiohttp's import (about 0.2 s). The second request asked for starts that import on a
+        thread, while the first ones wait for their replies, and once it is done the endpoint's
+        later requests go through a client on aiohttp (``_upgraded``)."""
         global _created
         loop = asyncio.get_running_loop()
         key = (endpoint.identity(), id(loop))
         guard: AsyncIterator[None] | None = None
         with self._lock:
             client = self._clients.get(key)
-            if client is not None:
-                return client
+            interim = key in self._interim
+        if client is not None:
+            return self._upgraded(key, client, endpoint) if interim else client
+        with self._lock:
             known = self._loops.get(id(loop))
             if known is None or known[0]() is not loop:
                 self._forget_dead_loops(loop)
@@ -201,15 +244,41 @@ class ClientPool:
         if guard is not None:
             # Starting it registers it with the loop, which finalises it before closing.
             await guard.__anext__()
-        client = _build(endpoint)  # may wait for the TLS context: outside the lock
+        interim = "aiohttp" not in sys.modules
+        client = _build(endpoint, aiohttp=not interim)  # may wait for the TLS context
         with self._lock:
             kept = self._clients.setdefault(key, client)
+            if kept is client and interim and not on_aiohttp(client):
+                self._interim.add(key)
         if kept is not client:
             await client.close()
         else:
             with _counted:
                 _created += 1
         return kept
+
+    def _upgraded(
+        self, key: tuple[tuple[str, ...], int], client: Client, endpoint: Endpoint
+    ) -> Client:
+        """The endpoint's client on aiohttp in place of ``client`` (on httpx, standing in) once
+        aiohttp is imported; ``client`` until then, having started the import."""
+        global _created
+        if not _aiohttp_imported():
+            return client
+        better = _build(endpoint)
+        with self._lock:
+            if self._clients.get(key) is not client or not on_aiohttp(better):
+                # Upgraded meanwhile, or no aiohttp to be had: keep what is there.
+                self._interim.discard(key)
+                current = self._clients.get(key, client)
+                self._retired.append((key[1], better))
+                return current
+            self._clients[key] = better
+            self._interim.discard(key)
+            self._retired.append((key[1], client))  # requests in flight on it finish there
+        with _counted:
+            _created += 1
+        return better
 
     async def aclose(self) -> None:
         """Close every client of the running loop; later calls in it build new ones."""
@@ -225,8 +294,7 @@ class ClientPool:
             if loop is None or loop.is_closed():
                 with self._lock:
                     self._loops.pop(loop_id, None)
-                    for key in [k for k in self._clients if k[1] == loop_id]:
-                        del self._clients[key]
+                    self._drop(loop_id)
             elif not loop.is_running():
                 # Another thread may start it meanwhile (then it closes them itself); closing
                 # is best-effort either way: the run is over.
