@@ -3,10 +3,12 @@ transport with a pool sized to the endpoint's in-flight limit.
 
 Creating an ``openai.AsyncOpenAI`` is measurably expensive (its transport reads the system
 certificate store), so a session (``session``: one per run) keeps one per endpoint in a
-:class:`ClientPool`, and every client of the process shares one TLS context, which
-the first client builds (:func:`warm_up` starts it on a thread when this module is first
-imported; preparing a run does not, so that a rerun the cache serves whole never imports the
-SDK). A client's prepared request templates (``prepared``) live and die with it.
+:class:`ClientPool`, and every client of the process shares one TLS context: the first client
+of an https endpoint starts loading it on a thread (:func:`warm_up`; it releases the GIL), and
+until it is there clients hold a stand-in whose handshakes wait for it (``_Pending``), so no
+client waits for the store to be built, and a plain-http endpoint never loads it. An endpoint's
+first client sends on the SDK's httpx until aiohttp is imported (:meth:`ClientPool.get`).
+A client's prepared request templates (``prepared``) live and die with it.
 But a client's connection pool is bound to the event loop it first ran in — reusing it from a
 later ``asyncio.run`` fails with "Event loop is closed" — so the pool is keyed by endpoint
 *and* running loop. Each loop gets a tiny async-generator guard per pool: ``asyncio.run``
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
+import ssl
 import sys
 import threading
 import weakref
@@ -51,22 +55,79 @@ def clients_created() -> int:
     return _created
 
 
+def _tls_factory() -> Any:
+    """``create_ssl_context`` of the httpx the SDK's transport is built on (``httpx``, or
+    ``httpx2`` in newer SDKs), or None where it is not to be found."""
+    try:
+        base = next(c for c in openai.DefaultAioHttpClient.__mro__ if c.__name__ == "AsyncClient")
+        return importlib.import_module(base.__module__.partition(".")[0]).create_ssl_context
+    except Exception:
+        return None
+
+
 def _tls_context() -> Any:
     """The verifying TLS context all clients share, built as the SDK's transport builds its own
     (same certificate store, ``SSL_CERT_FILE``, trust settings). Reading the store took
     0.05-0.13 s per client, on the event loop, before the run's first request could leave."""
     with _tls_lock:
         if not _tls:
+            factory = _tls_factory()
             try:
-                # The httpx the transport is built on: ``httpx``, or ``httpx2`` in newer SDKs.
-                base = next(
-                    c for c in openai.DefaultAioHttpClient.__mro__ if c.__name__ == "AsyncClient"
-                )
-                httpx = importlib.import_module(base.__module__.partition(".")[0])
-                _tls.append(httpx.create_ssl_context())
+                _tls.append(factory() if factory is not None else None)
             except Exception:  # an SDK without it: each client builds its own, as before
                 _tls.append(None)
         return _tls[0]
+
+
+class _Pending(ssl.SSLContext):
+    """Stands in for the shared TLS context until it is built (on a thread, :func:`warm_up`, or
+    here): a TLS connection's handshake (``wrap_bio`` under asyncio's and anyio's streams,
+    ``wrap_socket`` on a blocking socket) waits for it and goes through it. So a client is
+    built at once, and a plain-http endpoint (a local server) never waits for the certificate
+    store, nor loads it."""
+
+    alpn: list[str] | None = None
+
+    def set_alpn_protocols(self, alpn_protocols: Any) -> None:
+        # httpcore sets its protocols on the context it is given before each handshake.
+        self.alpn = list(alpn_protocols)
+        super().set_alpn_protocols(alpn_protocols)
+
+    def _real(self) -> ssl.SSLContext:
+        real = _tls_context() or _standard()
+        if self.alpn:
+            real.set_alpn_protocols(self.alpn)
+        return real
+
+    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
+        return self._real().wrap_bio(*args, **kwargs)
+
+    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        return self._real().wrap_socket(*args, **kwargs)
+
+
+@functools.cache
+def _standard() -> ssl.SSLContext:
+    """The standard library's verifying context, where the SDK's http library failed to build
+    one after a client was given the stand-in."""
+    return ssl.create_default_context()
+
+
+_pending: list[_Pending] = []
+
+
+def _shared() -> Any:
+    """What a client is given as its TLS context: the shared one if built, else its stand-in;
+    None where the SDK's http library has no ``create_ssl_context`` (each client builds its
+    own, as before)."""
+    with _tls_lock:
+        if _tls:
+            return _tls[0]
+        if not _pending:
+            if _tls_factory() is None:
+                return None
+            _pending.append(_Pending(ssl.PROTOCOL_TLS_CLIENT))
+        return _pending[0]
 
 
 _aiohttp_import: list[threading.Thread | None] = []
@@ -100,7 +161,7 @@ def _transport(concurrency: int, max_reply_bytes: int, aiohttp: bool = True) -> 
     the CPU per request of the default httpx one (benchmarks/llm_bound.py); on httpx when
     ``aiohttp`` is false, or the extra is missing."""
     default = openai.DEFAULT_CONNECTION_LIMITS
-    tls = _tls_context()
+    tls = _shared()
     limits = type(default)(
         max_connections=concurrency,
         max_keepalive_connections=concurrency,
@@ -131,7 +192,10 @@ def _build(endpoint: Endpoint, *, aiohttp: bool = True) -> Client:
     timeout = endpoint.limits.timeout
     # aiohttp refuses a URL that carries credentials beside the SDK's Authorization header;
     # httpx sends them (as Basic auth), as users of such gateways expect.
-    with_userinfo = "@" in urlsplit(endpoint.url).netloc
+    url = urlsplit(endpoint.url)
+    with_userinfo = "@" in url.netloc
+    if url.scheme != "http":
+        warm_up()  # its first handshake needs the certificate store: start loading it
     cap = endpoint.limits.max_reply_bytes
     if with_userinfo:
         transport = _CappedHttpx()
@@ -317,9 +381,3 @@ async def aclose_clients() -> None:
     from flowkit.llm.session import current_session
 
     await current_session().clients.aclose()
-
-
-# This module is imported when a run's first request is about to go, never by a rerun the
-# cache serves whole: the certificate store loads on a thread (it releases the GIL) while the
-# rest of the model layer is imported and the first client is made.
-warm_up()

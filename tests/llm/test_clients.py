@@ -33,7 +33,7 @@ def test_clients_share_one_verifying_tls_context(llm_server: LocalServer) -> Non
         )
         for name, concurrency in (("a", 4), ("b", 8))
     ]
-    clients.warm_up()  # as importing the module does; the clients must wait for it, not race it
+    clients.warm_up()  # as an https endpoint's client does; the clients must not race it
 
     async def main() -> list[Any]:
         made = [await clients.get_client(endpoint) for endpoint in endpoints]
@@ -45,9 +45,36 @@ def test_clients_share_one_verifying_tls_context(llm_server: LocalServer) -> Non
         return contexts
 
     first, second = asyncio.run(main())
-    assert first is second is clients._tls_context()
-    # Shared, not weakened: certificates and host names are still checked.
-    assert first.verify_mode == ssl.CERT_REQUIRED and first.check_hostname
+    assert first is second
+    # A handshake goes through the shared context (``first`` may be its stand-in), which is
+    # not weakened: certificates and host names are still checked.
+    handshake = first.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_hostname="example.com")
+    assert handshake.context is clients._tls_context()
+    assert handshake.context.verify_mode == ssl.CERT_REQUIRED and handshake.context.check_hostname
+
+
+def test_a_plain_http_endpoint_is_asked_without_loading_the_certificate_store(
+    llm_server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(clients, "_tls", [])  # nothing built yet in this process
+    monkeypatch.setattr(clients, "_pending", [])
+    monkeypatch.setattr(clients, "_warming", False)
+    endpoint = Endpoint(connection="plain", kind="openai", model="m", base_url=llm_server.base_url)
+    assert endpoint.url.startswith("http://")
+
+    async def main() -> Any:
+        client = await clients.get_client(endpoint)
+        assert (await chat(endpoint, "m", [{"role": "user", "content": "hi"}], {})).text
+        await clients.aclose_clients()
+        return client._client._transport.ssl_context
+
+    stand_in = asyncio.run(main())
+    assert clients._tls == [] and not clients._warming
+    # Its first TLS handshake (a redirect to https, say) builds the shared context and uses it.
+    stand_in.set_alpn_protocols(["http/1.1"])
+    handshake = stand_in.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_hostname="example.com")
+    assert clients._tls == [handshake.context]
+    assert handshake.context.verify_mode == ssl.CERT_REQUIRED
 
 
 def test_an_sdk_without_the_hook_lets_each_client_build_its_own(
