@@ -308,8 +308,9 @@ class ClientPool:
         if guard is not None:
             # Starting it registers it with the loop, which finalises it before closing.
             await guard.__anext__()
-        interim = "aiohttp" not in sys.modules
-        client = _build(endpoint, aiohttp=not interim)  # may wait for the TLS context
+        # A URL with credentials is sent on httpx anyway (``_build``): nothing to wait for.
+        interim = "aiohttp" not in sys.modules and "@" not in urlsplit(endpoint.url).netloc
+        client = _build(endpoint, aiohttp=not interim)
         with self._lock:
             kept = self._clients.setdefault(key, client)
             if kept is client and interim and not on_aiohttp(client):
