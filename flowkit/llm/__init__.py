@@ -24,7 +24,8 @@ request costs a token budget, counted as the endpoint counts it: the connection'
 Names are imported on first use (PEP 562): ``flowkit.llm.usage`` prices tokens for every run,
 and must not load the openai SDK (most of a python-only run's start-up) on the way. ``sdk`` is
 where the SDK is imported, the packages of its ``openai.types`` tree run on first use (a chat
-request needs none of them) and aiohttp on a thread beside it.
+request needs none of them) and without aiohttp: an endpoint's first requests go on the SDK's
+httpx, and a second request starts aiohttp's import on a thread (``clients``).
 """
 
 from __future__ import annotations

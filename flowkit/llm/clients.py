@@ -3,10 +3,12 @@ transport with a pool sized to the endpoint's in-flight limit.
 
 Creating an ``openai.AsyncOpenAI`` is measurably expensive (its transport reads the system
 certificate store), so a session (``session``: one per run) keeps one per endpoint in a
-:class:`ClientPool`, and every client of the process shares one TLS context, which
-the first client builds (:func:`warm_up` starts it on a thread when this module is first
-imported; preparing a run does not, so that a rerun the cache serves whole never imports the
-SDK). A client's prepared request templates (``prepared``) live and die with it.
+:class:`ClientPool`, and every client of the process shares one TLS context: the first client
+of an https endpoint starts loading it on a thread (:func:`warm_up`; it releases the GIL), and
+until it is there clients hold a stand-in whose handshakes wait for it (``_Pending``), so no
+client waits for the store to be built, and a plain-http endpoint never loads it. An endpoint's
+first client sends on the SDK's httpx until aiohttp is imported (:meth:`ClientPool.get`).
+A client's prepared request templates (``prepared``) live and die with it.
 But a client's connection pool is bound to the event loop it first ran in — reusing it from a
 later ``asyncio.run`` fails with "Event loop is closed" — so the pool is keyed by endpoint
 *and* running loop. Each loop gets a tiny async-generator guard per pool: ``asyncio.run``
@@ -19,7 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
+import ssl
+import sys
 import threading
 import weakref
 from collections.abc import AsyncIterator
@@ -28,7 +33,7 @@ from urllib.parse import urlsplit
 
 from flowkit.llm.endpoint import OPENAI_PUBLIC_URL, Endpoint
 from flowkit.llm.replies import capped
-from flowkit.llm.sdk import openai
+from flowkit.llm.sdk import openai, prefetch
 
 Client = openai.AsyncOpenAI
 # The SDK's http clients, reading each reply under a size cap (``replies``). Older SDKs
@@ -50,22 +55,91 @@ def clients_created() -> int:
     return _created
 
 
+def _tls_factory() -> Any:
+    """``create_ssl_context`` of the httpx the SDK's transport is built on (``httpx``, or
+    ``httpx2`` in newer SDKs), or None where it is not to be found."""
+    try:
+        base = next(c for c in openai.DefaultAioHttpClient.__mro__ if c.__name__ == "AsyncClient")
+        return importlib.import_module(base.__module__.partition(".")[0]).create_ssl_context
+    except Exception:
+        return None
+
+
 def _tls_context() -> Any:
     """The verifying TLS context all clients share, built as the SDK's transport builds its own
     (same certificate store, ``SSL_CERT_FILE``, trust settings). Reading the store took
     0.05-0.13 s per client, on the event loop, before the run's first request could leave."""
     with _tls_lock:
         if not _tls:
+            factory = _tls_factory()
             try:
-                # The httpx the transport is built on: ``httpx``, or ``httpx2`` in newer SDKs.
-                base = next(
-                    c for c in openai.DefaultAioHttpClient.__mro__ if c.__name__ == "AsyncClient"
-                )
-                httpx = importlib.import_module(base.__module__.partition(".")[0])
-                _tls.append(httpx.create_ssl_context())
+                _tls.append(factory() if factory is not None else None)
             except Exception:  # an SDK without it: each client builds its own, as before
                 _tls.append(None)
         return _tls[0]
+
+
+class _Pending(ssl.SSLContext):
+    """Stands in for the shared TLS context until it is built (on a thread, :func:`warm_up`, or
+    here): a TLS connection's handshake (``wrap_bio`` under asyncio's and anyio's streams,
+    ``wrap_socket`` on a blocking socket) waits for it and goes through it. So a client is
+    built at once, and a plain-http endpoint (a local server) never waits for the certificate
+    store, nor loads it."""
+
+    alpn: list[str] | None = None
+
+    def set_alpn_protocols(self, alpn_protocols: Any) -> None:
+        # httpcore sets its protocols on the context it is given before each handshake.
+        self.alpn = list(alpn_protocols)
+        super().set_alpn_protocols(alpn_protocols)
+
+    def _real(self) -> ssl.SSLContext:
+        real = _tls_context() or _standard()
+        if self.alpn:
+            real.set_alpn_protocols(self.alpn)
+        return real
+
+    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
+        return self._real().wrap_bio(*args, **kwargs)
+
+    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        return self._real().wrap_socket(*args, **kwargs)
+
+
+@functools.cache
+def _standard() -> ssl.SSLContext:
+    """The standard library's verifying context, where the SDK's http library failed to build
+    one after a client was given the stand-in."""
+    return ssl.create_default_context()
+
+
+_pending: list[_Pending] = []
+
+
+def _shared() -> Any:
+    """What a client is given as its TLS context: the shared one if built, else its stand-in;
+    None where the SDK's http library has no ``create_ssl_context`` (each client builds its
+    own, as before)."""
+    with _tls_lock:
+        if _tls:
+            return _tls[0]
+        if not _pending:
+            if _tls_factory() is None:
+                return None
+            _pending.append(_Pending(ssl.PROTOCOL_TLS_CLIENT))
+        return _pending[0]
+
+
+_aiohttp_import: list[threading.Thread | None] = []
+
+
+def _aiohttp_imported() -> bool:
+    """Whether aiohttp is imported; the first call starts its import on a thread."""
+    with _counted:
+        if not _aiohttp_import:
+            _aiohttp_import.append(prefetch("aiohttp"))
+    thread = _aiohttp_import[0]
+    return thread is None or not thread.is_alive()
 
 
 def warm_up() -> None:
@@ -81,41 +155,53 @@ def warm_up() -> None:
         threading.Thread(target=_tls_context, name="flowkit-tls", daemon=True).start()
 
 
-def _transport(concurrency: int, max_reply_bytes: int) -> Any:
-    """The SDK's aiohttp transport (the ``openai[aiohttp]`` extra, a dependency), its pool sized
-    to the endpoint's in-flight limit. Measured at about 60% of the CPU per request of the
-    default httpx transport (benchmarks/llm_bound.py). None (the SDK's default) only when the
-    extra is missing."""
+def _transport(concurrency: int, max_reply_bytes: int, aiohttp: bool = True) -> Any:
+    """The SDK's http client with its pool sized to the endpoint's in-flight limit: on the SDK's
+    aiohttp transport (the ``openai[aiohttp]`` extra, a dependency), measured at about 60% of
+    the CPU per request of the default httpx one (benchmarks/llm_bound.py); on httpx when
+    ``aiohttp`` is false, or the extra is missing."""
     default = openai.DEFAULT_CONNECTION_LIMITS
-    tls = _tls_context()
+    tls = _shared()
     limits = type(default)(
         max_connections=concurrency,
         max_keepalive_connections=concurrency,
         keepalive_expiry=default.keepalive_expiry,
     )
     verify = {"verify": tls} if tls is not None else {}
-    try:
-        if _CappedAioHttp is None:
-            raise AttributeError("DefaultAioHttpClient")
-        client = _CappedAioHttp(limits=limits, **verify)
-    except (AttributeError, RuntimeError):  # an SDK too old for it, or without the extra
+    client: Any = None
+    if aiohttp and _CappedAioHttp is not None:
+        # An SDK without the extra raises RuntimeError; the transport's package without
+        # aiohttp, ImportError.
+        with contextlib.suppress(AttributeError, RuntimeError, ImportError):
+            client = _CappedAioHttp(limits=limits, **verify)
+    if client is None:
         client = _CappedHttpx(limits=limits, **verify)
     client.max_reply_bytes = max_reply_bytes
     return client
 
 
-def _build(endpoint: Endpoint) -> Client:
+def on_aiohttp(client: Client) -> bool:
+    """Whether ``client`` sends through the SDK's aiohttp transport."""
+    return _CappedAioHttp is not None and isinstance(
+        getattr(client, "_client", None), _CappedAioHttp
+    )
+
+
+def _build(endpoint: Endpoint, *, aiohttp: bool = True) -> Client:
     key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
     timeout = endpoint.limits.timeout
     # aiohttp refuses a URL that carries credentials beside the SDK's Authorization header;
     # httpx sends them (as Basic auth), as users of such gateways expect.
-    with_userinfo = "@" in urlsplit(endpoint.url).netloc
+    url = urlsplit(endpoint.url)
+    with_userinfo = "@" in url.netloc
+    if url.scheme != "http":
+        warm_up()  # its first handshake needs the certificate store: start loading it
     cap = endpoint.limits.max_reply_bytes
     if with_userinfo:
         transport = _CappedHttpx()
         transport.max_reply_bytes = cap
     else:
-        transport = _transport(endpoint.limits.concurrency, cap)
+        transport = _transport(endpoint.limits.concurrency, cap, aiohttp)
     if endpoint.kind == "azure":
         return openai.AsyncAzureOpenAI(
             azure_endpoint=endpoint.azure_endpoint or "",
@@ -147,6 +233,10 @@ class ClientPool:
         # never across an await.
         self._lock = threading.Lock()
         self._clients: dict[tuple[tuple[str, ...], int], Client] = {}
+        # Clients on httpx that stand in until aiohttp is imported (their keys), and those
+        # replaced since, with their loop's id: closed with the loop's other clients.
+        self._interim: set[tuple[tuple[str, ...], int]] = set()
+        self._retired: list[tuple[int, Client]] = []
         # Loop id -> (weak ref to the loop, its guard). The guard only knows the id, so
         # holding it here does not keep the loop alive.
         self._loops: dict[int, tuple[LoopRef, AsyncIterator[None]]] = {}
@@ -166,6 +256,9 @@ class ClientPool:
     async def _close_loop_clients(self, loop_id: int) -> None:
         with self._lock:
             doomed = [self._clients.pop(k) for k in list(self._clients) if k[1] == loop_id]
+            self._interim = {k for k in self._interim if k[1] != loop_id}
+            doomed += [c for i, c in self._retired if i == loop_id]
+            self._retired = [(i, c) for i, c in self._retired if i != loop_id]
         for client in doomed:
             await client.close()
 
@@ -180,19 +273,33 @@ class ClientPool:
             loop = ref()
             if loop is None or loop.is_closed() or (loop_id == id(current) and loop is not current):
                 del self._loops[loop_id]
-                for key in [k for k in self._clients if k[1] == loop_id]:
-                    del self._clients[key]
+                self._drop(loop_id)
+
+    def _drop(self, loop_id: int) -> None:
+        """Forget the clients of a loop that ended (called with the lock held)."""
+        for key in [k for k in self._clients if k[1] == loop_id]:
+            del self._clients[key]
+        self._interim = {k for k in self._interim if k[1] != loop_id}
+        self._retired = [(i, c) for i, c in self._retired if i != loop_id]
 
     async def get(self, endpoint: Endpoint) -> Client:
-        """The client for ``endpoint`` in the running event loop, created on first use."""
+        """The client for ``endpoint`` in the running event loop, created on first use.
+
+        Until something has imported aiohttp, the first client of an endpoint sends on the
+        SDK's httpx transport (the SDK imports httpx anyway): a run of one request never pays
+        for aiohttp's import (about 0.2 s). The second request asked for starts that import on a
+        thread, while the first ones wait for their replies, and once it is done the endpoint's
+        later requests go through a client on aiohttp (``_upgraded``)."""
         global _created
         loop = asyncio.get_running_loop()
         key = (endpoint.identity(), id(loop))
         guard: AsyncIterator[None] | None = None
         with self._lock:
             client = self._clients.get(key)
-            if client is not None:
-                return client
+            interim = key in self._interim
+        if client is not None:
+            return self._upgraded(key, client, endpoint) if interim else client
+        with self._lock:
             known = self._loops.get(id(loop))
             if known is None or known[0]() is not loop:
                 self._forget_dead_loops(loop)
@@ -201,15 +308,42 @@ class ClientPool:
         if guard is not None:
             # Starting it registers it with the loop, which finalises it before closing.
             await guard.__anext__()
-        client = _build(endpoint)  # may wait for the TLS context: outside the lock
+        # A URL with credentials is sent on httpx anyway (``_build``): nothing to wait for.
+        interim = "aiohttp" not in sys.modules and "@" not in urlsplit(endpoint.url).netloc
+        client = _build(endpoint, aiohttp=not interim)
         with self._lock:
             kept = self._clients.setdefault(key, client)
+            if kept is client and interim and not on_aiohttp(client):
+                self._interim.add(key)
         if kept is not client:
             await client.close()
         else:
             with _counted:
                 _created += 1
         return kept
+
+    def _upgraded(
+        self, key: tuple[tuple[str, ...], int], client: Client, endpoint: Endpoint
+    ) -> Client:
+        """The endpoint's client on aiohttp in place of ``client`` (on httpx, standing in) once
+        aiohttp is imported; ``client`` until then, having started the import."""
+        global _created
+        if not _aiohttp_imported():
+            return client
+        better = _build(endpoint)
+        with self._lock:
+            if self._clients.get(key) is not client or not on_aiohttp(better):
+                # Upgraded meanwhile, or no aiohttp to be had: keep what is there.
+                self._interim.discard(key)
+                current = self._clients.get(key, client)
+                self._retired.append((key[1], better))
+                return current
+            self._clients[key] = better
+            self._interim.discard(key)
+            self._retired.append((key[1], client))  # requests in flight on it finish there
+        with _counted:
+            _created += 1
+        return better
 
     async def aclose(self) -> None:
         """Close every client of the running loop; later calls in it build new ones."""
@@ -225,8 +359,7 @@ class ClientPool:
             if loop is None or loop.is_closed():
                 with self._lock:
                     self._loops.pop(loop_id, None)
-                    for key in [k for k in self._clients if k[1] == loop_id]:
-                        del self._clients[key]
+                    self._drop(loop_id)
             elif not loop.is_running():
                 # Another thread may start it meanwhile (then it closes them itself); closing
                 # is best-effort either way: the run is over.
@@ -249,9 +382,3 @@ async def aclose_clients() -> None:
     from flowkit.llm.session import current_session
 
     await current_session().clients.aclose()
-
-
-# This module is imported when a run's first request is about to go, never by a rerun the
-# cache serves whole: the certificate store loads on a thread (it releases the GIL) while the
-# rest of the model layer is imported and the first client is made.
-warm_up()

@@ -7,13 +7,14 @@ measured), none of which a chat request needs to go on the wire (flowkit builds 
 JSON and reads replies as plain JSON: ``prepared``). So while flowkit imports the SDK, each
 *package* under ``openai.types`` is created with its ``__path__`` but without running its
 ``__init__``; the first attribute looked up on it that it lacks (``openai.types.ChatCompletion``,
-``from openai.types.chat import completion_create_params``) runs the ``__init__`` then, under a
-lock, and from then on the package is as it would have been. Modules (not packages) load as
-always, so whatever the SDK's client imports from one is there at once.
+``from openai.types.chat import completion_create_params``) is taken from the submodule the
+``__init__`` imports it from, where the ``__init__``'s source says so plainly (``from .x import
+Name``: all the SDK's type packages do), or else runs the ``__init__`` then, under a lock, and
+from then on the package is as it would have been. Modules (not packages) load as always, so
+whatever the SDK's client imports from one is there at once.
 
-While the SDK imports, aiohttp (its transport's library) is imported on a thread: its default
-TLS contexts, made at import, load the system's certificate store twice, with the GIL released,
-so that work overlaps the rest of the SDK's import.
+The package of the SDK's aiohttp transport is deferred the same way, so that the SDK's import
+does not import aiohttp (``clients`` decides when it is needed).
 
 Nothing depends on the SDK's layout: a release that needs more of ``openai.types`` at import
 time gets it at import time (the first look-up runs the ``__init__``), only slower. The SDK is
@@ -23,6 +24,7 @@ its module.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import importlib.abc
@@ -43,6 +45,7 @@ class _DeferredInit(importlib.abc.Loader):
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
+        self.reexports: dict[str, tuple[str, str]] | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.loader.create_module(spec)
@@ -59,6 +62,9 @@ class _DeferredInit(importlib.abc.Loader):
                     # web_search_tool_param``, and ``responses/__init__`` imports
                     # ``ToolParam`` from it).
                     return importlib.import_module(f"{module.__name__}.{name}")
+                found = self._reexported(module, name)
+                if found is not None:
+                    return found
                 self._run_init(module, __getattr__)
             try:
                 return module.__dict__[name]
@@ -70,6 +76,20 @@ class _DeferredInit(importlib.abc.Loader):
                 ) from None
 
         module.__getattr__ = __getattr__  # type: ignore[method-assign]
+
+    def _reexported(self, module: ModuleType, name: str) -> Any | None:
+        """``name`` taken from the submodule the package's ``__init__`` imports it from
+        (``from .chat_completion import ChatCompletion as ChatCompletion``, the whole of the
+        SDK's type packages), without running the rest of the ``__init__``; None where the
+        ``__init__`` binds it any other way, or its source is not to be had."""
+        if self.reexports is None:
+            self.reexports = _reexports(self.loader, module.__name__)
+        where = self.reexports.get(name)
+        if where is None:
+            return None
+        value = getattr(importlib.import_module(f"{module.__name__}.{where[0]}"), where[1])
+        module.__dict__.setdefault(name, value)  # as the __init__ binds it, when it runs
+        return value
 
     def _run_init(self, module: ModuleType, hook: Any) -> None:
         """Run the package's ``__init__`` once, as an import would: under the import system's
@@ -89,6 +109,40 @@ class _DeferredInit(importlib.abc.Loader):
                 spec._initializing = False  # type: ignore[union-attr]
                 if module.__dict__.get("__getattr__") is hook:
                     del module.__dict__["__getattr__"]
+
+
+def _reexports(loader: Any, package: str) -> dict[str, tuple[str, str]]:
+    """The names a package's ``__init__`` binds only by a top-level ``from .module import name``
+    (name -> (module, its name there)): a name the ``__init__`` binds twice, or otherwise too
+    (an assignment, a ``def``, an import inside an ``if``), is left out, and looking it up runs
+    the ``__init__``; an ``__init__`` with a ``from … import *`` gives none. Read from the
+    source: the SDK's type packages hold nothing else, and reading one costs less than a
+    millisecond where running it costs tens."""
+    try:
+        source = loader.get_source(package)
+        tree = ast.parse(source or "")
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return {}
+    found: dict[str, tuple[str, str]] = {}
+    other: set[str] = set()
+    for statement in tree.body:
+        if isinstance(statement, ast.ImportFrom) and statement.level == 1 and statement.module:
+            for alias in statement.names:
+                if alias.name == "*":
+                    return {}  # it may bind any name: only running it tells
+                bound = alias.asname or alias.name
+                if bound in found:
+                    other.add(bound)
+                found[bound] = (statement.module, alias.name)
+            continue
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                other.add(node.id)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                other.add(node.name)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                other.update((a.asname or a.name).partition(".")[0] for a in node.names)
+    return {k: v for k, v in found.items() if k not in other}
 
 
 def _submodule(package: ModuleType, name: str) -> bool:
@@ -114,13 +168,13 @@ _fallback_lock = threading.RLock()
 
 
 class _DeferringFinder(importlib.abc.MetaPathFinder):
-    def __init__(self, tree: str) -> None:
-        self.tree = tree
+    def __init__(self, trees: tuple[str, ...]) -> None:
+        self.trees = trees
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != self.tree and not fullname.startswith(self.tree + "."):
+        if not any(fullname == t or fullname.startswith(t + ".") for t in self.trees):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.loader is None or spec.submodule_search_locations is None:
@@ -133,10 +187,10 @@ _lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def deferring(tree: str) -> Iterator[None]:
-    """Packages in ``tree`` (``tree`` itself included) first imported in the block run their
+def deferring(*trees: str) -> Iterator[None]:
+    """Packages in ``trees`` (each tree's top included) first imported in the block run their
     ``__init__`` on first use (see the module's docstring)."""
-    finder = _DeferringFinder(tree)
+    finder = _DeferringFinder(trees)
     with _lock:
         sys.meta_path.insert(0, finder)
     try:
@@ -146,12 +200,10 @@ def deferring(tree: str) -> Iterator[None]:
             sys.meta_path.remove(finder)
 
 
-def _prefetch(name: str) -> threading.Thread | None:
-    """Import ``name`` on a thread. Importing aiohttp loads the system's certificate store twice
-    (its default TLS contexts, made at import), which releases the GIL: on a thread it overlaps
-    the SDK's own import instead of following it. The SDK's import waits for the module (the
-    import system's lock for it) wherever it needs it; a failure here leaves it to that import,
-    which then fails or succeeds as it would have."""
+def prefetch(name: str) -> threading.Thread | None:
+    """Import ``name`` on a thread (None: imported already, or no thread to be had). Whoever
+    imports it meanwhile waits for the module (the import system's lock for it); a failure here
+    leaves it to that import, which then fails or succeeds as it would have."""
 
     def run() -> None:
         with contextlib.suppress(Exception):
@@ -167,10 +219,12 @@ def _prefetch(name: str) -> threading.Thread | None:
     return thread
 
 
-_prefetching = _prefetch("aiohttp")
-with deferring(DEFERRED):
+# The SDK's aiohttp transport lives in a package (``openai._vendor.httpx_aiohttp``, or the
+# ``httpx_aiohttp`` distribution before openai 2.32) whose ``__init__`` imports aiohttp; the SDK
+# only needs its client class from it, a module that does not. So aiohttp (~0.2 s of imports and
+# two loads of the certificate store) is imported when a client on that transport is built
+# (``clients``), not with the SDK.
+with deferring(DEFERRED, "openai._vendor.httpx_aiohttp", "httpx_aiohttp"):
     import openai
-if _prefetching is not None:
-    _prefetching.join()  # whatever the SDK did not need of it is imported before going on
 
-__all__ = ["openai"]
+__all__ = ["openai", "prefetch"]

@@ -84,6 +84,22 @@ def test_a_deferred_package_runs_its_init_at_the_first_name_it_lacks(
     assert ran == ["top", "one", "kinds", "two", "more", "three"]
 
 
+def test_a_name_the_init_imports_from_a_submodule_is_taken_from_there(
+    package: tuple[str, list[str]],
+) -> None:
+    # The SDK's client needs one class of ``openai.types.chat``; running that package's
+    # ``__init__`` for it would import every chat type.
+    name, ran = package
+    _import_deferring_kinds(name)
+    kinds = sys.modules[f"{name}.kinds"]
+    assert kinds.TWO == 2
+    assert ran == ["top", "one", "two"]
+    assert "__getattr__" in kinds.__dict__  # still deferred
+    assert kinds.BOTH == 3  # bound by an assignment: only running the __init__ tells
+    assert ran == ["top", "one", "two", "kinds"]
+    assert "__getattr__" not in kinds.__dict__
+
+
 def test_from_a_deferred_package_import_a_name_or_a_submodule(
     package: tuple[str, list[str]],
 ) -> None:
@@ -189,7 +205,7 @@ def test_a_submodule_that_imports_a_sibling_before_its_package_ran_does_not_cycl
     # the __init__ midway through its own import.
     files = {
         "deferfrom/__init__.py": "",
-        "deferfrom/kinds/__init__.py": "from .tool import Tool\nfrom .helper import X\n",
+        "deferfrom/kinds/__init__.py": "from .tool import Tool\nfrom .helper import X\nY = X\n",
         "deferfrom/kinds/tool.py": "from . import helper\nclass Tool:\n    x = helper.X\n",
         "deferfrom/kinds/helper.py": "X = 1\n",
         "deferfrom/kinds/other.py": "OTHER = 2\n",
@@ -205,7 +221,11 @@ def test_a_submodule_that_imports_a_sibling_before_its_package_ran_does_not_cycl
         kinds = sys.modules["deferfrom.kinds"]
         assert tool.Tool.x == 1
         assert kinds.other.OTHER == 2  # a submodule by attribute, the __init__ still deferred
-        assert kinds.Tool is tool.Tool and kinds.X == 1  # a name: the __init__ runs
+        # Names the __init__ imports from a submodule: taken from there, the __init__ still
+        # deferred; one it binds otherwise runs it.
+        assert kinds.Tool is tool.Tool and kinds.X == 1
+        assert "__getattr__" in kinds.__dict__
+        assert kinds.Y == 1
         assert "__getattr__" not in kinds.__dict__
     finally:
         sys.path.remove(str(tmp_path))
