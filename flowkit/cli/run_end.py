@@ -116,7 +116,7 @@ class Checks:
 def check_run(result: Any, checks: Checks) -> None:
     """Every check the run can still answer, each printed; exit 1 when any failed. A failed
     export or aggregate fails the run but never hides a gate's verdict."""
-    from flowkit.inspect.regression import Outcome
+    from flowkit.inspect.gates import Outcome
 
     outcomes: list[Outcome] = []
     if checks.otel:  # before the gates, so a failing CI run is exported too
@@ -159,8 +159,8 @@ def print_outcomes(outcomes: list[Any]) -> None:
 
 def _export(result: Any) -> Any:
     from flowkit.errors import FlowkitError
+    from flowkit.inspect.gates import Outcome
     from flowkit.inspect.otel import export_run
-    from flowkit.inspect.regression import Outcome
 
     try:
         summary = export_run(result.run_dir)
@@ -170,14 +170,15 @@ def _export(result: Any) -> Any:
 
 
 def _gate_outcomes(result: Any, checks: Checks) -> list[Any]:
-    from flowkit.inspect.gates import outcome
-    from flowkit.inspect.regression import Outcome, judge
+    from flowkit.inspect.gates import Outcome, outcome
 
     outcomes = []
     for gate in checks.gates:
         passed, message = outcome(gate, result.metrics)
         outcomes.append(Outcome(f"gate {gate}", passed, message))
     if checks.baseline is not None and checks.drops:
+        from flowkit.inspect.regression import judge
+
         cmp = checks.comparison = compare_with_baseline(result.run_dir, checks)
         outcomes += judge(
             checks.drops, cmp, checks.baseline, result.metrics, checks.lower_is_better
@@ -211,6 +212,8 @@ def write_ci_files(
     title: str, metrics: dict[str, Any], checks: Checks, outcomes: list[Any]
 ) -> None:
     """The markdown summary and the JUnit XML a CI job asked for (run and compare alike)."""
+    if not (checks.summary == "md" or checks.summary_file or checks.junit):
+        return
     from flowkit.inspect.ci_report import junit, markdown, write_ci_file, write_summary
 
     if checks.summary == "md" or checks.summary_file:  # a file asked for is a summary asked for

@@ -216,8 +216,7 @@ def _with_target(
         app_node = {
             "name": TARGET_NODE,
             "type": "flow",
-            # Relative to the base, so that a worker finds it among the files sent to it
-            # (flowkit.runs.bundle) and the flow's content hash is the same on every host.
+            # Relative, so workers find it among the files sent (one content hash on every host)
             "flow": os.path.relpath(app.sources[0], base),
             "inputs": {k: f"${{inputs.{k}}}" for k in app_inputs},
             "latency": True,

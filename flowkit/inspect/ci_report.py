@@ -12,7 +12,7 @@ from typing import Any
 from flowkit.errors import UsageError
 from flowkit.inspect.compare_means import AggregateDelta
 from flowkit.inspect.compare_rows import is_number
-from flowkit.inspect.regression import Outcome
+from flowkit.inspect.gates import Outcome
 
 
 def _cell(value: Any) -> str:

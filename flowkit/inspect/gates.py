@@ -242,3 +242,14 @@ def check_gates(gates: list[Gate], metrics: dict[str, Any], console: Console) ->
     failures = evaluate(gates, metrics)
     if failures:
         raise GateError("\n".join(failures))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One check that decides a CI job's exit code: a gate, the failed rows, an export."""
+
+    name: str
+    passed: bool
+    message: str
+    shown: bool = True
+    """Printed at the end of a run (a check that found nothing to say is only recorded)."""

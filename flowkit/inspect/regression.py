@@ -22,6 +22,7 @@ from flowkit.errors import UsageError, did_you_mean, one_of
 from flowkit.inspect.compare import Comparison, MetricDelta
 from flowkit.inspect.compare_means import AggregateDelta, interval
 from flowkit.inspect.compare_rows import Evidence, Side, is_number, pair_rows, read_side
+from flowkit.inspect.gates import Outcome
 from flowkit.inspect.intervals import TOO_FEW, WORSE, Interval
 from flowkit.runs.folder import read_metrics
 
@@ -40,17 +41,6 @@ class DropGate:
         if self.margin is None:
             return self.metric
         return f"{self.metric}>{self.margin:g}{'%' if self.relative else ''}"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One check that decides a CI job's exit code: a gate, the failed rows, an export."""
-
-    name: str
-    passed: bool
-    message: str
-    shown: bool = True
-    """Printed at the end of a run (a check that found nothing to say is only recorded)."""
 
 
 def parse_drop(text: str, option: str = "--gate-drop") -> DropGate:
