@@ -193,16 +193,17 @@ class Pacer:
                 return
             await self._sleep(over / bucket.rate)
 
-    async def admit(self, tokens: int, scale: float = 1.0) -> None:
+    async def admit(self, tokens: int, scale: float = 1.0) -> int:
         """Wait for the request and token paces (after :meth:`pause_over`: a pause that starts
-        meanwhile holds the buckets too); ``tokens`` were reckoned at the learner's ``scale``."""
+        meanwhile holds the buckets too); ``tokens`` were reckoned at the learner's ``scale``.
+        Returns the request's ticket for :meth:`refund` or :meth:`ended`."""
         if self._learned is not None:
             self.repace()  # the probe moves the learned rate with time
         shared = self.declared
         if shared is not None:
             await self._draw(shared, tokens)
         await take(self._rpm, self._tpm, tokens)
-        self.learner.charged(tokens, 1, scale, self._clock())
+        return self.learner.sent(self._clock(), tokens, scale)
 
     async def _draw(self, shared: DeclaredBudget, tokens: int) -> None:
         """Wait for the declared budgets shared with other runs."""
@@ -210,10 +211,23 @@ class Pacer:
         # A server-requested pause that began while this request waited holds it too.
         await self.pause_over()
 
-    def charge(self, tokens: int, requests: int = 0) -> None:
-        """Charge ``tokens`` more to the token pace (a negative count gives them back, with
-        ``requests``: -1 for a request the endpoint refused and so never charged)."""
-        self.learner.charged(tokens, requests, now=self._clock())
+    def refund(self, ticket: int, tokens: int) -> None:
+        """The request of ``ticket``, charged ``tokens``, failed: providers take nothing for a
+        refused or failed call, so they are given back."""
+        self.learner.refused(ticket, self._clock())
+        self._adjust(-tokens)
+
+    def ended(self, ticket: int) -> None:
+        """The request of ``ticket`` was answered, or given up (what it was charged stands)."""
+        self.learner.ended(ticket)
+
+    def charge(self, tokens: int) -> None:
+        """Charge ``tokens`` more to the token pace (a negative count gives them back): a
+        reply charged by usage settling what was reserved."""
+        self.learner.charged(tokens, self._clock())
+        self._adjust(tokens)
+
+    def _adjust(self, tokens: int) -> None:
         if self._tpm is not None and tokens:
             self._tpm.adjust(tokens)
         if self.declared is not None and self.declared.tpm is not None and tokens:
