@@ -158,16 +158,12 @@ def _default_cache_folder() -> str:
     return os.path.join(tempfile.gettempdir(), "data-gym-cache")
 
 
-LEARN_AFTER = 6
-"""Requests a span between two readings must hold to measure the charge: its ends are each
-uncertain by about a request (one sent as the endpoint wrote a reading may count on either
+LEARN_AFTER = 4
+"""Requests the spans between readings must hold to measure the charge: a span's end is
+uncertain by part of a request (one sent as the endpoint wrote a reading may count on either
 side), so fewer cannot tell a wrong rule from that."""
 SPAN = 64
 """The most requests a span measures over: longer ones are as exact and forget a change slower."""
-FILL_SLACK = 1.2
-"""Factor on the refill between two readings when judging whether the budget may have reached
-its top in between (then what refilled beyond the top is lost and the span measures nothing):
-a margin for the replies' travel and the reset header's rounding."""
 MAX_STEP = 4.0
 """A quarter of the most the scale may be (or a quarter of its inverse, the least): farther from
 the estimates than that, a header is misread, not a rule."""
@@ -182,6 +178,13 @@ KEPT = 256
 """Requests the replay keeps (their send times and estimates): enough for a second's budget."""
 
 
+HEDGE = 2.0
+"""What a request's charge is booked at (over itself) on the pace from the first rate-limit
+headers until the spans have measured the charge (or ``2 * LEARN_AFTER`` requests were
+answered): the burst the first reply's headers allow goes out before any span can say whether
+the rule is right, and a rule told wrong charges up to about twice the estimates (max_of told,
+prompt_plus_max charged); traced, half of that burst was refused."""
+
 APART = 1.3
 """How far (as a factor) a measurement must be from the scale in force to replace it, from one
 request's charge or a short span: rules differ by more (prompt_plus_max charges a judge's
@@ -189,7 +192,7 @@ request about 1.8 times max_of); readings within it are noise, and following the
 pace of a rule declared right."""
 CLOSE = 1.08
 """The least factor a long span (over ``SPAN`` requests) must find the scale off by to move it;
-between ``LEARN_AFTER`` and ``SPAN`` requests the factor needed falls as 1 + 3 / requests."""
+between ``LEARN_AFTER`` and ``SPAN`` requests the factor needed falls as 1 + 2 / requests."""
 
 
 class ChargeLearner:
@@ -217,6 +220,7 @@ class ChargeLearner:
 
     def __init__(self) -> None:
         self.scale = 1.0
+        self._proven = False  # whether spans measured the charge (or enough requests passed)
         self._events: deque[list[Any]] = deque()  # [time, unscaled tokens, is a send]
         self._open: dict[int, list[Any]] = {}  # tickets in flight → their send event
         self._tickets = 0
@@ -224,7 +228,7 @@ class ChargeLearner:
         # Spans between usable readings: (tokens taken, unscaled tokens estimated, requests).
         self._spans: deque[tuple[float, float, int]] = deque()
         self._start: tuple[float, float, float, int] | None = None  # where the next span starts
-        self._prev: tuple[float, int] | None = None  # the last reading judged
+        self._prev: tuple[float, float, float] | None = None  # (t, left, tokens): last reading
         self._tokens = 0.0  # unscaled tokens the endpoint took by the readings in the chain
         self._sends = 0  # requests it admitted by then
         self._first: float | None = None  # when the first request was sent
@@ -235,6 +239,12 @@ class ChargeLearner:
         self._top = 0.0  # the budget's top, from what is left and the reset
         self.replay = Replay()
         """The endpoint's budget replayed from the unscaled estimates (see ``Replay``)."""
+
+    @property
+    def hedge(self) -> float:
+        """What to book a charge at, over itself: ``HEDGE`` from the first reading until the
+        spans have measured the charge, else 1."""
+        return HEDGE if self._readings and not self._proven else 1.0
 
     # -- what the pacer tells it ---------------------------------------------------------
 
@@ -300,8 +310,10 @@ class ChargeLearner:
                 # Several readings agree that the endpoint charges less than the estimates.
                 # Only less: a reply read late and a request sent late (a busy client) both
                 # make the replay see more refill than the endpoint had, so it finds too high a
-                # scale, never too low.
-                self._move(agreed, APART)
+                # scale, never too low; so a lower one is taken when it is off by a little
+                # more than the readings' noise (the first reply's measure, for one, errs high
+                # by the refill over the first request's connection).
+                self._move(agreed, CLOSE)
         self._queued.append((now, remaining))
         self._advance()
 
@@ -310,19 +322,31 @@ class ChargeLearner:
     def _advance(self) -> None:
         """Put in the chain the readings every request sent before has been answered for."""
         opened = min((event[0] for event in self._open.values()), default=float("inf"))
+        rate = self._rate
         while self._queued and self._queued[0][0] < opened:
             now, remaining = self._queued.popleft()
+            # The highest the budget can have been since the last reading: what was left then,
+            # refilled, less the requests' charges at half their estimates (the least a rule
+            # told wrong is found to charge), each as it was sent.
+            stamp, level = self._prev[:2] if self._prev else (now, 0.0)
+            peak = level
             while self._events and self._events[0][0] <= now:
-                _, tokens, send = self._events.popleft()
+                sent, tokens, send = self._events.popleft()
+                level += rate * max(0.0, sent - stamp)
+                peak, stamp = max(peak, level), max(stamp, sent)
+                level -= tokens * self.scale * (0.5 if tokens > 0 else 1.0)
                 self._tokens += tokens
                 self._sends += send
-            self._link(now, remaining)
+            self._proven |= self._sends >= 2 * LEARN_AFTER
+            peak = max(peak, level + rate * max(0.0, now - stamp))
+            self._link(now, remaining, peak)
 
-    def _link(self, now: float, remaining: int) -> None:
+    def _link(self, now: float, remaining: int, peak: float) -> None:
         """Close the span from the last usable reading to this one, or start afresh where the
-        budget may have reached its top since the last reading; then measure the spans kept."""
+        budget may have reached its top since the last reading (``peak`` is the highest it can
+        have been); then measure the spans kept."""
         rate, prev, top = self._rate, self._prev, self._top or self._full
-        self._prev = (now, remaining)
+        self._prev = (now, remaining, self._tokens)
         here = (now, float(remaining), self._tokens, self._sends)
         if prev is None:
             # Below the top by more than the reset's rounding (to a millisecond), the level
@@ -341,10 +365,15 @@ class ChargeLearner:
                 # later than it was sent, which the refill over it counts as a charge.)
                 taken = self._top - remaining + rate * (now - self._first)
                 self._judge(taken, self._tokens, APART)
+            if self._sends == 1 and remaining > 0:
+                # Nothing else was sent until this reply was read: no request can fall on the
+                # wrong side of it, so the first span (the burst its headers allowed) starts here.
+                self._start = here
             return
-        # The level between two readings is at most the first plus what refilled since (the
-        # requests only take from it); at the top, refill is lost and the span measures less.
-        if prev[1] + FILL_SLACK * rate * (now - prev[0]) >= top or remaining + rate * LATE >= top:
+        # At the top, refill is lost and the span measures less: a span may lose a twentieth of
+        # its requests' estimates (the replies' travel makes the peak uncertain by as much).
+        lost = peak + rate * LATE - top
+        if lost > 0.05 * (self._tokens - prev[2]) * self.scale:
             # Nor does the next span start here: a reading after a quiet spell has no request
             # sent while it was on its way, which the end of a span has as often as not.
             self._start = None
@@ -365,13 +394,14 @@ class ChargeLearner:
         if requests >= LEARN_AFTER:
             taken = sum(t for t, _, _ in spans)
             estimated = sum(e for _, e, _ in spans)
-            self._judge(taken, estimated, 1.0 + max(CLOSE - 1.0, 3.0 / requests))
+            self._judge(taken, estimated, 1.0 + max(CLOSE - 1.0, 2.0 / requests))
 
     def _judge(self, taken: float, estimated: float, apart: float) -> None:
         """Scale to ``taken`` over ``estimated`` (unscaled), if ``apart`` from the scale in
         force."""
         if estimated <= 0 or taken <= 0:
             return
+        self._proven = True
         bound = MAX_STEP * 2.5  # as far as the replay looks: a misread header is not a rule
         self._move(min(bound, max(1.0 / bound, taken / estimated)), apart)
 

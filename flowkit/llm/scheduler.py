@@ -221,15 +221,16 @@ class Scheduler:
                 scale = learned * (1.0 if on_arrival else self._token_scale)
                 charge = max(1, round(tokens * scale)) if tokens > 0 else 0
                 charge = self._over_budget(charge, detail, on_arrival)
-                ticket = await self._pacer.admit(charge, learned)
+                ticket, charge = await self._pacer.admit(charge, learned)
                 self._check_down()
                 self.stats.requests += 1
                 try:
                     value = await self._stalls.run(ceiling, call)
                 except Exception as exc:
-                    self._pacer.refund(ticket, charge)  # providers do not bill failed calls
                     stalled = isinstance(exc, Stalled)
                     verdict = classify(exc)
+                    # Providers do not bill failed calls; a 429's tokens stay spent (see refund).
+                    self._pacer.refund(ticket, charge, verdict.kind is Failure.RATE_LIMIT)
                     self._on_failure(verdict, generation, stalled)
                     if not verdict.retryable or retry >= self.limits.max_retries:
                         self.stats.errors += 1
