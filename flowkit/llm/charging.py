@@ -373,7 +373,15 @@ class ChargeLearner:
         # At the top, refill is lost and the span measures less: a span may lose a twentieth of
         # its requests' estimates (the replies' travel makes the peak uncertain by as much).
         lost = peak + rate * LATE - top
-        if lost > 0.05 * (self._tokens - prev[2]) * self.scale:
+        estimated = (self._tokens - prev[2]) * self.scale
+        most = prev[1] - remaining + rate * (now - prev[0])
+        if estimated > 0 and most < estimated:
+            # Even counting every token that could have refilled, the endpoint took less than
+            # the estimates at the scale in force: it does not charge more, so no hedge. (Not
+            # a scale to charge at: a request sent as the reply was on its way counts in the
+            # estimates but not in what the endpoint had taken, so the bound reads low.)
+            self._proven = True
+        if lost > 0.05 * estimated:
             # Nor does the next span start here: a reading after a quiet spell has no request
             # sent while it was on its way, which the end of a span has as often as not.
             self._start = None
