@@ -19,7 +19,9 @@ Issue 33's figures: ``--rows 150 --case tpm-prompt_plus_max-headers tpm-prompt_p
 tpm-max_of-headers tpm-max_of both-prompt_plus_max-headers both-max_of-headers
 both-prompt_plus_max both-max_of --no-naive --declare-rule`` (groundedness sets max_tokens:
 300); without ``--declare-rule`` the connection keeps the default rule and, with headers,
-learns the server's.
+learns the server's. ``--declare-limit`` has the connection declare the server's ``tpm`` (and
+``rpm``), as a user who knows an endpoint's quota does where no headers come; ``--token-slice``
+sets how many seconds of ``tpm`` the server lets arrive at once (1, 10, or Azure's 60).
 
 Prints, per case, the rate reached (requests or tokens that succeeded per minute over the whole
 run, start included) as a fraction of the limit and the share of requests rejected, median
