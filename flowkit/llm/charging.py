@@ -340,6 +340,14 @@ class ChargeLearner:
             self._proven |= self._sends >= 2 * LEARN_AFTER
             peak = max(peak, level + rate * max(0.0, now - stamp))
             self._link(now, remaining, peak)
+        if not self._readings:
+            # No headers (yet): the answered requests go into the totals now, so an endpoint
+            # that sends none keeps no list of every request it was sent (where readings come,
+            # each span's requests stay listed until its reading, for the budget's peak).
+            while self._events and self._events[0][0] < opened:
+                _, tokens, send = self._events.popleft()
+                self._tokens += tokens
+                self._sends += send
 
     def _link(self, now: float, remaining: int, peak: float) -> None:
         """Close the span from the last usable reading to this one, or start afresh where the
