@@ -256,7 +256,7 @@ def test_replies_read_late_leave_a_rule_declared_right_alone() -> None:
     # times the estimates and cut the pace of a rule that was right. The run opens with four
     # requests at once, then one at about the pace 150,000 tokens a minute allows; the
     # estimates are exactly the charges.
-    from flowkit.llm.charging import ChargeLearner
+    from flowkit.llm.learner import ChargeLearner
 
     learner = ChargeLearner()
     rate, top, charge, late = 2500.0, 2500.0, 550.0, 0.03
@@ -295,7 +295,7 @@ def test_an_undercharging_rule_is_measured_from_requests_as_they_arrived() -> No
     # after the endpoint wrote it, while more requests are sent. Spans that counted a refusal
     # still in flight as a charge, or only ever raised the scale on noisy spans, ended far
     # from 1.9 (traced: 1.8 then 2.0-2.4, never lowered).
-    from flowkit.llm.charging import ChargeLearner
+    from flowkit.llm.learner import ChargeLearner
 
     learner = ChargeLearner()
     rate, top, estimate, factor, late = 2500.0, 2500.0, 300.0, 1.9, 0.02
