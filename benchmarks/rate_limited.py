@@ -19,7 +19,9 @@ Issue 33's figures: ``--rows 150 --case tpm-prompt_plus_max-headers tpm-prompt_p
 tpm-max_of-headers tpm-max_of both-prompt_plus_max-headers both-max_of-headers
 both-prompt_plus_max both-max_of --no-naive --declare-rule`` (groundedness sets max_tokens:
 300); without ``--declare-rule`` the connection keeps the default rule and, with headers,
-learns the server's.
+learns the server's. ``--declare-limit`` has the connection declare the server's ``tpm`` (and
+``rpm``), as a user who knows an endpoint's quota does where no headers come; ``--token-slice``
+sets how many seconds of ``tpm`` the server lets arrive at once (1, 10, or Azure's 60).
 
 Prints, per case, the rate reached (requests or tokens that succeeded per minute over the whole
 run, start included) as a fraction of the limit and the share of requests rejected, median
@@ -135,6 +137,11 @@ def main() -> None:
         "quantizing; 60: Azure's per-minute count)",
     )
     parser.add_argument(
+        "--declare-limit",
+        action="store_true",
+        help="the connection declares the server's tpm and rpm (a quota its user knows)",
+    )
+    parser.add_argument(
         "--alone-first",
         action="store_true",
         help="the connection sets slow_start: true: one request alone until the first reply",
@@ -151,6 +158,8 @@ def main() -> None:
             if args.wrong_rule:
                 other = "max_of" if config.token_charge == "prompt_plus_max" else "prompt_plus_max"
                 rule = {"token_charge": other}
+            if args.declare_limit:
+                rule.update({k: v for k, v in (("tpm", config.tpm), ("rpm", config.rpm)) if v})
             # A server that sends the headers stands for OpenAI or Azure, whose hosts get one
             # request alone first by default; the local server's URL cannot say so itself.
             alone = args.alone_first or (config.rate_headers and not args.full_opening)
@@ -180,12 +189,12 @@ def main() -> None:
                     naive_ratio, naive_rejected = measured(srv.stats(), config, elapsed)
                 naive = f"; naive client/limit {naive_ratio:.2f}, rejected {naive_rejected:.0%}"
             declared = ", slow_start: true" if alone else ""
-            if rule:
-                declared += f", token_charge: {rule['token_charge']}"
+            for key, value in rule.items():
+                declared += f", {key}: {value}"
             print(
                 f"rate-limited {case}{declared} c={args.concurrency} rows={args.rows}: "
                 f"flowkit/limit {spread(ratios)}, rejected {spread(rejects)}% over {args.runs} "
-                f"runs{naive}; {load_average()}",
+                f"runs{naive}; token slice {args.token_slice:g} s; {load_average()}",
                 flush=True,
             )
 

@@ -16,10 +16,11 @@ draw from the driver's schedulers (``leases``: a worker's session leases each at
 keys (``handed``).
 The scheduler (admission, retries, early stop) composes ``pacing`` (request and token paces,
 the opening, learning limits from headers and 429s; ``memory`` keeps what it learned between
-runs, per endpoint and model, merged with what other runs saved), ``stalls`` (the learned stall
-deadline), ``budget`` (token buckets), ``ratelimits`` (header parsing), ``charging`` (what a
-request costs a token budget, counted as the endpoint counts it: the connection's
-``token_charge`` rule, corrected from the headers) and ``retry`` (what a failure means).
+runs, per endpoint and model, merged with what other runs saved; ``successes``: the success
+rate a cut measures), ``stalls`` (the learned stall deadline), ``budget`` (token buckets),
+``ratelimits`` (header parsing), ``charging`` (what a request costs a token budget, counted as
+the endpoint counts it: the connection's ``token_charge`` rule; ``learner`` corrects it from
+the headers) and ``retry`` (what a failure means).
 
 Names are imported on first use (PEP 562): ``flowkit.llm.usage`` prices tokens for every run,
 and must not load the openai SDK (most of a python-only run's start-up) on the way. ``sdk`` is

@@ -82,6 +82,17 @@ class TokenBucket:
         self._level = min(self._level, remaining)
         self._shift += max(0.0, self._due() - due)
 
+    async def top_up(self, amount: float) -> None:
+        """Take ``amount`` more for a request whose turn has come (its charge turned out
+        higher): it waits for them, and every turn booked behind it moves later as much, as
+        if it had booked them with its own."""
+        self._refill()
+        due = self._due()
+        self._level -= amount
+        self._shift += max(0.0, self._due() - due)
+        if self._level < 0:
+            await self._sleep(min(amount, -self._level) / self.rate)
+
     def reserve(self, amount: float) -> float:
         """Take ``amount`` now and return how many seconds the caller must wait before using it."""
         self._refill()

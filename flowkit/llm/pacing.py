@@ -33,9 +33,10 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from flowkit.llm.budget import Clock, Sleep, TokenBucket, take
-from flowkit.llm.charging import ChargeLearner
 from flowkit.llm.endpoint import Limits
+from flowkit.llm.learner import ChargeLearner
 from flowkit.llm.ratelimits import RateHeaders, announces_limits
+from flowkit.llm.successes import rate_since, success_rate
 
 if TYPE_CHECKING:
     from flowkit.llm.shared import DeclaredBudget
@@ -186,23 +187,39 @@ class Pacer:
     async def token_room(self) -> None:
         """Wait while the token pace is booked more than ``BOOKED_AHEAD`` seconds ahead: a
         request reckons its charge after this, so few are charged at a scale that the
-        endpoint's headers have shown wrong since (see ``charging.ChargeLearner``)."""
+        endpoint's headers have shown wrong since (see ``learner.ChargeLearner``)."""
         while (bucket := self._tpm) is not None:
             over = -bucket.level - bucket.rate * BOOKED_AHEAD
             if over <= 0:
                 return
             await self._sleep(over / bucket.rate)
 
-    async def admit(self, tokens: int, scale: float = 1.0) -> None:
+    async def admit(self, tokens: int, scale: float = 1.0) -> tuple[int, int]:
         """Wait for the request and token paces (after :meth:`pause_over`: a pause that starts
-        meanwhile holds the buckets too); ``tokens`` were reckoned at the learner's ``scale``."""
+        meanwhile holds the buckets too); ``tokens`` were reckoned at the learner's ``scale``.
+        Returns its ticket (for :meth:`refund` or :meth:`ended`) and its charge at the scale
+        in force when it leaves."""
         if self._learned is not None:
             self.repace()  # the probe moves the learned rate with time
         shared = self.declared
         if shared is not None:
             await self._draw(shared, tokens)
-        await take(self._rpm, self._tpm, tokens)
-        self.learner.charged(tokens, 1, scale, self._clock())
+        # Booked at a hedge until spans measure the charge (see ``learner.HEDGE``).
+        await take(self._rpm, self._tpm, round(tokens * self.learner.hedge))
+        # Booked at a scale the headers have moved since: top up (or give back) in place, so
+        # the turns behind move too (see benchmarks/RESULTS.md, Pacing, round 4).
+        while tokens > 0 and abs((now := self.learner.scale) / scale - 1.0) > 0.02:
+            extra = round(tokens * now / scale) - tokens
+            scale = now
+            if extra < 0:
+                self._adjust(extra)  # booked too much: give the rest back
+            elif extra > 0:
+                if shared is not None:
+                    await self._draw(shared, extra)
+                if self._tpm is not None:
+                    await self._tpm.top_up(extra)
+            tokens += extra
+        return self.learner.sent(self._clock(), tokens, scale), tokens
 
     async def _draw(self, shared: DeclaredBudget, tokens: int) -> None:
         """Wait for the declared budgets shared with other runs."""
@@ -210,10 +227,24 @@ class Pacer:
         # A server-requested pause that began while this request waited holds it too.
         await self.pause_over()
 
-    def charge(self, tokens: int, requests: int = 0) -> None:
-        """Charge ``tokens`` more to the token pace (a negative count gives them back, with
-        ``requests``: -1 for a request the endpoint refused and so never charged)."""
-        self.learner.charged(tokens, requests, now=self._clock())
+    def refund(self, ticket: int, tokens: int, rate_limited: bool = False) -> None:
+        """The request of ``ticket``, charged ``tokens``, failed: the endpoint took nothing.
+        Given back, but not for a 429 (refused for want of room: given back, the next turn
+        booked shared the last one's, and the pair overran the budget again)."""
+        self.learner.refused(ticket, self._clock())
+        if not rate_limited:
+            self._adjust(-tokens)
+
+    def ended(self, ticket: int) -> None:
+        """The request of ``ticket`` was answered, or given up (what it was charged stands)."""
+        self.learner.ended(ticket)
+
+    def charge(self, tokens: int) -> None:
+        """Charge ``tokens`` more (fewer, if negative): a usage-charged reply settling."""
+        self.learner.charged(tokens, self._clock())
+        self._adjust(tokens)
+
+    def _adjust(self, tokens: int) -> None:
         if self._tpm is not None and tokens:
             self._tpm.adjust(tokens)
         if self.declared is not None and self.declared.tpm is not None and tokens:
@@ -234,7 +265,9 @@ class Pacer:
                 # Sent after the overshoot's pause, so every request of the opening has landed
                 # and the successes count what the endpoint let through.
                 self._measuring = False
-                self._cut_to(self._success_rate(), measured=True)
+                self._cut_to(
+                    success_rate(self._ok_times, self._clock(), self.window), measured=True
+                )
                 return
         if self._window_size < self.limits.concurrency:
             # Cut by an overshoot that measured no pace: one more per window's worth of
@@ -283,7 +316,7 @@ class Pacer:
             # cap once the endpoint's burst allowance is spent (a measure taken in the opening
             # counts that allowance, which may be ten seconds' worth or more). Far below the
             # pace, it is the cap: go to it now, not after the hold below.
-            since = self._rate_since(self._learned_at, now)
+            since = rate_since(self._ok_times, self._learned_at, now, self.window)
             if since and since < current * REMEASURE:
                 self._cut_to(since, measured=True)
                 return
@@ -305,7 +338,10 @@ class Pacer:
             if len(self._overloads) < 3:
                 return
         # Multiplicative decrease of the pace in force; with none yet, of what got through.
-        self._cut_to(current or self._success_rate(), measured=current is None)
+        self._cut_to(
+            current or success_rate(self._ok_times, self._clock(), self.window),
+            measured=current is None,
+        )
 
     def _cut_to(self, base: float, *, measured: bool) -> None:
         if not base:
@@ -362,32 +398,3 @@ class Pacer:
                 setattr(self, attr, new)
             elif abs(bucket.rate * self.window - rate) > 1e-9 * rate:
                 bucket.set_rate(rate, self.window)
-
-    def _rate_since(self, start: float, now: float) -> float:
-        """Successes per window since ``start``, once at least five came over at least a
-        slice (1/60) of the window; else 0."""
-        times, horizon = self._ok_times, now - self.window / 6.0
-        while times and times[0] < horizon:
-            times.popleft()
-        start = max(start, horizon)
-        count = sum(1 for t in times if t > start)
-        span = now - start
-        if count < 5 or span < self.window / 60.0:
-            return 0.0
-        return count / span * self.window
-
-    def _success_rate(self) -> float:
-        """Successes per window over the last few seconds (a sixth of the window).
-
-        Providers let a slice of the window's budget (1/60: a second of a per-minute limit)
-        through at once before pacing, so successes over a span measure the rate over the span
-        plus one slice, not the span alone (which made the first cut up to twice the cap)."""
-        now = self._clock()
-        horizon = self.window / 6.0
-        times = self._ok_times
-        while times and times[0] < now - horizon:
-            times.popleft()
-        if len(times) < 5:
-            return 0.0  # too few to measure: a cut from this would be a guess
-        span = now - times[0] + self.window / 60.0
-        return len(times) / span * self.window

@@ -205,6 +205,7 @@ class Scheduler:
             generation = self._pacer.generation
             delay = 0.0
             charge = 0
+            ticket: int | None = None
             try:
                 # A slot taken before a pause (or a cut) may not fit the window it left: an
                 # overload 429 at the opening shrinks it to one. Give it back and queue again,
@@ -220,15 +221,16 @@ class Scheduler:
                 scale = learned * (1.0 if on_arrival else self._token_scale)
                 charge = max(1, round(tokens * scale)) if tokens > 0 else 0
                 charge = self._over_budget(charge, detail, on_arrival)
-                await self._pacer.admit(charge, learned)
+                ticket, charge = await self._pacer.admit(charge, learned)
                 self._check_down()
                 self.stats.requests += 1
                 try:
                     value = await self._stalls.run(ceiling, call)
                 except Exception as exc:
-                    self._pacer.charge(-charge, -1)  # providers do not bill failed calls
                     stalled = isinstance(exc, Stalled)
                     verdict = classify(exc)
+                    # Providers do not bill failed calls; a 429's tokens stay spent (see refund).
+                    self._pacer.refund(ticket, charge, verdict.kind is Failure.RATE_LIMIT)
                     self._on_failure(verdict, generation, stalled)
                     if not verdict.retryable or retry >= self.limits.max_retries:
                         self.stats.errors += 1
@@ -247,10 +249,14 @@ class Scheduler:
                 else:
                     used = None if used_tokens is None else used_tokens(value)
                     self._on_success(generation, tokens, charge, used, on_arrival)
+                    # Before its headers: the reading may then measure the span it ends.
+                    self._pacer.ended(ticket)
                     if headers is not None:  # last: what the server says is left beats a refund
                         self._pacer.learn_headers(parse_rate_headers(headers(value)))
                     return Attempted(value, retry + 1)
             finally:
+                if ticket is not None:  # a cancelled attempt may have been charged: it stands
+                    self._pacer.ended(ticket)
                 self._release()
             retry += 1
             self.stats.retries += 1
