@@ -70,8 +70,8 @@ def main() -> None:
     # The clusters here are local: their workers reach the driver on loopback.
     os.environ.setdefault("FLOWKIT_LEASE_BIND", "127.0.0.1")
     os.environ.pop("FLOWKIT_CACHE_DIR", None)
-    # The local Ray started here listens on loopback only; without this its drivers in
-    # another HOME would need the token it writes into this HOME.
+    # The Ray started here is a throwaway local one: without this, its drivers in another
+    # HOME would need the token Ray writes into this HOME.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     work = Path(tempfile.mkdtemp(prefix="flowkit-scale-out-"))
     figures: dict[str, dict[str, Any]] = {b: {} for b in backends}
