@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,7 +57,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", nargs="+", default=["loky", "dask", "ray"])
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--rows", type=int, default=32, help="rows of the in-flight run")
+    parser.add_argument(
+        "--rows", type=int, default=32, help="rows of the in-flight run (few rows hold fewer)"
+    )
     parser.add_argument("--rate-rows", type=int, default=30, help="rows at 600 rpm")
     parser.add_argument("--loss-rows", type=int, default=128, help="rows of a killed worker's run")
     parser.add_argument("--chunk-size", type=int, default=16, help="of the killed worker's run")
@@ -105,6 +108,8 @@ def main() -> None:
                 figures[backend]["rerun"] = second_driver(work, server, backend, address, args)
                 figures[backend]["resume"] = resumed(work, backend, address, args)
             figures[backend]["load"] = load_average()
+    os.chdir(tempfile.gettempdir())
+    shutil.rmtree(work, ignore_errors=True)
     print()
     print(table(figures, args))
 
@@ -128,7 +133,7 @@ def host(work: Path, name: str) -> tuple[dict[str, str], Path]:
         "HOME": str(place / "home"),
         "XDG_CACHE_HOME": str(place / "home" / ".cache"),
         STAGING_ENV: str(place / "staging"),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     return env, place
 
@@ -152,8 +157,9 @@ def second_driver(
     first = work / f"first-{backend}"
     first.mkdir()
     os.chdir(first)
+    server.reset()
     flowkit.run("groundedness", data, cache_dir=cache, output="first")
-    assert server.stats()["chat_completions"] >= args.rerun_rows
+    assert server.stats()["chat_completions"] >= args.rerun_rows  # the cache was empty
     env, place = host(work, f"rerun-{backend}")
     server.reset()
     done = subprocess.run(
@@ -204,7 +210,9 @@ def table(figures: dict[str, dict[str, Any]], args: Any) -> str:
             and loss["extra"] <= args.chunk_size
         )
         doubled = resume["lines"] - resume["distinct"]
-        resume_ok = resume["mid_run"] and resume["distinct"] == args.resume_rows and not doubled
+        # Killed mid-run: still running, and rows left that its folder did not hold yet.
+        mid_run = resume["mid_run"] and resume["at_kill"] < args.resume_rows
+        resume_ok = mid_run and resume["distinct"] == args.resume_rows and not doubled
         lines.append(
             f"| {backend} | {got['in_flight']} ({args.concurrency}) "
             f"| {met(got['in_flight'] == args.concurrency)} "
@@ -214,7 +222,7 @@ def table(figures: dict[str, dict[str, Any]], args: Any) -> str:
             f"{'' if loss['identical'] else ', outputs differ'} | {met(loss_ok)} "
             f"| {got['rerun']} of {args.rerun_rows} rows | {met(got['rerun'] == 0)} "
             f"| {resume['distinct']}/{args.resume_rows} ({resume['at_kill']} at the kill), "
-            f"{doubled}{'' if resume['mid_run'] else ', finished before the kill'} "
+            f"{doubled}{'' if mid_run else ', finished before the kill'} "
             f"| {met(resume_ok)} "
             f"| {got['load']} |"
         )
