@@ -84,6 +84,33 @@ def one(backend: str, rows: int, concurrency: int, options: dict[str, Any]) -> d
     return {"succeeded": result.counts["succeeded"], "seconds": time.monotonic() - t0}
 
 
+def measure(
+    backend: str, folder: Path, rows: int, rate_rows: int, concurrency: int
+) -> dict[str, Any]:
+    """The two figures of ``backend`` on two local workers, run from ``folder`` (made the
+    working directory: the flow and each server's ``flowkit.yaml`` are written there): the most
+    requests in flight at ``concurrency``, and the 429s of a 600 rpm endpoint with headers."""
+    os.chdir(folder)
+    (folder / "judge.yaml").write_text(JUDGE)
+    with cluster(backend) as options:
+        with serve(latency=0.1) as server:
+            project(folder, server, slow_start=False)
+            done = one(backend, rows, concurrency, options)
+            in_flight = server.stats()["max_in_flight"]
+        with serve(rpm=600, limit_window=60.0, rate_headers=True) as server:
+            project(folder, server)
+            rated = one(backend, rate_rows, concurrency, options)
+            status = server.stats()["by_status"]
+    return {
+        "in_flight": in_flight,
+        "seconds": done["seconds"],
+        "rejected": status.get("429", 0),
+        "sent": sum(status.values()),
+        "rate_succeeded": rated["succeeded"],
+        "rate_seconds": rated["seconds"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", nargs="+", default=["threading", "loky", "dask", "ray"])
@@ -94,26 +121,16 @@ def main() -> None:
     # The clusters here are local: their workers reach the driver on loopback.
     os.environ.setdefault("FLOWKIT_LEASE_BIND", "127.0.0.1")
     with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(tmp)
-        Path("judge.yaml").write_text(JUDGE)
         print(f"two workers each, --concurrency {args.concurrency}; load {os.getloadavg()[0]:.1f}")
         for backend in args.backends:
-            with cluster(backend) as options:
-                with serve(latency=0.1) as server:
-                    project(Path(tmp), server, slow_start=False)
-                    done = one(backend, args.rows, args.concurrency, options)
-                    in_flight = server.stats()["max_in_flight"]
-                with serve(rpm=600, limit_window=60.0, rate_headers=True) as server:
-                    project(Path(tmp), server)
-                    rated = one(backend, args.rate_rows, args.concurrency, options)
-                    status = server.stats()["by_status"]
-            sent = sum(status.values())
+            got = measure(backend, Path(tmp), args.rows, args.rate_rows, args.concurrency)
+            sent, rejected = got["sent"], got["rejected"]
             print(
-                f"{backend:>10}: in flight {in_flight} (of {args.rows} rows, "
-                f"{done['seconds']:.1f} s); 600 rpm: {status.get('429', 0)} of {sent} "
-                f"requests rejected ({100 * status.get('429', 0) / max(1, sent):.0f}%), "
-                f"{rated['succeeded']} of {args.rate_rows} rows succeeded "
-                f"({rated['seconds']:.1f} s)"
+                f"{backend:>10}: in flight {got['in_flight']} (of {args.rows} rows, "
+                f"{got['seconds']:.1f} s); 600 rpm: {rejected} of {sent} "
+                f"requests rejected ({100 * rejected / max(1, sent):.0f}%), "
+                f"{got['rate_succeeded']} of {args.rate_rows} rows succeeded "
+                f"({got['rate_seconds']:.1f} s)"
             )
 
 

@@ -50,11 +50,7 @@ def main() -> None:
 
     size = args.chunk_size or CHUNK_ROWS_LLM
     work = Path(tempfile.mkdtemp(prefix="flowkit-worker-loss-"))
-    os.chdir(work)
-    (work / "judged.yaml").write_text(textwrap.dedent(FLOW))
-    (work / "killer.py").write_text(KILLER)
-    data = work / "rows.jsonl"
-    data.write_text("".join(json.dumps({"q": f"q-{i}"}) + "\n" for i in range(args.rows)))
+    data = prepare(work, args.rows)
     with serve_subprocess(ServerConfig(latency=0.05)) as server:
         os.environ.update(
             OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="sk-local", FLOWKIT_MODEL="m"
@@ -68,7 +64,8 @@ def main() -> None:
             extras = []
             for kill in range(args.kills):
                 row = args.rows * (kill + 1) // (args.kills + 1)
-                extras.append(_killed(backend, work, data, local.run_dir, server, size, row, args))
+                got = killed(backend, work, data, local.run_dir, server, size, row)
+                extras.append(got["extra"])
             if args.kills > 1:
                 print(
                     f"{backend:6} {args.kills} kills: extra calls at most {max(extras)}, "
@@ -76,12 +73,26 @@ def main() -> None:
                 )
 
 
-def _killed(
-    backend: str, work: Path, data: Path, local: Path, server: Any, size: int, row: int, args: Any
-) -> int:
-    """One run on ``backend`` whose worker running ``row`` is killed; its extra calls."""
+def prepare(work: Path, rows: int) -> Path:
+    """The flow, its killer node and ``rows`` rows written into ``work``, made the working
+    directory; the data file."""
+    os.chdir(work)
+    (work / "judged.yaml").write_text(textwrap.dedent(FLOW))
+    (work / "killer.py").write_text(KILLER)
+    data = work / "rows.jsonl"
+    data.write_text("".join(json.dumps({"q": f"q-{i}"}) + "\n" for i in range(rows)))
+    return data
+
+
+def killed(
+    backend: str, work: Path, data: Path, local: Path, server: Any, size: int, row: int
+) -> dict[str, Any]:
+    """One run on ``backend`` (two workers) whose worker running ``row`` is killed, from
+    ``work`` (see :func:`prepare`): whether it was, the rows kept, the model calls beyond one
+    per row and whether the outputs equal the local run's in ``local``. Printed too."""
     import flowkit
 
+    rows = len(data.read_text().splitlines())
     options: dict[str, Any] = {}
     cluster = None
     if backend == "dask":
@@ -116,14 +127,19 @@ def _killed(
             ray.shutdown()
     calls = server.stats()["chat_completions"]
     same = _outputs(result.run_dir) == _outputs(local)
+    got = {
+        "killed": marker.exists(),
+        "identical": same,
+        "kept": result.counts["succeeded"],
+        "extra": int(calls - rows),
+    }
     print(
-        f"{backend:6} row {row} killed={marker.exists()} identical={same} "
-        f"rows kept {result.counts['succeeded']}/{args.rows}, "
-        f"extra calls {calls - args.rows} (chunk {size}), "
+        f"{backend:6} row {row} killed={got['killed']} identical={same} "
+        f"rows kept {got['kept']}/{rows}, extra calls {got['extra']} (chunk {size}), "
         f"{time.monotonic() - t0:.1f} s",
         flush=True,
     )
-    return int(calls - args.rows)
+    return got
 
 
 if __name__ == "__main__":
