@@ -153,6 +153,9 @@ def check_gate_names(gates: list[Gate], flow: Any, option: str = "--gate") -> li
             gate = Gate(gate.metric.rpartition(".")[0], gate.op, gate.value)
         owners = [(p, keys) for p, keys, _ in known if gate.metric.startswith(f"{p}.")]
         if owners:
+            full = {f"{p}.{k}" for p, keys in owners for k in keys or ()}
+            if gate.metric in full:  # an aggregate reports it, whatever the undeclared ones do
+                continue
             if any(keys is None for _, keys in owners):
                 unknown = [
                     n.name for p, k, n in known if k is None and gate.metric.startswith(f"{p}.")
@@ -163,12 +166,10 @@ def check_gate_names(gates: list[Gate], flow: Any, option: str = "--gate") -> li
                     "them with @returns_keys, as `flowkit init` shows)"
                 )
                 continue
-            full = {f"{p}.{k}" for p, keys in owners for k in keys or ()}
             # Another tool's name is reported bare (flowkit.engine.aggregation); the prefixed
             # spelling is still accepted.
             names = {k if "/" in k else f"{p}.{k}" for p, keys in owners for k in keys or ()}
-            if gate.metric not in full:
-                _refuse(gate, flow, names, "it reports " + one_of(names), option)
+            _refuse(gate, flow, names, "it reports " + one_of(names), option)
             continue
         if "/" in gate.metric or any(n.spec.metrics == "logged" for _, _, n in known):
             # Another tool's name (Databricks'), or a logged metric's bare name: reported
