@@ -266,8 +266,9 @@ def run(
 
         require()  # a missing extra is reported before the rows run, not after
     if baseline is not None:  # read and checked before the first row
-        from flowkit.inspect.regression import Baseline
+        from flowkit.inspect.regression import Baseline, require_complete
 
+        require_complete(resolve_run_dir(baseline), "--baseline")
         checks.baseline = Baseline.read(resolve_run_dir(baseline))
         baseline_apart(checks.baseline.run_dir, output, name, resume_run)
         checks.baseline.check(checks.drops, "--gate-drop")

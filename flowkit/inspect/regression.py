@@ -23,7 +23,7 @@ from flowkit.inspect.compare import Comparison, MetricDelta
 from flowkit.inspect.compare_means import AggregateDelta, interval
 from flowkit.inspect.compare_rows import Evidence, Side, is_number, pair_rows, read_side
 from flowkit.inspect.intervals import TOO_FEW, WORSE, Interval
-from flowkit.runs.folder import read_metrics
+from flowkit.runs.folder import COMPLETED, effective_status, read_metrics, read_run_info
 
 _DROP = re.compile(r"^\s*(?P<name>[^<>=!\s]+)\s*(?:>\s*(?P<margin>[^%\s]+)\s*(?P<pct>%)?)?\s*$")
 
@@ -133,6 +133,24 @@ class Baseline:
                     f"per-row output of that name{did_you_mean(name, known)}",
                     hint=f"it has {one_of(known)}",
                 )
+
+
+def require_complete(run_dir: Path, option: str) -> None:
+    """A gate against a run that did not finish reads metrics of some rows only (a cancelled
+    baseline job's, say), and would pass or fail a change on them: refuse it before any row."""
+    info = read_run_info(run_dir)
+    status = effective_status(info)
+    if status == COMPLETED:
+        return
+    counts = info.get("counts")
+    done = counts.get("rows") if isinstance(counts, dict) else None
+    rows = f" after {done} rows" if isinstance(done, int) else ""
+    raise UsageError(
+        f"{option}: run {run_dir.name} is {status}{rows}, not completed: its metrics cover only "
+        "the rows it finished",
+        hint=f"finish it with `flowkit run --resume {run_dir.name}`, or gate against a completed "
+        "run",
+    )
 
 
 def needed_outputs(gates: Iterable[DropGate], baseline: Baseline) -> list[str]:

@@ -3,6 +3,8 @@ the markdown summary and JUnit XML a CI job reads."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -133,6 +135,29 @@ def test_a_run_may_not_overwrite_its_own_baseline(runs: Path) -> None:
         assert result.exit_code == 2, result.output
         assert "--baseline 'runs/base' is the run folder this run writes" in result.output
     assert "4.5" in (runs / "runs" / "base" / "metrics.json").read_text()  # still the baseline
+
+
+def test_a_baseline_that_did_not_finish_is_refused_before_any_row(runs: Path) -> None:
+    """A cancelled baseline job leaves metrics of some rows only: a gate on them decides
+    nothing, in `run --baseline` as in `compare --fail-if`."""
+    shutil.copytree(runs / "runs" / "base", runs / "runs" / "half")
+    info = json.loads((runs / "runs" / "half" / "run.json").read_text("utf-8"))
+    info["status"], info["counts"]["rows"] = "interrupted", 3
+    (runs / "runs" / "half" / "run.json").write_text(json.dumps(info), "utf-8")
+    write_jsonl(runs / "new.jsonl", [{"x": 4}])
+    args = ("run", "t.yaml", "--data", "new.jsonl", "-n", "new", "-q", "--baseline", "half")
+    result = _cli(*args, "--gate-drop", "t.mean>0.5")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(
+        "error: --baseline: run half is interrupted after 3 rows, not completed: its metrics "
+        "cover only the rows it finished\n  hint: finish it with `flowkit run --resume half`"
+    )
+    assert not (runs / "runs" / "new").exists()
+    for pair in (("half", "base"), ("base", "half")):
+        gated = _cli("compare", *pair, "--fail-if", "t.mean>0.5")
+        assert gated.exit_code == 2, gated.output
+        assert "error: --fail-if: run half is interrupted after 3 rows" in gated.stderr
+    assert _cli("compare", "base", "half").exit_code == 0  # looking is not gating
 
 
 def test_a_drop_gate_needs_a_baseline(runs: Path) -> None:
