@@ -160,6 +160,22 @@ def test_a_baseline_that_did_not_finish_is_refused_before_any_row(runs: Path) ->
     assert _cli("compare", "base", "half").exit_code == 0  # looking is not gating
 
 
+@pytest.mark.parametrize("text", ['{"t.mean": 4.5, ', "[4.5]"])
+def test_a_baseline_with_a_damaged_metrics_json_is_refused_before_any_row(
+    runs: Path, text: str
+) -> None:
+    (runs / "runs" / "base" / "metrics.json").write_text(text, "utf-8")
+    result = _run_against_base(runs, [4, 5], "--gate-drop", "t.mean>0.5")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: runs/base/metrics.json is damaged (")
+    assert "hint: restore it from a copy, or run the flow again" in result.stderr
+    assert not (runs / "runs" / "new").exists()
+    assert _cli("compare", "base", "base").exit_code == 2
+    listed = _cli("runs")  # the listing still shows it, without metrics
+    assert listed.exit_code == 0, listed.output
+    assert "base" in listed.stdout
+
+
 def test_a_drop_gate_needs_a_baseline(runs: Path) -> None:
     result = _cli("run", "t.yaml", "--data", "base.jsonl", "--gate-drop", "t.mean>0.1")
     assert result.exit_code == 2
