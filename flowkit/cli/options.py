@@ -115,7 +115,9 @@ _CI_FILES = [
 ]
 
 
-def drop_gates(texts: tuple[str, ...], baseline: str | None) -> list[Any]:
+def drop_gates(
+    texts: tuple[str, ...], baseline: str | None, lower: tuple[str, ...] = ()
+) -> list[Any]:
     from flowkit.inspect.regression import parse_drop
 
     drops = [parse_drop(t) for t in texts]
@@ -123,6 +125,11 @@ def drop_gates(texts: tuple[str, ...], baseline: str | None) -> list[Any]:
         raise UsageError(
             "--gate-drop compares with a baseline: give --baseline RUN",
             hint="e.g. --baseline main --gate-drop 'groundedness.mean>0.1'",
+        )
+    if lower and baseline is None:  # else silently nothing: it turns only a baseline's verdicts
+        raise UsageError(
+            "--lower-is-better turns the verdicts against a baseline: give --baseline RUN",
+            hint="e.g. --baseline main --gate-drop latency --lower-is-better latency",
         )
     return drops
 

@@ -241,7 +241,7 @@ def run(
 
     checks = Checks(
         gates=[parse_gate(g) for g in gates],
-        drops=drop_gates(gate_drops, baseline),
+        drops=drop_gates(gate_drops, baseline, lower_is_better),
         lower_is_better=lower_is_better,
         fail_on_error=fail_on_error,
         otel=otel,

@@ -182,6 +182,11 @@ def test_a_drop_gate_needs_a_baseline(runs: Path) -> None:
     assert result.output.splitlines()[0] == (
         "error: --gate-drop compares with a baseline: give --baseline RUN"
     )
+    lower = _cli("run", "t.yaml", "--data", "base.jsonl", "--lower-is-better", "y")
+    assert lower.exit_code == 2  # else it is silently nothing
+    assert lower.output.splitlines()[0] == (
+        "error: --lower-is-better turns the verdicts against a baseline: give --baseline RUN"
+    )
 
 
 def test_an_interval_gate_needs_a_mean_or_a_rate(runs: Path) -> None:
