@@ -60,6 +60,11 @@ def parse_gate(text: str) -> Gate:
             f"--gate {text!r} must read METRIC<OP>NUMBER, e.g. 'groundedness.mean>=4'",
             hint=f"operators: {', '.join(OPERATORS)}",
         )
+    return Gate(reported_name(parts[0]), parts[1], value)
+
+
+def reported_name(metric: str) -> str:
+    """The name a gate's metric is reported under (--gate's and --gate-drop's alike)."""
     # A Databricks per-row assessment name gates its run-level metric (`…/rating` reads
     # `…/rating/percentage`), so either spelling a Databricks user knows works.
     # Likewise a flow's other name (`ada_similarity.mean`) gates the metric the flow reports.
@@ -67,10 +72,10 @@ def parse_gate(text: str) -> Gate:
     from flowkit.metrics.aggregate import FORMER_AGENT_NAMES
     from flowkit.metrics.judges import ROW_NAMES
 
-    prefix, dot, key = parts[0].partition(".")
-    metric = f"{ALIASES[prefix]}.{key}" if dot and prefix in ALIASES else parts[0]
+    prefix, dot, key = metric.partition(".")
+    metric = f"{ALIASES[prefix]}.{key}" if dot and prefix in ALIASES else metric
     metric = FORMER_AGENT_NAMES.get(metric, metric)
-    return Gate(ROW_NAMES.get(metric, metric), parts[1], value)
+    return ROW_NAMES.get(metric, metric)
 
 
 def aggregate_nodes(flow: Any, path: tuple[str, ...] = ()) -> list[tuple[str, Any]]:

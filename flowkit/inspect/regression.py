@@ -71,7 +71,9 @@ def parse_drop(text: str, option: str = "--gate-drop") -> DropGate:
             "percent of the baseline such as 5%); METRIC alone fails when the paired interval "
             "says it dropped",
         )
-    return DropGate(m["name"], margin, m["pct"] is not None)
+    from flowkit.inspect.gates import reported_name
+
+    return DropGate(reported_name(m["name"]), margin, m["pct"] is not None)
 
 
 @dataclass

@@ -212,6 +212,10 @@ def test_parse_drop() -> None:
     assert parse_drop(" g.mean > 0.1 ") == DropGate("g.mean", 0.1)
     assert parse_drop("g.mean>5%") == DropGate("g.mean", 5.0, relative=True)
     assert parse_drop("g.score") == DropGate("g.score", None)
+    # The other names --gate reads are --gate-drop's too (docs/coming-from-databricks.md).
+    former = parse_drop("agent.latency_seconds.mean>1")
+    assert former == DropGate("agent/latency_seconds/average", 1.0)
+    assert parse_drop("ada_similarity.mean").metric == "embedding_similarity.mean"
 
 
 def test_compare_fail_if_writes_summary_and_junit(runs: Path) -> None:
