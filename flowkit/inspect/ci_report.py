@@ -4,6 +4,7 @@ JUnit XML, each check (gate, failed rows, export) one line or one test case."""
 from __future__ import annotations
 
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,12 +15,23 @@ from flowkit.inspect.compare_means import AggregateDelta
 from flowkit.inspect.compare_rows import is_number
 from flowkit.inspect.regression import Outcome
 
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")  # a terminal colour or cursor sequence
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _plain(text: str) -> str:
+    """Text as a CI page shows it: without terminal colours, and without the control
+    characters XML 1.0 cannot hold (an exception's message may carry both; one of them makes
+    the whole JUnit file unreadable)."""
+    return _NOT_XML.sub("", _ANSI.sub("", text))
+
 
 def _cell(value: Any) -> str:
     if value is None:
         return "—"
-    text = f"{value:.4g}" if isinstance(value, float) else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
+    text = f"{value:.4g}" if isinstance(value, float) else _plain(str(value))
+    # `<` would open an HTML tag on GitHub's page (`polite.c<d>` shown as `polite.c`).
+    return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
 
 
 def markdown(
@@ -72,11 +84,12 @@ def junit(suite: str, outcomes: Sequence[Outcome]) -> str:
         root, "testsuite", name=suite, tests=str(len(outcomes)), failures=str(failures)
     )
     for o in outcomes:
-        case = ET.SubElement(node, "testcase", classname=suite, name=o.name)
+        case = ET.SubElement(node, "testcase", classname=suite, name=_plain(o.name))
+        message = _plain(o.message)
         if o.passed:
-            ET.SubElement(case, "system-out").text = o.message
+            ET.SubElement(case, "system-out").text = message
         else:
-            ET.SubElement(case, "failure", message=o.message).text = o.message
+            ET.SubElement(case, "failure", message=message).text = message
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 

@@ -244,6 +244,30 @@ def test_compare_fail_if_writes_summary_and_junit(runs: Path) -> None:
     assert cases["fail-if t.top>2"] is None
 
 
+def test_an_error_with_colours_and_control_characters_keeps_the_ci_files_readable(
+    workdir: Path,
+) -> None:
+    """An exception's message may carry terminal colours and a NUL: one such character made
+    the whole JUnit file unreadable; a `<` in the summary opened an HTML tag on GitHub's page."""
+    module = (
+        "def f(x):\n    return x\n\n"
+        "def agg(ys):\n    raise RuntimeError('bad \\x1b[31mred\\x1b[0m <tag> \\x00 nul')\n"
+    )
+    python_flow(workdir, module, "agg")
+    write_jsonl(workdir / "d.jsonl", [{"x": 1}])
+    args = ("run", "t.yaml", "--data", "d.jsonl", "-q", "--junit", "j.xml")
+    result = _cli(*args, "--summary-file", "s.md")
+    assert result.exit_code == 1, result.output
+    suite = ET.parse(workdir / "j.xml").getroot().find("testsuite")
+    assert suite is not None
+    failure = next(c for c in suite.iter("testcase") if c.attrib["name"] == "aggregate a")
+    message = failure.find("failure")
+    assert message is not None
+    assert message.attrib["message"] == "aggregate 'a': RuntimeError: bad red <tag>  nul"
+    summary = (workdir / "s.md").read_text("utf-8")
+    assert "| aggregate a | ❌ aggregate 'a': RuntimeError: bad red &lt;tag>  nul |" in summary
+
+
 def test_the_ci_files_go_into_folders_that_do_not_exist_yet(runs: Path) -> None:
     ci = ("--summary", "md", "--summary-file", "out/md/s.md", "--junit", "out/xml/junit.xml")
     result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 5], "--gate-drop", "t.mean>0.5", *ci)
