@@ -105,6 +105,23 @@ def write_summary(text: str, path: str | None) -> str | None:
     return target
 
 
+def check_writable(*paths: str | None) -> None:
+    """Refuse, before any row runs, a CI file that could not be written after the run: a
+    folder, or a place whose folder cannot be made (made now, as it would be then) or written."""
+    for given in paths:
+        if not given:
+            continue
+        path = Path(given)
+        if path.is_dir():
+            raise UsageError(f"cannot write {given!r}: it is a folder; give a file's path")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"cannot write {given!r}: {err.strerror or err}") from err
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise UsageError(f"cannot write {given!r}: its folder is not writable")
+
+
 def write_ci_file(path: Path, text: str, mode: str = "w") -> None:
     """Write a file a CI job reads, making its folder (`reports/junit.xml`); a place that
     cannot be written is one error line, not a traceback."""

@@ -268,6 +268,20 @@ def test_an_error_with_colours_and_control_characters_keeps_the_ci_files_readabl
     assert "| aggregate a | ❌ aggregate 'a': RuntimeError: bad red &lt;tag>  nul |" in summary
 
 
+@pytest.mark.parametrize("option", ["--junit", "--summary-file"])
+def test_a_ci_file_that_cannot_be_written_is_refused_before_any_row(
+    runs: Path, option: str
+) -> None:
+    """Found out after the run, it was an exit 2 (a usage error) after every (paid) row."""
+    (runs / "taken").write_text("a file, not a folder", "utf-8")
+    (runs / "folder").mkdir()
+    for place, why in (("taken/x.xml", "cannot write 'taken/x.xml': "), ("folder", "a folder")):
+        result = _run_against_base(runs, [4, 5], option, place)
+        assert result.exit_code == 2, result.output
+        assert why in result.stderr
+        assert not (runs / "runs" / "new").exists()
+
+
 def test_the_ci_files_go_into_folders_that_do_not_exist_yet(runs: Path) -> None:
     ci = ("--summary", "md", "--summary-file", "out/md/s.md", "--junit", "out/xml/junit.xml")
     result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 5], "--gate-drop", "t.mean>0.5", *ci)
