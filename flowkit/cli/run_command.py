@@ -309,7 +309,7 @@ def run(
             aggregates = [d.metric for d in checks.drops if d.metric in checks.baseline.metrics]
             drops = [Gate(m, ">", 0.0) for m in aggregates]
             unchecked += check_gate_names(drops, flow, "--gate-drop")
-        for warning in unchecked:
+        for warning in dict.fromkeys(unchecked):  # two gates on one metric: one warning
             err_console.print(warning, highlight=False)
         for note in notes:
             err_console.print(note, highlight=False)

@@ -207,6 +207,12 @@ def test_a_gate_on_a_key_one_aggregate_spells_is_not_warned_about_for_another(
     later = flowkit("run", "t.yaml", "--data", "d.jsonl", "--gate", "t.alpha>=1", "-q")
     assert later.exit_code == 0, later.output
     assert later.stderr.startswith("warning: --gate t.alpha>=1 is checked only after the run: ")
+    # Two drop gates on one such metric: one warning.
+    assert flowkit("run", "t.yaml", "--data", "d.jsonl", "-n", "base", "-q").exit_code == 0
+    drops = ("--baseline", "base", "--gate-drop", "t.alpha>1", "--gate-drop", "t.alpha>2")
+    twice = flowkit("run", "t.yaml", "--data", "d.jsonl", *drops, "-q")
+    assert twice.exit_code == 0, twice.output
+    assert twice.stderr.count("is checked only after the run") == 1, twice.stderr
 
 
 def test_a_missing_sub_flow_names_the_referencing_flow_line_and_a_near_match(
