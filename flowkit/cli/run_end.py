@@ -177,8 +177,11 @@ def _gate_outcomes(result: Any, checks: Checks) -> list[Any]:
     for gate in checks.gates:
         passed, message = outcome(gate, result.metrics)
         outcomes.append(Outcome(f"gate {gate}", passed, message))
-    if checks.baseline is not None and checks.drops:
+    summary = checks.summary == "md" or checks.summary_file
+    if checks.baseline is not None and (checks.drops or summary):  # the summary's verdicts too
         cmp = checks.comparison = compare_with_baseline(result.run_dir, checks)
+        for note in cmp.notes:  # rows paired by line that are not the same rows, say
+            err_console.print(note, highlight=False)
         outcomes += judge(
             checks.drops, cmp, checks.baseline, result.metrics, checks.lower_is_better
         )
@@ -216,7 +219,8 @@ def write_ci_files(
     if checks.summary == "md" or checks.summary_file:  # a file asked for is a summary asked for
         base = checks.baseline.metrics if checks.baseline is not None else None
         changes = checks.comparison.aggregates if checks.comparison is not None else None
-        text = markdown(title, outcomes, metrics, base, changes)
+        notes = checks.comparison.notes if checks.comparison is not None else []
+        text = markdown(title, outcomes, metrics, base, changes, notes)
         written = write_summary(text, checks.summary_file)
         if written is None:
             sys.stdout.write(text)

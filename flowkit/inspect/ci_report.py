@@ -40,6 +40,7 @@ def markdown(
     metrics: dict[str, Any],
     baseline: dict[str, Any] | None = None,
     changes: Sequence[AggregateDelta] | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The summary: the verdict first, then each check, then the metrics (beside the
     baseline's when there is one, with each change's interval and verdict where the comparison
@@ -47,6 +48,8 @@ def markdown(
     failed = [o for o in outcomes if not o.passed]
     verdict = f"❌ {len(failed)} of {len(outcomes)} checks failed" if failed else "✅ passed"
     lines = [f"### {title}: {verdict}", ""]
+    # What makes the verdicts doubtful (the paired rows are not the same rows) comes first.
+    lines += [*(f"> {_cell(n)}" for n in notes), ""] if notes else []
     if outcomes:
         lines += ["| check | result |", "|---|---|"]
         for o in outcomes:

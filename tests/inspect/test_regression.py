@@ -282,6 +282,27 @@ def test_a_ci_file_that_cannot_be_written_is_refused_before_any_row(
         assert not (runs / "runs" / "new").exists()
 
 
+def test_a_summary_against_a_baseline_has_verdicts_and_says_when_rows_are_not_the_same(
+    runs: Path,
+) -> None:
+    """Without --gate-drop the summary had no interval or verdict; and a change of data order
+    (rows paired by line that are other rows) was said by `compare` but not by `run`."""
+    result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 5], "--summary-file", "s.md")
+    assert result.exit_code == 0, result.output
+    summary = (runs / "s.md").read_text("utf-8")
+    assert "| t.mean | 4.5 | 4.5 | +0 | [+0, +0] | no significant change |" in summary
+    assert "warning" not in result.stderr + summary
+    # The baseline's rows in another order: every pair is of other data.
+    other = _run_against_base(
+        runs, [5, 4, 5, 4, 5, 4, 5, 4], "--overwrite", "--gate-drop", "t.mean>1",
+        "--summary-file", "o.md",
+    )  # fmt: skip
+    assert other.exit_code == 0, other.output
+    said = "warning: 8 of 8 paired rows have different inputs (first: line 0)"
+    assert said in other.stderr
+    assert f"> {said}" in (runs / "o.md").read_text("utf-8").splitlines()[2]
+
+
 def test_the_ci_files_go_into_folders_that_do_not_exist_yet(runs: Path) -> None:
     ci = ("--summary", "md", "--summary-file", "out/md/s.md", "--junit", "out/xml/junit.xml")
     result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 5], "--gate-drop", "t.mean>0.5", *ci)
