@@ -20,7 +20,14 @@ from flowkit.inspect.show import metrics_table
 def report_end(result: Any, verbose: bool = False) -> None:
     for note in result.info.get("notes") or () if verbose else ():
         err_console.print(f"note: {note}", highlight=False)
+    failed = [
+        f"warning: aggregate node {qual!r} failed: "
+        for qual, detail in (result.info.get("aggregates") or {}).items()
+        if detail.get("status") == "failed"
+    ]
     for notice in result.info.get("notices") or ():
+        if notice.startswith(tuple(failed)):
+            continue  # check_run says it once, as the error it is
         label = "" if notice.startswith("warning: ") else "note: "
         err_console.print(f"{label}{notice}", highlight=False)
     if result.counts.get("bad_input"):

@@ -303,6 +303,20 @@ def test_a_summary_against_a_baseline_has_verdicts_and_says_when_rows_are_not_th
     assert f"> {said}" in (runs / "o.md").read_text("utf-8").splitlines()[2]
 
 
+def test_an_aggregate_that_breaks_its_declaration_is_one_error(workdir: Path) -> None:
+    """It was a warning atop the run (the run's notice) and the error after it: one cause."""
+    module = (
+        "from flowkit.metrics.keys import returns_keys\n\ndef f(x):\n    return x\n\n"
+        "@returns_keys(['a'])\ndef agg(ys):\n    return {'b': 1.0}\n"
+    )
+    python_flow(workdir, module, "agg")
+    write_jsonl(workdir / "d.jsonl", [{"x": 1}])
+    result = _cli("run", "t.yaml", "--data", "d.jsonl", "-q")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("returned key 'b' that its @returns_keys does not declare") == 1
+    assert result.stderr.startswith("error: aggregate 'a': UndeclaredMetricKeys: ")
+
+
 def test_the_ci_files_go_into_folders_that_do_not_exist_yet(runs: Path) -> None:
     ci = ("--summary", "md", "--summary-file", "out/md/s.md", "--junit", "out/xml/junit.xml")
     result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 5], "--gate-drop", "t.mean>0.5", *ci)
