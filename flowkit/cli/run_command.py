@@ -250,9 +250,6 @@ def run(
         junit=junit,
     )
     check_labels(labels_file, labels_key, checks.gates, resume_run)
-    from flowkit.inspect.ci_report import check_writable
-
-    check_writable(summary_file, junit)  # not found out after a (maybe paid) run
     from flowkit.pfcompat.cli import finish_mapping, habits_of
 
     habits = habits_of(

@@ -119,6 +119,11 @@ class Checks:
     comparison: Any = None
     """The comparison with the baseline the gates read, whose verdicts the summary shows."""
 
+    def __post_init__(self) -> None:
+        from flowkit.inspect.ci_report import check_writable
+
+        check_writable(self.summary_file, self.junit)  # not found out after a (maybe paid) run
+
 
 def check_run(result: Any, checks: Checks) -> None:
     """Every check the run can still answer, each printed; exit 1 when any failed. A failed
