@@ -146,13 +146,15 @@ def compare(
     """Compare RUN_B with RUN_A: mean change per output with a paired bootstrap 95% CI."""
     from flowkit.cli.run_end import Checks, print_outcomes, write_ci_files
     from flowkit.inspect.compare import compare_runs, render
-    from flowkit.inspect.regression import Baseline, judge, parse_drop
+    from flowkit.inspect.regression import Baseline, judge, parse_drop, require_complete
     from flowkit.runs.folder import read_metrics, resolve_run_dir
 
     drops = [parse_drop(t, "--fail-if") for t in fail_if]
     dir_a, dir_b = (resolve_run_dir(r, Path(runs_dir)) for r in (run_a, run_b))
     checks = Checks(drops=drops, lower_is_better=lower_is_better, summary=summary)
     checks.summary_file, checks.junit = summary_file, junit
+    for run_dir in (dir_a, dir_b) if drops else ():  # a gate on some rows only decides nothing
+        require_complete(run_dir, "--fail-if")
     if drops or summary or summary_file:
         checks.baseline = Baseline.read(dir_a)
         checks.baseline.check(drops, "--fail-if")

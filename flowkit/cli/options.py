@@ -115,8 +115,10 @@ _CI_FILES = [
 ]
 
 
-def drop_gates(texts: tuple[str, ...], baseline: str | None) -> list[Any]:
-    if not texts and baseline is None:
+def drop_gates(
+    texts: tuple[str, ...], baseline: str | None, lower: tuple[str, ...] = ()
+) -> list[Any]:
+    if not texts and baseline is None and not lower:
         return []  # the comparison's modules stay unimported: a run without them starts sooner
     from flowkit.inspect.regression import parse_drop
 
@@ -125,6 +127,11 @@ def drop_gates(texts: tuple[str, ...], baseline: str | None) -> list[Any]:
         raise UsageError(
             "--gate-drop compares with a baseline: give --baseline RUN",
             hint="e.g. --baseline main --gate-drop 'groundedness.mean>0.1'",
+        )
+    if lower and baseline is None:  # else silently nothing: it turns only a baseline's verdicts
+        raise UsageError(
+            "--lower-is-better turns the verdicts against a baseline: give --baseline RUN",
+            hint="e.g. --baseline main --gate-drop latency --lower-is-better latency",
         )
     return drops
 

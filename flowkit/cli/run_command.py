@@ -241,7 +241,7 @@ def run(
 
     checks = Checks(
         gates=[parse_gate(g) for g in gates],
-        drops=drop_gates(gate_drops, baseline),
+        drops=drop_gates(gate_drops, baseline, lower_is_better),
         lower_is_better=lower_is_better,
         fail_on_error=fail_on_error,
         otel=otel,
@@ -266,8 +266,9 @@ def run(
 
         require()  # a missing extra is reported before the rows run, not after
     if baseline is not None:  # read and checked before the first row
-        from flowkit.inspect.regression import Baseline
+        from flowkit.inspect.regression import Baseline, require_complete
 
+        require_complete(resolve_run_dir(baseline), "--baseline")
         checks.baseline = Baseline.read(resolve_run_dir(baseline))
         baseline_apart(checks.baseline.run_dir, output, name, resume_run)
         checks.baseline.check(checks.drops, "--gate-drop")
@@ -305,7 +306,7 @@ def run(
             aggregates = [d.metric for d in checks.drops if d.metric in checks.baseline.metrics]
             drops = [Gate(m, ">", 0.0) for m in aggregates]
             unchecked += check_gate_names(drops, flow, "--gate-drop")
-        for warning in unchecked:
+        for warning in dict.fromkeys(unchecked):  # two gates on one metric: one warning
             err_console.print(warning, highlight=False)
         for note in notes:
             err_console.print(note, highlight=False)

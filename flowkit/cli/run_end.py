@@ -20,7 +20,14 @@ from flowkit.inspect.show import metrics_table
 def report_end(result: Any, verbose: bool = False) -> None:
     for note in result.info.get("notes") or () if verbose else ():
         err_console.print(f"note: {note}", highlight=False)
+    failed = [
+        f"warning: aggregate node {qual!r} failed: "
+        for qual, detail in (result.info.get("aggregates") or {}).items()
+        if detail.get("status") == "failed"
+    ]
     for notice in result.info.get("notices") or ():
+        if notice.startswith(tuple(failed)):
+            continue  # check_run says it once, as the error it is
         label = "" if notice.startswith("warning: ") else "note: "
         err_console.print(f"{label}{notice}", highlight=False)
     if result.counts.get("bad_input"):
@@ -112,6 +119,11 @@ class Checks:
     comparison: Any = None
     """The comparison with the baseline the gates read, whose verdicts the summary shows."""
 
+    def __post_init__(self) -> None:
+        from flowkit.inspect.ci_report import check_writable
+
+        check_writable(self.summary_file, self.junit)  # not found out after a (maybe paid) run
+
 
 def check_run(result: Any, checks: Checks) -> None:
     """Every check the run can still answer, each printed; exit 1 when any failed. A failed
@@ -176,10 +188,13 @@ def _gate_outcomes(result: Any, checks: Checks) -> list[Any]:
     for gate in checks.gates:
         passed, message = outcome(gate, result.metrics)
         outcomes.append(Outcome(f"gate {gate}", passed, message))
-    if checks.baseline is not None and checks.drops:
+    summary = checks.summary == "md" or checks.summary_file
+    if checks.baseline is not None and (checks.drops or summary):  # the summary's verdicts too
         from flowkit.inspect.regression import judge
 
         cmp = checks.comparison = compare_with_baseline(result.run_dir, checks)
+        for note in cmp.notes:  # rows paired by line that are not the same rows, say
+            err_console.print(note, highlight=False)
         outcomes += judge(
             checks.drops, cmp, checks.baseline, result.metrics, checks.lower_is_better
         )
@@ -219,7 +234,8 @@ def write_ci_files(
     if checks.summary == "md" or checks.summary_file:  # a file asked for is a summary asked for
         base = checks.baseline.metrics if checks.baseline is not None else None
         changes = checks.comparison.aggregates if checks.comparison is not None else None
-        text = markdown(title, outcomes, metrics, base, changes)
+        notes = checks.comparison.notes if checks.comparison is not None else []
+        text = markdown(title, outcomes, metrics, base, changes, notes)
         written = write_summary(text, checks.summary_file)
         if written is None:
             sys.stdout.write(text)

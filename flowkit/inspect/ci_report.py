@@ -4,6 +4,7 @@ JUnit XML, each check (gate, failed rows, export) one line or one test case."""
 from __future__ import annotations
 
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,12 +15,23 @@ from flowkit.inspect.compare_means import AggregateDelta
 from flowkit.inspect.compare_rows import is_number
 from flowkit.inspect.gates import Outcome
 
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")  # a terminal colour or cursor sequence
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _plain(text: str) -> str:
+    """Text as a CI page shows it: without terminal colours, and without the control
+    characters XML 1.0 cannot hold (an exception's message may carry both; one of them makes
+    the whole JUnit file unreadable)."""
+    return _NOT_XML.sub("", _ANSI.sub("", text))
+
 
 def _cell(value: Any) -> str:
     if value is None:
         return "—"
-    text = f"{value:.4g}" if isinstance(value, float) else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
+    text = f"{value:.4g}" if isinstance(value, float) else _plain(str(value))
+    # `<` would open an HTML tag on GitHub's page (`polite.c<d>` shown as `polite.c`).
+    return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
 
 
 def markdown(
@@ -28,6 +40,7 @@ def markdown(
     metrics: dict[str, Any],
     baseline: dict[str, Any] | None = None,
     changes: Sequence[AggregateDelta] | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
     """The summary: the verdict first, then each check, then the metrics (beside the
     baseline's when there is one, with each change's interval and verdict where the comparison
@@ -35,6 +48,8 @@ def markdown(
     failed = [o for o in outcomes if not o.passed]
     verdict = f"❌ {len(failed)} of {len(outcomes)} checks failed" if failed else "✅ passed"
     lines = [f"### {title}: {verdict}", ""]
+    # What makes the verdicts doubtful (the paired rows are not the same rows) comes first.
+    lines += [*(f"> {_cell(n)}" for n in notes), ""] if notes else []
     if outcomes:
         lines += ["| check | result |", "|---|---|"]
         for o in outcomes:
@@ -72,11 +87,12 @@ def junit(suite: str, outcomes: Sequence[Outcome]) -> str:
         root, "testsuite", name=suite, tests=str(len(outcomes)), failures=str(failures)
     )
     for o in outcomes:
-        case = ET.SubElement(node, "testcase", classname=suite, name=o.name)
+        case = ET.SubElement(node, "testcase", classname=suite, name=_plain(o.name))
+        message = _plain(o.message)
         if o.passed:
-            ET.SubElement(case, "system-out").text = o.message
+            ET.SubElement(case, "system-out").text = message
         else:
-            ET.SubElement(case, "failure", message=o.message).text = o.message
+            ET.SubElement(case, "failure", message=message).text = message
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -90,6 +106,23 @@ def write_summary(text: str, path: str | None) -> str | None:
     mode = "w" if path else "a"
     write_ci_file(Path(target), text, mode)
     return target
+
+
+def check_writable(*paths: str | None) -> None:
+    """Refuse, before any row runs, a CI file that could not be written after the run: a
+    folder, or a place whose folder cannot be made (made now, as it would be then) or written."""
+    for given in paths:
+        if not given:
+            continue
+        path = Path(given)
+        if path.is_dir():
+            raise UsageError(f"cannot write {given!r}: it is a folder; give a file's path")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UsageError(f"cannot write {given!r}: {err.strerror or err}") from err
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise UsageError(f"cannot write {given!r}: its folder is not writable")
 
 
 def write_ci_file(path: Path, text: str, mode: str = "w") -> None:

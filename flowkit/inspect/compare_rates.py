@@ -37,6 +37,10 @@ APART = (
     "Newcombe's interval of two independent proportions, from the per-row {what} (not every "
     "row is paired)"
 )
+AMBIGUOUS = (
+    "Newcombe's interval of two independent proportions: several per-row indicators have this "
+    "share in both runs ({what}), so which rows it counts is unknown"
+)
 STORED = (
     "Newcombe's interval of two independent proportions, from each run's {count} (runs taken "
     "as independent)"
@@ -124,15 +128,37 @@ def _column(side: Side, rule: tuple[str, str, Any]) -> array[float]:
 
 def find_rows(
     name: str, values: tuple[float, float], sides: tuple[Side, Side], binary_only: bool = False
-) -> tuple[str, array[float], array[float]] | None:
-    """The indicator whose share of rows is the rate in both runs: (what, A's 0/1 column, B's)."""
+) -> tuple[str, array[float], array[float], list[str]] | None:
+    """The indicator whose share of rows is the rate in both runs: (what, A's 0/1 column, B's,
+    the other indicators of its rank with that share but other rows). When those are not
+    empty, which rows the rate counts is unknown (two 0/1 outputs of one share, an accuracy's
+    and another's): a paired interval of the first would be a guess."""
     prefix = name.rpartition(".")[0]
-    for what, ca, cb, rule in _candidates(sides, f"{prefix}." if prefix else "", binary_only):
+    own = f"{prefix}." if prefix else ""
+    found: tuple[str, array[float], array[float]] | None = None
+    first_own = False
+    others: list[str] = []
+    for what, ca, cb, rule in _candidates(sides, own, binary_only):
+        mine = bool(own) and str(rule[0]).startswith(own)
+        if found is not None and first_own and not mine:
+            break  # the metric's own flow's outputs outrank the others (a suite's)
         hit = _hits(rule)
         sa, sb = _share(ca, hit), _share(cb, hit)
-        if sa is not None and sb is not None and _close(sa, values[0]) and _close(sb, values[1]):
-            return what, _column(sides[0], rule), _column(sides[1], rule)
-    return None
+        if sa is None or sb is None or not _close(sa, values[0]) or not _close(sb, values[1]):
+            continue
+        xs, ys = _column(sides[0], rule), _column(sides[1], rule)
+        if found is None:
+            found, first_own = (what, xs, ys), mine
+        elif not (_same(xs, found[1]) and _same(ys, found[2])):
+            others.append(what)
+    return None if found is None else (*found, others)
+
+
+def _same(xs: array[float], ys: array[float]) -> bool:
+    """The same 0/1 rows (NaN where neither has a value)."""
+    if len(xs) != len(ys):
+        return False
+    return all(x == y or (x != x and y != y) for x, y in zip(xs, ys, strict=True))
 
 
 def rate_interval(
@@ -142,8 +168,13 @@ def rate_interval(
     give one (and ``binary_only``: where no 0/1 output has it as its mean)."""
     found = find_rows(name, values, ev.sides, binary_only)
     if found is not None:
-        what, xs, ys = found
+        what, xs, ys, others = found
         diffs = paired_diffs(xs, ys, ev.pairs)
+        if others:  # the shares are known, the rows are not: the runs' shares apart
+            hits = [(int(sum(v for v in c if v == v)), sum(v == v for v in c)) for c in (xs, ys)]
+            low, high = newcombe(*hits[0], *hits[1], ev.confidence)
+            said = ", ".join([what, *others])
+            return Interval(low, high, AMBIGUOUS.format(what=said))
         if diffs is not None and len(diffs) >= 2:
             low, high = bootstrap_ci(
                 diffs, resamples=ev.resamples, seed=ev.seed, confidence=ev.confidence

@@ -57,8 +57,9 @@ class RunComparison:
         ]
         names = [m.name for m in self.comparison.metrics]
         for agg in self.comparison.aggregates:
-            row = [AGGREGATE, None, agg.a, agg.b, agg.delta, agg.ci_low, agg.ci_high, agg.verdict]
-            rows.append([*row, agg.interval])
+            # rows: the paired rows behind a paired interval, as a per-row output's.
+            row = [AGGREGATE, agg.rows, agg.a, agg.b, agg.delta, agg.ci_low, agg.ci_high]
+            rows.append([*row, agg.verdict, agg.interval])
             names.append(agg.name)
         return pd.DataFrame(rows, columns=COLUMNS, index=pd.Index(names, name="metric"))
 

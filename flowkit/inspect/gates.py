@@ -60,6 +60,11 @@ def parse_gate(text: str) -> Gate:
             f"--gate {text!r} must read METRIC<OP>NUMBER, e.g. 'groundedness.mean>=4'",
             hint=f"operators: {', '.join(OPERATORS)}",
         )
+    return Gate(reported_name(parts[0]), parts[1], value)
+
+
+def reported_name(metric: str) -> str:
+    """The name a gate's metric is reported under (--gate's and --gate-drop's alike)."""
     # A Databricks per-row assessment name gates its run-level metric (`…/rating` reads
     # `…/rating/percentage`), so either spelling a Databricks user knows works.
     # Likewise a flow's other name (`ada_similarity.mean`) gates the metric the flow reports.
@@ -67,10 +72,10 @@ def parse_gate(text: str) -> Gate:
     from flowkit.metrics.aggregate import FORMER_AGENT_NAMES
     from flowkit.metrics.judges import ROW_NAMES
 
-    prefix, dot, key = parts[0].partition(".")
-    metric = f"{ALIASES[prefix]}.{key}" if dot and prefix in ALIASES else parts[0]
+    prefix, dot, key = metric.partition(".")
+    metric = f"{ALIASES[prefix]}.{key}" if dot and prefix in ALIASES else metric
     metric = FORMER_AGENT_NAMES.get(metric, metric)
-    return Gate(ROW_NAMES.get(metric, metric), parts[1], value)
+    return ROW_NAMES.get(metric, metric)
 
 
 def aggregate_nodes(flow: Any, path: tuple[str, ...] = ()) -> list[tuple[str, Any]]:
@@ -153,6 +158,9 @@ def check_gate_names(gates: list[Gate], flow: Any, option: str = "--gate") -> li
             gate = Gate(gate.metric.rpartition(".")[0], gate.op, gate.value)
         owners = [(p, keys) for p, keys, _ in known if gate.metric.startswith(f"{p}.")]
         if owners:
+            full = {f"{p}.{k}" for p, keys in owners for k in keys or ()}
+            if gate.metric in full:  # an aggregate reports it, whatever the undeclared ones do
+                continue
             if any(keys is None for _, keys in owners):
                 unknown = [
                     n.name for p, k, n in known if k is None and gate.metric.startswith(f"{p}.")
@@ -163,12 +171,10 @@ def check_gate_names(gates: list[Gate], flow: Any, option: str = "--gate") -> li
                     "them with @returns_keys, as `flowkit init` shows)"
                 )
                 continue
-            full = {f"{p}.{k}" for p, keys in owners for k in keys or ()}
             # Another tool's name is reported bare (flowkit.engine.aggregation); the prefixed
             # spelling is still accepted.
             names = {k if "/" in k else f"{p}.{k}" for p, keys in owners for k in keys or ()}
-            if gate.metric not in full:
-                _refuse(gate, flow, names, "it reports " + one_of(names), option)
+            _refuse(gate, flow, names, "it reports " + one_of(names), option)
             continue
         if "/" in gate.metric or any(n.spec.metrics == "logged" for _, _, n in known):
             # Another tool's name (Databricks'), or a logged metric's bare name: reported

@@ -13,8 +13,11 @@ sensitive and large), and never a key (run folders hold none).
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,6 +162,34 @@ def _resource() -> Any:
     return resource
 
 
+class _FirstWord(logging.Handler):
+    """Keeps the first thing the OTLP exporter logged (why it could not send), for the one
+    error the export raises."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.first: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.first is None:
+            self.first = record.getMessage()
+
+
+@contextmanager
+def _exporter_quiet() -> Iterator[_FirstWord]:
+    """flowkit's own OTLP exporter logs each retry and failure on its own: held back, so a
+    failed export is one error (which says why, from the first of them)."""
+    logger = logging.getLogger("opentelemetry.exporter.otlp")
+    handler, propagate = _FirstWord(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
 def export_run(
     run: str | os.PathLike[str],
     *,
@@ -192,20 +223,28 @@ def export_run(
     )
     provider.add_span_processor(batches)
     tracer = provider.get_tracer("flowkit", __version__)
-    try:
-        builder = SpanBuilder(tracer, plan, info, read_metrics(run_dir))
-        for rec in records(run_dir, plan):
-            builder.node(rec)
-            if batches.failed:
-                break
-        else:
-            builder.finish()
-    finally:
-        provider.shutdown()
+    # A user's own exporter logs as they set it up; flowkit's own says why in the one error.
+    quiet = _exporter_quiet() if owns else nullcontext(_FirstWord())
+    with quiet as heard:
+        try:
+            builder = SpanBuilder(tracer, plan, info, read_metrics(run_dir))
+            for rec in records(run_dir, plan):
+                builder.node(rec)
+                if batches.failed:
+                    break
+            else:
+                builder.finish()
+        finally:
+            provider.shutdown()
     if batches.failed:
+        why = f": {_clipped(heard.first)}" if heard.first else ""
         raise ExportError(
             f"could not send the spans of run {run_dir.name} to {target} "
-            f"({batches.sent} sent before the endpoint refused or could not be reached)",
+            f"({batches.sent} sent before the endpoint refused or could not be reached){why}",
             hint=f"the run folder is kept; retry with `flowkit export-otel {run_dir}`",
         )
     return ExportSummary(str(info["run_id"]), target, rows=builder.rows, nodes=builder.nodes)
+
+
+def _clipped(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

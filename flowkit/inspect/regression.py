@@ -24,7 +24,7 @@ from flowkit.inspect.compare_means import AggregateDelta, interval
 from flowkit.inspect.compare_rows import Evidence, Side, is_number, pair_rows, read_side
 from flowkit.inspect.gates import Outcome
 from flowkit.inspect.intervals import TOO_FEW, WORSE, Interval
-from flowkit.runs.folder import read_metrics
+from flowkit.runs.folder import COMPLETED, effective_status, read_metrics, read_run_info
 
 _DROP = re.compile(r"^\s*(?P<name>[^<>=!\s]+)\s*(?:>\s*(?P<margin>[^%\s]+)\s*(?P<pct>%)?)?\s*$")
 
@@ -61,7 +61,9 @@ def parse_drop(text: str, option: str = "--gate-drop") -> DropGate:
             "percent of the baseline such as 5%); METRIC alone fails when the paired interval "
             "says it dropped",
         )
-    return DropGate(m["name"], margin, m["pct"] is not None)
+    from flowkit.inspect.gates import reported_name
+
+    return DropGate(reported_name(m["name"]), margin, m["pct"] is not None)
 
 
 @dataclass
@@ -123,6 +125,24 @@ class Baseline:
                     f"per-row output of that name{did_you_mean(name, known)}",
                     hint=f"it has {one_of(known)}",
                 )
+
+
+def require_complete(run_dir: Path, option: str) -> None:
+    """A gate against a run that did not finish reads metrics of some rows only (a cancelled
+    baseline job's, say), and would pass or fail a change on them: refuse it before any row."""
+    info = read_run_info(run_dir)
+    status = effective_status(info)
+    if status == COMPLETED:
+        return
+    counts = info.get("counts")
+    done = counts.get("rows") if isinstance(counts, dict) else None
+    rows = f" after {done} rows" if isinstance(done, int) else ""
+    raise UsageError(
+        f"{option}: run {run_dir.name} is {status}{rows}, not completed: its metrics cover only "
+        "the rows it finished",
+        hint=f"finish it with `flowkit run --resume {run_dir.name}`, or gate against a completed "
+        "run",
+    )
 
 
 def needed_outputs(gates: Iterable[DropGate], baseline: Baseline) -> list[str]:

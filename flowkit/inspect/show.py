@@ -244,7 +244,10 @@ def runs_table(root: Path) -> Table:
             info = read_run_info(run_dir)
         except (OSError, ValueError):
             continue
-        metrics = read_metrics(run_dir)
+        try:
+            metrics = read_metrics(run_dir)
+        except (OSError, ValueError):  # a damaged metrics.json: the run is listed without them
+            metrics = {}
         key = [
             f"{k}={_fmt(v)}"
             for k, v in metrics.items()

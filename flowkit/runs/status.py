@@ -116,8 +116,25 @@ def resolve_run_dir(run: str | os.PathLike[str], root: Path = Path("runs")) -> P
 
 
 def read_metrics(run_dir: Path) -> dict[str, Any]:
+    """A run's metrics.json ({} when it has none); a damaged one is a clear error naming the
+    file (a baseline's, say, before any row runs), never a traceback."""
     path = run_dir / "metrics.json"
-    return json.loads(path.read_text("utf-8")) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        metrics = json.loads(path.read_text("utf-8"))
+    except ValueError as err:  # not JSON, not UTF-8
+        raise DamagedRunFile(
+            f"{display(path)} is damaged ({err}); it is not a run's metrics",
+            hint="restore it from a copy, or run the flow again",
+        ) from None
+    if not isinstance(metrics, dict):
+        raise DamagedRunFile(
+            f"{display(path)} is damaged (a JSON {type(metrics).__name__}, not an object); it "
+            "is not a run's metrics",
+            hint="restore it from a copy, or run the flow again",
+        )
+    return metrics
 
 
 @dataclass

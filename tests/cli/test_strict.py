@@ -185,6 +185,36 @@ def test_a_gate_on_keys_known_only_after_the_run_is_warned_about_first(workdir: 
     assert lines[-1] == "error: gate t.meen>=3: no metric 't.meen' (did you mean 't.mean'?)"
 
 
+def test_a_gate_on_a_key_one_aggregate_spells_is_not_warned_about_for_another(
+    workdir: Path,
+) -> None:
+    """An undeclared aggregate beside one whose keys are known: a gate on a known key is checked
+    before the run, silently; only a gate on another key waits for the run."""
+    python_flow(
+        workdir,
+        "def f(x):\n    return x\n\ndef agg(ys):\n    return {'mean': sum(ys) / len(ys)}\n\n"
+        "def other(ys):\n    return {k: len(ys) for k in ('alpha',)}\n",
+        "agg",
+    )
+    flow = (workdir / "t.yaml").read_text("utf-8")
+    flow += "  - {name: b, type: aggregate, source: m.py, function: other, "
+    flow += "inputs: {ys: ${n.output}}}\n"
+    (workdir / "t.yaml").write_text(flow, "utf-8")
+    write_jsonl(workdir / "d.jsonl", [{"x": 3}])
+    known = flowkit("run", "t.yaml", "--data", "d.jsonl", "--gate", "t.mean>=3", "-q")
+    assert known.exit_code == 0, known.output
+    assert "warning" not in known.stderr
+    later = flowkit("run", "t.yaml", "--data", "d.jsonl", "--gate", "t.alpha>=1", "-q")
+    assert later.exit_code == 0, later.output
+    assert later.stderr.startswith("warning: --gate t.alpha>=1 is checked only after the run: ")
+    # Two drop gates on one such metric: one warning.
+    assert flowkit("run", "t.yaml", "--data", "d.jsonl", "-n", "base", "-q").exit_code == 0
+    drops = ("--baseline", "base", "--gate-drop", "t.alpha>1", "--gate-drop", "t.alpha>2")
+    twice = flowkit("run", "t.yaml", "--data", "d.jsonl", *drops, "-q")
+    assert twice.exit_code == 0, twice.output
+    assert twice.stderr.count("is checked only after the run") == 1, twice.stderr
+
+
 def test_a_missing_sub_flow_names_the_referencing_flow_line_and_a_near_match(
     workdir: Path,
 ) -> None:

@@ -213,6 +213,33 @@ def test_the_mean_of_a_per_row_boolean_under_any_name_is_a_rate(tmp_path: Path) 
     )
 
 
+TWO_FLAGS = """
+def f(x):
+    return {"ok": x % 2, "flag": x // 2}
+
+def agg(ys):
+    return {"accuracy": sum(y["ok"] for y in ys) / len(ys)}
+"""
+
+
+def test_a_rate_two_0_1_outputs_share_gets_no_paired_interval_of_either(
+    tmp_path: Path,
+) -> None:
+    """t.accuracy is y.ok's mean; y.flag has the same share in both runs over other rows. The
+    paired interval of y.flag (the first by name) was [0, 0]: a certainty the rows of y.ok
+    (ten of twenty changed) do not give. Which rows it counts is unknown: the shares apart."""
+    # x: ok = x % 2, flag = x // 2. A: ok on rows 0-9, flag on 10-19; B: ok moved to rows 5-14.
+    xs_a = [1] * 10 + [2] * 10
+    xs_b = [0] * 5 + [1] * 5 + [3] * 5 + [2] * 5
+    runs = _runs(tmp_path, TWO_FLAGS, xs_a, xs_b)
+    row = flowkit.compare(*runs).to_pandas().loc["t.accuracy"]
+    assert (row["A"], row["B"]) == (0.5, 0.5)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(_newcombe(10, 20, 10, 20))
+    assert row["interval"].startswith("Newcombe's interval of two independent proportions: ")
+    assert "0/1 output y.flag, 0/1 output y.ok" in row["interval"]
+    assert row["verdict"] == "no significant change"
+
+
 KINDS = """
 def f(x):
     if x < 0:

@@ -51,6 +51,7 @@ def test_compare_gives_a_table_per_metric_and_the_changed_rows(tmp_path: Path) -
     assert score["interval"] == "paired bootstrap"
     mean = frame.loc["t.mean"]
     assert (mean["source"], mean["A"], mean["B"]) == ("metrics.json", 4.5, 3.75)
+    assert mean["rows"] == 4  # the paired rows behind its interval, as y.score's
     # t.mean is y.score's mean, every row paired: the same interval, and its verdict.
     assert (mean["ci_low"], mean["ci_high"], mean["verdict"]) == (
         score["ci_low"],

@@ -463,7 +463,10 @@ def test_missing_extra_names_the_install_command(
 
 
 def test_a_failed_export_fails_the_run_and_the_gates_are_still_checked(
-    workdir: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+    workdir: Path,
+    cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     refusing = Collector(status=400)
     thread = threading.Thread(target=refusing.server.serve_forever, daemon=True)
@@ -479,5 +482,9 @@ def test_a_failed_export_fails_the_run_and_the_gates_are_still_checked(
     assert out.exit_code == 1
     lines = out.output.splitlines()
     assert lines[-3].startswith("error: otel export failed: could not send the spans of run r to")
+    # One error for the one cause, with the collector's answer; not the exporter's own logs too.
+    assert "400" in lines[-3]
+    assert sum("export" in line.lower() for line in lines) == 1, out.output
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry.exporter")]
     assert lines[-2] == "gate f1_score.mean>0: passed (f1_score.mean = 0.388889)"
     assert lines[-1] == "error: gate f1_score.mean>=0.9: failed, f1_score.mean = 0.388889"

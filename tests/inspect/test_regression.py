@@ -3,6 +3,8 @@ the markdown summary and JUnit XML a CI job reads."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -135,11 +137,55 @@ def test_a_run_may_not_overwrite_its_own_baseline(runs: Path) -> None:
     assert "4.5" in (runs / "runs" / "base" / "metrics.json").read_text()  # still the baseline
 
 
+def test_a_baseline_that_did_not_finish_is_refused_before_any_row(runs: Path) -> None:
+    """A cancelled baseline job leaves metrics of some rows only: a gate on them decides
+    nothing, in `run --baseline` as in `compare --fail-if`."""
+    shutil.copytree(runs / "runs" / "base", runs / "runs" / "half")
+    info = json.loads((runs / "runs" / "half" / "run.json").read_text("utf-8"))
+    info["status"], info["counts"]["rows"] = "interrupted", 3
+    (runs / "runs" / "half" / "run.json").write_text(json.dumps(info), "utf-8")
+    write_jsonl(runs / "new.jsonl", [{"x": 4}])
+    args = ("run", "t.yaml", "--data", "new.jsonl", "-n", "new", "-q", "--baseline", "half")
+    result = _cli(*args, "--gate-drop", "t.mean>0.5")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(
+        "error: --baseline: run half is interrupted after 3 rows, not completed: its metrics "
+        "cover only the rows it finished\n  hint: finish it with `flowkit run --resume half`"
+    )
+    assert not (runs / "runs" / "new").exists()
+    for pair in (("half", "base"), ("base", "half")):
+        gated = _cli("compare", *pair, "--fail-if", "t.mean>0.5")
+        assert gated.exit_code == 2, gated.output
+        assert "error: --fail-if: run half is interrupted after 3 rows" in gated.stderr
+    assert _cli("compare", "base", "half").exit_code == 0  # looking is not gating
+
+
+@pytest.mark.parametrize("text", ['{"t.mean": 4.5, ', "[4.5]"])
+def test_a_baseline_with_a_damaged_metrics_json_is_refused_before_any_row(
+    runs: Path, text: str
+) -> None:
+    (runs / "runs" / "base" / "metrics.json").write_text(text, "utf-8")
+    result = _run_against_base(runs, [4, 5], "--gate-drop", "t.mean>0.5")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: runs/base/metrics.json is damaged (")
+    assert "hint: restore it from a copy, or run the flow again" in result.stderr
+    assert not (runs / "runs" / "new").exists()
+    assert _cli("compare", "base", "base").exit_code == 2
+    listed = _cli("runs")  # the listing still shows it, without metrics
+    assert listed.exit_code == 0, listed.output
+    assert "base" in listed.stdout
+
+
 def test_a_drop_gate_needs_a_baseline(runs: Path) -> None:
     result = _cli("run", "t.yaml", "--data", "base.jsonl", "--gate-drop", "t.mean>0.1")
     assert result.exit_code == 2
     assert result.output.splitlines()[0] == (
         "error: --gate-drop compares with a baseline: give --baseline RUN"
+    )
+    lower = _cli("run", "t.yaml", "--data", "base.jsonl", "--lower-is-better", "y")
+    assert lower.exit_code == 2  # else it is silently nothing
+    assert lower.output.splitlines()[0] == (
+        "error: --lower-is-better turns the verdicts against a baseline: give --baseline RUN"
     )
 
 
@@ -166,6 +212,10 @@ def test_parse_drop() -> None:
     assert parse_drop(" g.mean > 0.1 ") == DropGate("g.mean", 0.1)
     assert parse_drop("g.mean>5%") == DropGate("g.mean", 5.0, relative=True)
     assert parse_drop("g.score") == DropGate("g.score", None)
+    # The other names --gate reads are --gate-drop's too (docs/coming-from-databricks.md).
+    former = parse_drop("agent.latency_seconds.mean>1")
+    assert former == DropGate("agent/latency_seconds/average", 1.0)
+    assert parse_drop("ada_similarity.mean").metric == "embedding_similarity.mean"
 
 
 def test_compare_fail_if_writes_summary_and_junit(runs: Path) -> None:
@@ -192,6 +242,79 @@ def test_compare_fail_if_writes_summary_and_junit(runs: Path) -> None:
         "fail-if t.mean>0.5: failed, dropped by 1, more than 0.5"
     )
     assert cases["fail-if t.top>2"] is None
+
+
+def test_an_error_with_colours_and_control_characters_keeps_the_ci_files_readable(
+    workdir: Path,
+) -> None:
+    """An exception's message may carry terminal colours and a NUL: one such character made
+    the whole JUnit file unreadable; a `<` in the summary opened an HTML tag on GitHub's page."""
+    module = (
+        "def f(x):\n    return x\n\n"
+        "def agg(ys):\n    raise RuntimeError('bad \\x1b[31mred\\x1b[0m <tag> \\x00 nul')\n"
+    )
+    python_flow(workdir, module, "agg")
+    write_jsonl(workdir / "d.jsonl", [{"x": 1}])
+    args = ("run", "t.yaml", "--data", "d.jsonl", "-q", "--junit", "j.xml")
+    result = _cli(*args, "--summary-file", "s.md")
+    assert result.exit_code == 1, result.output
+    suite = ET.parse(workdir / "j.xml").getroot().find("testsuite")
+    assert suite is not None
+    failure = next(c for c in suite.iter("testcase") if c.attrib["name"] == "aggregate a")
+    message = failure.find("failure")
+    assert message is not None
+    assert message.attrib["message"] == "aggregate 'a': RuntimeError: bad red <tag>  nul"
+    summary = (workdir / "s.md").read_text("utf-8")
+    assert "| aggregate a | ❌ aggregate 'a': RuntimeError: bad red &lt;tag>  nul |" in summary
+
+
+@pytest.mark.parametrize("option", ["--junit", "--summary-file"])
+def test_a_ci_file_that_cannot_be_written_is_refused_before_any_row(
+    runs: Path, option: str
+) -> None:
+    """Found out after the run, it was an exit 2 (a usage error) after every (paid) row."""
+    (runs / "taken").write_text("a file, not a folder", "utf-8")
+    (runs / "folder").mkdir()
+    for place, why in (("taken/x.xml", "cannot write 'taken/x.xml': "), ("folder", "a folder")):
+        result = _run_against_base(runs, [4, 5], option, place)
+        assert result.exit_code == 2, result.output
+        assert why in result.stderr
+        assert not (runs / "runs" / "new").exists()
+
+
+def test_a_summary_against_a_baseline_has_verdicts_and_says_when_rows_are_not_the_same(
+    runs: Path,
+) -> None:
+    """Without --gate-drop the summary had no interval or verdict; and a change of data order
+    (rows paired by line that are other rows) was said by `compare` but not by `run`."""
+    result = _run_against_base(runs, [4, 5, 4, 5, 4, 5, 4, 5], "--summary-file", "s.md")
+    assert result.exit_code == 0, result.output
+    summary = (runs / "s.md").read_text("utf-8")
+    assert "| t.mean | 4.5 | 4.5 | +0 | [+0, +0] | no significant change |" in summary
+    assert "warning" not in result.stderr + summary
+    # The baseline's rows in another order: every pair is of other data.
+    other = _run_against_base(
+        runs, [5, 4, 5, 4, 5, 4, 5, 4], "--overwrite", "--gate-drop", "t.mean>1",
+        "--summary-file", "o.md",
+    )  # fmt: skip
+    assert other.exit_code == 0, other.output
+    said = "warning: 8 of 8 paired rows have different inputs (first: line 0)"
+    assert said in other.stderr
+    assert f"> {said}" in (runs / "o.md").read_text("utf-8").splitlines()[2]
+
+
+def test_an_aggregate_that_breaks_its_declaration_is_one_error(workdir: Path) -> None:
+    """It was a warning atop the run (the run's notice) and the error after it: one cause."""
+    module = (
+        "from flowkit.metrics.keys import returns_keys\n\ndef f(x):\n    return x\n\n"
+        "@returns_keys(['a'])\ndef agg(ys):\n    return {'b': 1.0}\n"
+    )
+    python_flow(workdir, module, "agg")
+    write_jsonl(workdir / "d.jsonl", [{"x": 1}])
+    result = _cli("run", "t.yaml", "--data", "d.jsonl", "-q")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("returned key 'b' that its @returns_keys does not declare") == 1
+    assert result.stderr.startswith("error: aggregate 'a': UndeclaredMetricKeys: ")
 
 
 def test_the_ci_files_go_into_folders_that_do_not_exist_yet(runs: Path) -> None:
