@@ -134,17 +134,28 @@ from flowkit.pfcompat.variant_options import take_variants, variant_options
     default="local",
     show_default=True,
     type=click.Choice(["local", "loky", "threading", "multiprocessing", "dask", "ray"]),
-    help="Where rows run: this process, or joblib workers (see docs/scale-out.md).",
+    help="Where rows run: this process, or worker processes, threads or a Dask or Ray cluster "
+    "(see docs/scale-out.md).",
 )
 @click.option(
     "--workers",
     default=2,
     show_default=True,
     type=_Number(int, 1),
-    help="joblib workers (non-local backends).",
+    help="Worker processes or threads (loky, multiprocessing, threading); a Dask or Ray "
+    "cluster runs a chunk on each of its threads or CPUs.",
 )
-@click.option("--scheduler", help="Dask scheduler address, with --backend dask.")
-@click.option("--chunk-size", type=_Number(int, 1), help="Rows per chunk sent to a worker.")
+@click.option(
+    "--scheduler",
+    help="The cluster to join: a Dask scheduler (tcp://HOST:8786) with --backend dask, a Ray "
+    "address (HOST:6379, ray://HOST:10001) with --backend ray.",
+)
+@click.option(
+    "--chunk-size",
+    type=_Number(int, 1),
+    help="Rows per chunk sent to a worker (what a lost worker costs; default: 32 for a flow "
+    "that calls a model, 512 for a python-only one).",
+)
 @click.option(
     "--trace",
     "trace_level",

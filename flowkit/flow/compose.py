@@ -11,7 +11,7 @@ from typing import Any
 from flowkit.code import freshness
 from flowkit.errors import UsageError
 from flowkit.flow.graph import Flow
-from flowkit.flow.loader import LoadContext, _flow_path, _raise
+from flowkit.flow.loader import LoadContext, _flow_path, _raise, without_paths
 from flowkit.flow.source import YDict
 
 
@@ -72,5 +72,7 @@ def compose(flows: list[str | os.PathLike[str]], name: str = "suite") -> Flow:
     _raise(ctx, name)
     assert flow is not None
     return replace(
-        flow, sources=tuple(str(p) for p in paths), code_files=tuple(sorted(seen.items()))
+        without_paths(flow),
+        sources=tuple(str(p) for p in paths),
+        code_files=tuple(sorted(seen.items())),
     )

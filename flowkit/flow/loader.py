@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -163,14 +164,7 @@ class LoadContext:
         position = {name: i for i, name in enumerate(nodes)}
         row = [n for n in nodes if not nodes[n].is_aggregate]
         agg = [n for n in nodes if nodes[n].is_aggregate]
-        digest = hashlib.sha256(
-            canonical_bytes(
-                {
-                    "spec": spec.model_dump(mode="json"),
-                    "nodes": {n: v.static_key for n, v in nodes.items()},
-                }
-            )
-        ).hexdigest()
+        digest = _digest(spec.model_dump(mode="json"), nodes)
         return Flow(
             spec,
             path,
@@ -383,3 +377,24 @@ def load_flow(flow: str | os.PathLike[str]) -> Flow:
             ctx.diagnostics or [Diagnostic(str(flow), 0, None, "flow failed to load")]
         )
     return replace(loaded, sources=(str(path.resolve()),), code_files=tuple(sorted(seen.items())))
+
+
+def _digest(spec: dict[str, Any], nodes: Mapping[str, Node]) -> str:
+    return hashlib.sha256(
+        canonical_bytes({"spec": spec, "nodes": {n: v.static_key for n, v in nodes.items()}})
+    ).hexdigest()
+
+
+def without_paths(flow: Flow) -> Flow:
+    """``flow``, a flow flowkit wrote itself around others (several flows composed, a metric
+    flow wrapped around ``--target``), with a content hash that names each sub-flow by what it
+    is (the sub-flow's own content hash, which its node's key holds already), not by the path
+    this host has it at: a built-in flow lies wherever flowkit is installed, and a worker loads
+    a flow file from the folder it unpacked the driver's files into, so the absolute paths the
+    wrapper's nodes carry differ from the driver's, while the flows are the same."""
+    spec = flow.spec.model_dump(mode="json")
+    for raw in spec.get("nodes", []):
+        node = flow.nodes.get(raw.get("name"))
+        if node is not None and node.kind == "flow" and node.impl is not None:
+            raw["flow"] = node.impl.content_hash
+    return replace(flow, content_hash=_digest(spec, flow.nodes))

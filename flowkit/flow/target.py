@@ -98,6 +98,12 @@ def _load(target: str, base: Path) -> Any:
         )
     try:
         if module.endswith(".py"):
+            # Its folder importable, as `python app.py` makes it: an app that imports its own
+            # modules beside it worked under `python -m flowkit.cli` (the working directory on
+            # the path) and failed under the `flowkit` command and on every worker.
+            folder = str((base / module).parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
             return load_function(name, module, base)
         if str(base) not in sys.path and (base != Path.cwd() or "" not in sys.path):
             sys.path.insert(0, str(base))  # as `python -m` would, for the user's app
@@ -184,7 +190,7 @@ def callable_target(app: Any, backend: str) -> str:
 def _with_target(
     metric: Flow, target: str, columns: list[str] | tuple[str, ...], base: Path
 ) -> Flow:
-    from flowkit.flow.loader import LoadContext, _raise, load_flow
+    from flowkit.flow.loader import LoadContext, _raise, load_flow, without_paths
 
     # An input the data fills under another tool's name (rag_suite's request from a `query`
     # column, groundedness' context from `retrieved_context`) is the data's, as it is without
@@ -309,7 +315,7 @@ def _with_target(
     _raise(ctx, name)
     assert flow is not None
     return replace(
-        flow,
+        without_paths(flow),
         sources=metric.sources,
         target=Target(target, tuple(columns), str(base), tuple(notices)),
     )

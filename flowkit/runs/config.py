@@ -58,9 +58,10 @@ class RunConfig(BaseModel):
     timeout: float | None = Field(None, gt=0, strict=True)
     """Seconds per model request; None keeps the connection's setting."""
     backend: Backend = "local"
-    """Where rows run: this process, or joblib workers (docs/scale-out.md)."""
+    """Where rows run: this process, or workers of a backend (docs/scale-out.md)."""
     workers: int = Field(2, ge=1, strict=True)
-    """joblib workers, with a backend other than local."""
+    """Worker processes or threads of loky, multiprocessing, threading (a Dask or Ray cluster
+    runs a chunk on each of its threads or CPUs)."""
     scheduler: str | None = None
     """The Dask scheduler or Ray cluster address, with backend dask or ray."""
     chunk_size: int | None = Field(None, ge=1, strict=True)

@@ -195,11 +195,22 @@ def _dask_pool(scheduler: str | None) -> Pool:
     )
 
 
+_cancelling = threading.Lock()
+
+
 def _cancel(future: cf.Future[Any]) -> None:
-    """Cancel ``future`` and wake whoever waits on it (``cf.wait`` is woken by the notify)."""
-    if future.cancel():
-        with contextlib.suppress(RuntimeError):  # notified already
-            future.set_running_or_notify_cancel()
+    """Cancel ``future`` and wake whoever waits on it (``cf.wait`` is woken by the notify).
+
+    Called twice for one future when the driver stops (by ``cancel`` and again by the Dask
+    task's callback): a future already cancelled is left alone, for ``cf.Future`` logs a
+    CRITICAL "Future … in unexpected state: CANCELLED_AND_NOTIFIED" to the user's terminal
+    when notified twice."""
+    with _cancelling:
+        if future.done():
+            return
+        if future.cancel():
+            with contextlib.suppress(RuntimeError):  # notified already
+                future.set_running_or_notify_cancel()
 
 
 def _settle(task: Any, future: cf.Future[Any], tasks: dict[cf.Future[Any], Any]) -> None:

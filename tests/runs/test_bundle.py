@@ -7,11 +7,13 @@ import concurrent.futures as cf
 import dataclasses
 import multiprocessing
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import flowkit
+from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flow
 from flowkit.llm.config import load_settings
 from flowkit.llm.leaseserver import serve_leases
@@ -225,3 +227,86 @@ def test_a_worker_elsewhere_runs_a_target_whose_folder_is_gone(
         result = worker.submit(run_chunk, job, mapped).result(timeout=60)
     scores = [record["outputs"]["score"] for _, record in sorted(result.rows)]
     assert scores == expected == [1.0, 0.0]
+
+
+APP_WITH_LIB = "from applib import shout\n\ndef answer(question):\n    return shout(question)\n"
+METRIC = """
+    name: metric
+    inputs: {question: {type: string}, answer: {type: string}}
+    outputs: {n: ${n.output}}
+    nodes:
+      - {name: n, type: python, source: ../code/n.py, function: n, inputs: {s: ${inputs.answer}}}
+    """
+
+
+def _as_worker(driver: Path, build: Callable[[list[str], Path], Flow]) -> tuple[str, str]:
+    """(the driver's content hash, a worker's) of the flow ``build(flows, base)`` makes, the
+    worker loading it from the folder it unpacked the driver's files into."""
+    from flowkit.runs.bundle import target_base
+
+    flow = build([str(driver / "flows" / "metric.yaml"), "f1_score"], driver)
+    bundle = pack(flow)
+    worker = build(unpack(bundle), target_base(bundle) or driver)
+    return flow.content_hash, worker.content_hash
+
+
+@pytest.mark.parametrize("target", [None, "app.yaml", "app.py:answer", "app:answer"])
+def test_a_composed_or_target_wrapped_flow_loads_the_same_from_a_bundle(
+    target: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flow flowkit writes around others (`flowkit run A B`, and any flow with --target)
+    named each sub-flow by its absolute path, and those paths entered its content hash: a
+    worker loads a flow file from the folder it unpacked it into, and a built-in flow from its
+    own flowkit, so every worker refused a composed flow file or a flow file with --target, on
+    every backend ("got different nodes, prompts or code than the driver")."""
+    import sys
+
+    from flowkit.flow.loader import load_flows
+    from flowkit.flow.target import with_target
+
+    project = tmp_path / "project"
+    write(project / "flows" / "metric.yaml", METRIC)
+    write(project / "code" / "n.py", "def n(s: str) -> int:\n    return len(s)\n")
+    write(project / "app.py", APP_WITH_LIB)
+    write(project / "applib.py", "def shout(s: str) -> str:\n    return s.upper()\n")
+    write(
+        project / "app.yaml",
+        "name: app\ninputs: {question: {type: string}}\n"
+        "outputs: {answer: '${a.output}'}\nnodes:\n  - {name: a, type: python, source: "
+        "app.py, function: answer, inputs: {question: '${inputs.question}'}}\n",
+    )
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)
+
+    def build(flows: list[str], base: Path) -> Flow:
+        flow = load_flows(list(flows))
+        if target is None:
+            return flow
+        return with_target(flow, target, ("question", "ground_truth"), base)
+
+    driver, worker = _as_worker(project, build)
+    assert worker == driver
+
+
+def test_a_built_in_flow_composed_loads_the_same_where_flowkit_is_installed_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`flowkit run groundedness coherence` on a worker whose flowkit is installed at another
+    path: the composed flow named each built-in by the driver's path to it."""
+    import shutil
+
+    import flowkit.flow.builtin as builtin
+    from flowkit.flow.loader import load_flows
+
+    flows: list[str | os.PathLike[str]] = ["f1_score", "groundedness"]
+    driver = load_flows(list(flows))
+    bundle = pack(driver)
+    here = builtin.builtin_dirs()
+    elsewhere = tmp_path / "site-packages" / "flowkit"
+    for folder in here:
+        shutil.copytree(folder, elsewhere / folder.name)
+        shutil.copytree(folder.parent / "prompts", elsewhere / "prompts", dirs_exist_ok=True)
+    monkeypatch.setattr(builtin, "builtin_dirs", lambda: [elsewhere / d.name for d in here])
+    worker = load_flows(list(unpack(bundle)))
+    assert str(tmp_path) in str(worker.nodes["f1_score"].impl.path)
+    assert worker.content_hash == driver.content_hash

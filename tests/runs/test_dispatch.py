@@ -201,3 +201,19 @@ def test_a_chunk_lost_more_often_than_the_retries_stops_the_run() -> None:
         f"the worker running rows 4-5 died {RETRIES + 1} times (Died); the rows that finished "
         "are kept"
     )
+
+
+def test_a_future_cancelled_twice_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """Stopping the driver cancels a Dask chunk's future, then the task's callback cancels it
+    again: concurrent.futures printed "Future … in unexpected state: CANCELLED_AND_NOTIFIED"
+    (CRITICAL) for each chunk out, after a SIGTERM or a worker-side error."""
+    import concurrent.futures as cf
+
+    from flowkit.runs.dispatch import _cancel
+
+    future: cf.Future[int] = cf.Future()
+    with caplog.at_level("DEBUG", logger="concurrent.futures"):
+        _cancel(future)
+        _cancel(future)
+    assert future.cancelled()
+    assert [r.getMessage() for r in caplog.records] == []
