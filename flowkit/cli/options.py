@@ -151,3 +151,41 @@ def baseline_apart(
             f"--baseline {str(baseline)!r} is the run folder this run writes",
             hint="give this run another --name or --output, and keep the baseline apart",
         )
+
+
+def scale_out_options(command: F) -> F:
+    """`run`'s options for running rows elsewhere than this process (docs/scale-out.md)."""
+    for option in reversed(_SCALE_OUT):
+        command = option(command)
+    return command
+
+
+_SCALE_OUT = [
+    click.option(
+        "--backend",
+        default="local",
+        show_default=True,
+        type=click.Choice(["local", "loky", "threading", "multiprocessing", "dask", "ray"]),
+        help="Where rows run: this process, or worker processes, threads or a Dask or Ray cluster "
+        "(see docs/scale-out.md).",
+    ),
+    click.option(
+        "--workers",
+        default=2,
+        show_default=True,
+        type=_Number(int, 1),
+        help="Worker processes or threads (loky, multiprocessing, threading); a Dask or Ray "
+        "cluster runs a chunk on each of its threads or CPUs.",
+    ),
+    click.option(
+        "--scheduler",
+        help="The cluster to join: a Dask scheduler (tcp://HOST:8786) with --backend dask, a Ray "
+        "address (HOST:6379, ray://HOST:10001) with --backend ray.",
+    ),
+    click.option(
+        "--chunk-size",
+        type=_Number(int, 1),
+        help="Rows per chunk sent to a worker (what a lost worker costs; default: 32 for a flow "
+        "that calls a model, 512 for a python-only one).",
+    ),
+]

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import click
 
-from flowkit.cli.options import _Number, _parse_maps, baseline_apart, ci_options, drop_gates
+from flowkit.cli.options import (
+    _Number,
+    _parse_maps,
+    baseline_apart,
+    ci_options,
+    drop_gates,
+    scale_out_options,
+)
 from flowkit.cli.terminal import err_console
 from flowkit.errors import UsageError
 from flowkit.pfcompat.variant_options import take_variants, variant_options
@@ -129,33 +136,7 @@ from flowkit.pfcompat.variant_options import take_variants, variant_options
     help="People's labels (JSONL): add corrected metrics (….corrected) to metrics.json.",
 )
 @click.option("--key", "labels_key", help="With --labels: the column matching labels to rows.")
-@click.option(
-    "--backend",
-    default="local",
-    show_default=True,
-    type=click.Choice(["local", "loky", "threading", "multiprocessing", "dask", "ray"]),
-    help="Where rows run: this process, or worker processes, threads or a Dask or Ray cluster "
-    "(see docs/scale-out.md).",
-)
-@click.option(
-    "--workers",
-    default=2,
-    show_default=True,
-    type=_Number(int, 1),
-    help="Worker processes or threads (loky, multiprocessing, threading); a Dask or Ray "
-    "cluster runs a chunk on each of its threads or CPUs.",
-)
-@click.option(
-    "--scheduler",
-    help="The cluster to join: a Dask scheduler (tcp://HOST:8786) with --backend dask, a Ray "
-    "address (HOST:6379, ray://HOST:10001) with --backend ray.",
-)
-@click.option(
-    "--chunk-size",
-    type=_Number(int, 1),
-    help="Rows per chunk sent to a worker (what a lost worker costs; default: 32 for a flow "
-    "that calls a model, 512 for a python-only one).",
-)
+@scale_out_options
 @click.option(
     "--trace",
     "trace_level",

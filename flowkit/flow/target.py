@@ -98,9 +98,7 @@ def _load(target: str, base: Path) -> Any:
         )
     try:
         if module.endswith(".py"):
-            # Its folder importable, as `python app.py` makes it: an app that imports its own
-            # modules beside it worked under `python -m flowkit.cli` (the working directory on
-            # the path) and failed under the `flowkit` command and on every worker.
+            # Its folder importable, as `python app.py` makes it (for the modules beside it).
             folder = str((base / module).parent)
             if folder not in sys.path:
                 sys.path.insert(0, folder)
@@ -193,9 +191,7 @@ def _with_target(
     from flowkit.flow.loader import LoadContext, _raise, load_flow, without_paths
 
     # An input the data fills under another tool's name (rag_suite's request from a `query`
-    # column, groundedness' context from `retrieved_context`) is the data's, as it is without
-    # --target and as a column of its own name is: the app is not asked for it (a reply
-    # without it left it empty, and the judges saw no request, or no context).
+    # column) is the data's, as without --target: the app is not asked for it.
     provides = [
         k
         for k, spec in metric.inputs.items()
@@ -273,8 +269,7 @@ def _with_target(
     metric_outputs, pickers = _metric_outputs(metric)
     metric_nodes = _metric_nodes(metric, out)
     nodes: list[dict[str, Any]] = [app_node, *metric_nodes, *pickers]
-    # The node whose outputs hold the app's per-row counts: the metric flow's own (one of the
-    # composed flows) when it measures the app, else agent_metrics fed here.
+    # The node holding the app's per-row counts: the metric flow's own, else agent_metrics.
     counter = next((n["name"] for n in metric_nodes if _measures(n["inputs"], latency)), None)
     if counter is None:
         counter = AGENT_NODE
@@ -286,8 +281,7 @@ def _with_target(
                 "inputs": {"latency_seconds": latency, "usage": usage},
             }
         )
-    # Per row, as Databricks names them (None where the app's tokens were not seen), unless
-    # the metric flow's own outputs already carry them.
+    # Per row, as Databricks names them, unless the metric flow's own outputs carry them.
     tokens = {
         k: _picker(f"agent_output_{i}", counter, k)
         for i, k in enumerate(AGENT_TOKENS)

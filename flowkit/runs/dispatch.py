@@ -1,10 +1,8 @@
 """Sending chunks of rows to workers and taking them back as they finish, through each
 backend's own futures: a lost chunk is sent again, and stopping the driver cancels the rest.
 
-joblib.Parallel, which ran the chunks before, can neither send a chunk again when its worker
-dies (loky and Ray failed the whole run, 0 rows kept) nor hand a chunk back before the ones
-sent earlier. So each backend is driven through its own futures API, and one loop here does the
-rest; flowkit keeps no scheduler of its own:
+joblib.Parallel can neither send a chunk again when its worker dies nor hand a chunk back
+before the ones sent earlier, so each backend is driven through its own futures API:
 
 - ``loky``: one single-process ``ProcessPoolExecutor`` of loky (joblib's process pool) per
   worker, so a worker that dies breaks only its own executor and loses only its own chunk
@@ -199,12 +197,9 @@ _cancelling = threading.Lock()
 
 
 def _cancel(future: cf.Future[Any]) -> None:
-    """Cancel ``future`` and wake whoever waits on it (``cf.wait`` is woken by the notify).
-
-    Called twice for one future when the driver stops (by ``cancel`` and again by the Dask
-    task's callback): a future already cancelled is left alone, for ``cf.Future`` logs a
-    CRITICAL "Future … in unexpected state: CANCELLED_AND_NOTIFIED" to the user's terminal
-    when notified twice."""
+    """Cancel ``future`` and wake whoever waits on it (``cf.wait`` is woken by the notify);
+    once only: notified twice (``cancel``, then the Dask task's callback) ``cf.Future`` logs
+    "Future … in unexpected state" to the user's terminal."""
     with _cancelling:
         if future.done():
             return
