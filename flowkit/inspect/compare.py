@@ -130,7 +130,7 @@ def _warnings(
         notes.append(
             f"warning: {differ} of {len(pairs.a)} paired rows have different inputs (first: "
             f"{'line' if isinstance(first, int) else 'key'} {first!r}); the runs may not be over "
-            "the same data — pair them with --key COLUMN"
+            "the same data — pair them with --key INPUT (an input of the flow that names each row)"
         )
     return notes
 

@@ -83,7 +83,8 @@ def test_other_data_is_told_by_the_inputs_that_are_data(tmp_path: Path) -> None:
     b = [{**row, "question": f"another {row['question']}"} for row in b]
     assert _notes(tmp_path, a, b) == [
         "warning: 4 of 4 paired rows have different inputs (first: line 0); the runs may not "
-        "be over the same data — pair them with --key COLUMN"
+        "be over the same data — pair them with --key INPUT (an input of the flow that names "
+        "each row)"
     ]
 
 
