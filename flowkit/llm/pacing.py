@@ -29,6 +29,7 @@ this run (see ``shared``).
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -204,8 +205,21 @@ class Pacer:
         shared = self.declared
         if shared is not None:
             await self._draw(shared, tokens)
-        # Booked at a hedge until spans measure the charge (see ``learner.HEDGE``).
-        await take(self._rpm, self._tpm, round(tokens * self.learner.hedge))
+        # Booked at a hedge until spans measure the charge (see ``learner.HEDGE``), reckoned
+        # once the request's turn in the request pace has come: a request limit queues many
+        # requests past ``token_room`` at once, and the hedge in force when they queued (2×
+        # at first contact) would pace the whole queue at half the token limit long after
+        # the spans lifted it. So the request turn first, then the room and the tokens.
+        if self._rpm is not None and self._tpm is not None and tokens > 0:
+            await take(self._rpm, None, 0)
+            try:
+                await self.token_room()
+                await take(None, self._tpm, round(tokens * self.learner.hedge))
+            except asyncio.CancelledError:
+                self._rpm.adjust(-1)
+                raise
+        else:
+            await take(self._rpm, self._tpm, round(tokens * self.learner.hedge))
         # Booked at a scale the headers have moved since: top up (or give back) in place, so
         # the turns behind move too (see benchmarks/RESULTS.md, Pacing, round 4).
         while tokens > 0 and abs((now := self.learner.scale) / scale - 1.0) > 0.02:

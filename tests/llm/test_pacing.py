@@ -279,3 +279,50 @@ def test_a_pace_measured_in_a_burst_allowance_is_remeasured_at_the_next_overload
     pacer.cut(pacer.generation)  # within the five seconds a paced cut waits out
     again = pacer.rate()
     assert again is not None and again < 300, (first, again)
+
+
+def test_the_hedge_is_reckoned_when_a_request_turn_comes_not_when_it_queued() -> None:
+    # A request limit and a token limit at once, from the first reply's headers: the requests
+    # queue on the request pace past the token room at once. The first contact's hedge (2×
+    # what a request is estimated to cost) lifts once the spans have measured the charge; the
+    # requests still queued then book their tokens at 1×, not at the 2× in force when they
+    # queued (which paced the rest of a short run at half the token limit).
+    import time
+
+    from flowkit.llm.pacing import Pacer
+    from flowkit.llm.ratelimits import parse_rate_headers
+
+    booked: list[float] = []
+
+    async def body() -> None:
+        pacer = Pacer(
+            Limits(concurrency=32), window=60.0, clock=time.monotonic, sleep=asyncio.sleep
+        )
+        pacer.learn_headers(
+            parse_rate_headers(
+                {
+                    "x-ratelimit-limit-requests": "60000",  # a turn every ms
+                    "x-ratelimit-remaining-requests": "0",
+                    "x-ratelimit-limit-tokens": "600000000",
+                    "x-ratelimit-remaining-tokens": "600000000",
+                }
+            )
+        )
+        assert pacer.learner.hedge > 1.0
+        bucket = pacer._tpm
+        assert bucket is not None
+        acquire = bucket.acquire
+
+        async def recorded(amount: float) -> float:
+            booked.append(amount)
+            return await acquire(amount)
+
+        bucket.acquire = recorded  # type: ignore[method-assign]
+        waiting = [asyncio.ensure_future(pacer.admit(100)) for _ in range(5)]
+        await asyncio.sleep(0)  # every one has queued for its request turn
+        pacer.learner._proven = True  # the spans measured the charge: the hedge is lifted
+        assert pacer.learner.hedge == 1.0
+        await asyncio.gather(*waiting)
+
+    asyncio.run(body())
+    assert booked == [100] * 5, booked
