@@ -11,20 +11,13 @@ comes from three sources, the lowest winning:
   the success rate just measured and probed back up additively (AIMD on the rate, one cut per
   generation), so it settles just under the cap.
 
-The opening is decided by what the first replies show, not by a ramp: most endpoints either
-announce their limits on every reply (OpenAI and Azure: the headers set the pace at once) or
-have none (vLLM, Ollama and other self-hosted servers queue instead of refusing). An endpoint
-known to send the headers (``ratelimits.announces_limits``: OpenAI's and Azure's hosts), or whose
-connection sets ``slow_start: true``, gets one request alone until its first reply, whose headers
-pace the rest; every other endpoint opens at the connection's full ``concurrency`` at once. The
-first overload 429s while no pace is known cut it fast: one request at a time until one sent
-after the cut succeeds, then a request pace measured from what got through (a rate limiter that
-needs no warm-up round trips); from then on the pace, not the window, holds the endpoint back.
+No ramp: an endpoint known to send the headers (``ratelimits.announces_limits``, or
+``slow_start: true``) gets one request alone, whose reply's headers pace the rest; every other
+endpoint opens at its full ``concurrency`` (most either announce limits or have none), and the
+first overload 429s cut it to one at a time until a pace is measured from what got through.
 
-The configured ``rpm`` / ``tpm`` may be drawn from a :class:`~flowkit.llm.shared.DeclaredBudget`
-instead of the pacer's own buckets: then every run of the process that uses the endpoint draws
-from the same budget, and the pacer's own buckets hold only the paces headers and 429s taught
-this run (see ``shared``).
+A configured ``rpm`` / ``tpm`` may be drawn from a shared ``DeclaredBudget`` (``shared``), so
+every run of the process on the endpoint draws from one budget.
 """
 
 from __future__ import annotations
@@ -48,19 +41,15 @@ server's clocks and windows never align exactly, and replies arrive bunched."""
 CUT = 0.9
 """On overload while paced, the learned rate becomes this fraction of the pace in force."""
 FIRST_CUT = 0.95
-"""On the first overload, the learned rate becomes this fraction of the success rate measured
-(which the slice correction makes close to the cap, and the climb takes it the rest)."""
+"""On the first overload, the learned rate becomes this fraction of the success rate measured."""
 REMEASURE = 0.5
-"""An overload 429 while paced by 429s alone re-measures the pace from the successes since the
-last cut when those come to less than this fraction of the pace in force (the first measure
-counted a burst allowance larger than a second's worth)."""
+"""A 429 while paced by 429s alone re-measures the pace from the successes since the last cut
+when those come under this fraction of the pace (the first measure counted a burst)."""
 PROBE = 0.002
-"""After a paced cut the learned rate grows by this fraction of itself per 1/60 of the window (a
-second for per-minute limits): a slow probe, so the pace settles just under the cap."""
+"""After a paced cut the rate grows by this fraction of itself per 1/60 of the window (slowly)."""
 CLIMB = 0.005
-"""After the first cut (from a success rate measured before any pace, which may be off either
-way) the learned rate grows by this fraction of itself per 1/60 of the window, additively,
-until a paced cut says where the cap is."""
+"""After the first cut the rate grows by this fraction of itself per 1/60 of the window, until
+a paced cut says where the cap is."""
 BOOKED_AHEAD = 1.0
 """Seconds of the token pace requests may book ahead of time before more wait to be charged."""
 
@@ -205,11 +194,8 @@ class Pacer:
         shared = self.declared
         if shared is not None:
             await self._draw(shared, tokens)
-        # Booked at a hedge until spans measure the charge (see ``learner.HEDGE``), reckoned
-        # once the request's turn in the request pace has come: a request limit queues many
-        # requests past ``token_room`` at once, and the hedge in force when they queued (2×
-        # at first contact) would pace the whole queue at half the token limit long after
-        # the spans lifted it. So the request turn first, then the room and the tokens.
+        # Booked at a hedge until spans measure the charge (``learner.HEDGE``), reckoned when
+        # the request's turn comes: a hedge reckoned on queueing outlives its lifting.
         if self._rpm is not None and self._tpm is not None and tokens > 0:
             await take(self._rpm, None, 0)
             try:
