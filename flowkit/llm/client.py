@@ -88,7 +88,8 @@ def charge_of(
         return prompt + cap, False, f"prompt {prompt:,} + output cap {cap:,}"
     if rule == "max_of":
         return arrival, True, f"max_of: output cap {cap:,} vs characters / 4"
-    return arrival, True, f"prompt {prompt:,} + max_tokens × n {cap:,}"
+    named = "max_completion_tokens" if "max_completion_tokens" in params else "max_tokens"
+    return arrival, True, f"prompt {prompt:,} + {named} × n {cap:,}"
 
 
 def request_secrets(endpoint: Endpoint, params: dict[str, Any] | None = None) -> list[str]:

@@ -277,10 +277,11 @@ class Scheduler:
             return limit
         self.stats.errors += 1
         how = f" ({detail})" if detail else ""
+        cap = "max_completion_tokens" if "max_completion_tokens" in detail else "max_tokens"
         raise OverBudget(
             f"request refused before sending: it costs an estimated {charge:,} tokens{how}, "
             f"more than the {limit:,} tokens per minute {self.url or self.name} allows in all; "
-            "lower max_tokens (or n), or shorten the prompt"
+            f"lower {cap} (or n), or shorten the prompt"
         )
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:

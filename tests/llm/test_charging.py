@@ -117,18 +117,19 @@ def test_an_overcharging_rule_is_learned_while_the_budget_refills_between_replie
     assert last_ours == pytest.approx(last_theirs, rel=0.1)
 
 
-def test_a_request_over_the_whole_budget_is_refused_before_sending() -> None:
+@pytest.mark.parametrize("cap", ["max_tokens", "max_completion_tokens"])
+def test_a_request_over_the_whole_budget_is_refused_before_sending(cap: str) -> None:
     with serve(tpm=10**6) as srv:
         ep = _endpoint(srv.base_url, "prompt_plus_max", tpm=5000)
         sched = Scheduler(ep.limits, name="local", url=ep.url)
         messages = [{"role": "user", "content": "x" * 400}]
         with pytest.raises(OverBudget) as caught:
-            asyncio.run(chat(ep, "flowkit-test", messages, {"max_tokens": 6000}, scheduler=sched))
+            asyncio.run(chat(ep, "flowkit-test", messages, {cap: 6000}, scheduler=sched))
         requests = srv.stats()["requests"]
     assert str(caught.value) == (
         "request refused before sending: it costs an estimated 6,104 tokens (prompt 104 + "
-        f"max_tokens × n 6,000), more than the 5,000 tokens per minute {ep.url} allows in all; "
-        "lower max_tokens (or n), or shorten the prompt"
+        f"{cap} × n 6,000), more than the 5,000 tokens per minute {ep.url} allows in all; "
+        f"lower {cap} (or n), or shorten the prompt"
     )
     assert requests == 0
     assert sched.stats.errors == 1
