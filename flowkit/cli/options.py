@@ -67,14 +67,17 @@ def _parse_maps(values: tuple[str, ...]) -> dict[str, str]:
 
 def ci_options(command: F) -> F:
     """`run`'s options for CI: a baseline, gates on the drop from it, and the files CI reads."""
-    for option in reversed(_CI_OPTIONS):
-        command = option(command)
-    return ci_files(command)
+    return ci_files(_apply(_CI_OPTIONS, command))
 
 
 def ci_files(command: F) -> F:
     """The files a CI job reads (`run` and `compare` alike): a markdown summary, JUnit XML."""
-    for option in reversed(_CI_FILES):
+    return _apply(_CI_FILES, command)
+
+
+def _apply(options: list[Any], command: F) -> F:
+    """``options`` on ``command``, in the order listed (as stacked decorators would read)."""
+    for option in reversed(options):
         command = option(command)
     return command
 
@@ -155,9 +158,7 @@ def baseline_apart(
 
 def scale_out_options(command: F) -> F:
     """`run`'s options for running rows elsewhere than this process (docs/scale-out.md)."""
-    for option in reversed(_SCALE_OUT):
-        command = option(command)
-    return command
+    return _apply(_SCALE_OUT, command)
 
 
 _SCALE_OUT = [

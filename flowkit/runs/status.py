@@ -62,20 +62,9 @@ class DamagedRunFile(UsageError, ValueError):
 def read_run_info(run_dir: Path) -> dict[str, Any]:
     """A run's run.json, read back as damaged until parsed: not JSON, or JSON but not an
     object, is a clear error naming the file, never a traceback."""
-    path = run_dir / "run.json"
-    try:
-        info = json.loads(path.read_text("utf-8"))
-    except ValueError as err:  # not JSON, not UTF-8
-        raise DamagedRunFile(
-            f"{display(path)} is damaged ({err}); it is not a run's record",
-            hint="restore it from a copy, or start a new run",
-        ) from None
-    if not isinstance(info, dict):
-        raise DamagedRunFile(
-            f"{display(path)} is damaged (a JSON {type(info).__name__}, not an object); it is "
-            "not a run's record",
-            hint="restore it from a copy, or start a new run",
-        )
+    info = _json_object(
+        run_dir / "run.json", "a run's record", "restore it from a copy, or start a new run"
+    )
     # The newest lease says whether a `running` run still runs: it is renewed, run.json is not.
     generation, lease = newest(LocalPlace(run_dir))
     if lease is not None:
@@ -121,19 +110,7 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "metrics.json"
     if not path.is_file():
         return {}
-    try:
-        metrics = json.loads(path.read_text("utf-8"))
-    except ValueError as err:  # not JSON, not UTF-8
-        raise DamagedRunFile(
-            f"{display(path)} is damaged ({err}); it is not a run's metrics",
-            hint="restore it from a copy, or run the flow again",
-        ) from None
-    if not isinstance(metrics, dict):
-        raise DamagedRunFile(
-            f"{display(path)} is damaged (a JSON {type(metrics).__name__}, not an object); it "
-            "is not a run's metrics",
-            hint="restore it from a copy, or run the flow again",
-        )
+    metrics = _json_object(path, "a run's metrics", "restore it from a copy, or run the flow again")
     return metrics
 
 
@@ -185,3 +162,20 @@ def _not_running(info: dict[str, Any], where: str) -> None:
         raise UsageError(
             f"{where} is still running (pid {info.get('pid')})", hint="wait for it, or stop it"
         )
+
+
+def _json_object(path: Path, what: str, hint: str) -> dict[str, Any]:
+    """``path``'s JSON object; not JSON, or JSON but not an object, is a DamagedRunFile."""
+    try:
+        value = json.loads(path.read_text("utf-8"))
+    except ValueError as err:  # not JSON, not UTF-8
+        raise DamagedRunFile(
+            f"{display(path)} is damaged ({err}); it is not {what}", hint=hint
+        ) from None
+    if not isinstance(value, dict):
+        raise DamagedRunFile(
+            f"{display(path)} is damaged (a JSON {type(value).__name__}, not an object); it is "
+            f"not {what}",
+            hint=hint,
+        )
+    return value
