@@ -36,9 +36,10 @@ def _settings(tmp: Path, base_url: str, name: str) -> object:
     (folder / "flowkit.yaml").write_text(
         "default_model: flowkit-test\n"
         "connections:\n"
-        # A 4 s timeout: on a loaded machine an ordinary reply to 64 requests at once can take
-        # 2 s; the injected timeouts stall for far longer (timeout_delay) and are cut at 4 s.
-        f"  local: {{base_url: '{base_url}', concurrency: 64, timeout: 4.0, max_retries: 10,"
+        # An 8 s timeout and 20 attempts: on a loaded machine an ordinary reply to 64 requests
+        # at once can take seconds, and the learned stall deadline may cut it too; the injected
+        # timeouts stall for far longer (timeout_delay).
+        f"  local: {{base_url: '{base_url}', concurrency: 64, timeout: 8.0, max_retries: 20,"
         " backoff_base: 0.01, backoff_max: 0.05}\n"
     )
     return load_settings(folder, env={})
@@ -91,5 +92,5 @@ def test_faulty_endpoint_loses_no_rows_and_changes_no_scores(tmp_path: Path) -> 
     for line, score in faulty_scores.items():
         if score is not None:
             assert score == clean_scores[line]
-    assert faulty.counts["succeeded"] == ROWS  # ten attempts outlast these fault rates
+    assert faulty.counts["succeeded"] == ROWS  # twenty attempts outlast these fault rates
     assert faulty.metrics == clean.metrics

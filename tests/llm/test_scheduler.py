@@ -83,7 +83,7 @@ def test_retry_after_zero_means_retry_now() -> None:
         assert done.attempts == 3
         return time.perf_counter() - t0
 
-    assert run(body) < 0.2
+    assert run(body) < 4.0  # no 5 s backoff: a margin a loaded machine cannot eat
 
 
 def test_retry_after_ms_wins_over_retry_after() -> None:
