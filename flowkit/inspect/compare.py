@@ -41,6 +41,7 @@ from flowkit.inspect.intervals import (
     TOO_FEW,
     WORSE,
     bootstrap_ci,
+    fewest_rows,
     verdict,
 )
 from flowkit.inspect.intervals import (
@@ -295,7 +296,7 @@ def _metric(
         return MetricDelta(name, 0, None, None, None, None, None, TOO_FEW, lower, missing)
     delta = math.fsum(diffs) / n
     mean_a, mean_b = math.fsum(xs) / n, math.fsum(ys) / n
-    if n < 2:
+    if n < fewest_rows(result.confidence):
         return MetricDelta(name, n, mean_a, mean_b, delta, None, None, TOO_FEW, lower, missing)
     low, high = bootstrap_ci(
         diffs, resamples=result.resamples, seed=result.seed, confidence=result.confidence

@@ -38,6 +38,7 @@ from flowkit.inspect.intervals import (
     Interval,
     bootstrap_ci,
     bootstrap_unpaired,
+    fewest_rows,
     lower_is_better,
     verdict,
 )
@@ -149,7 +150,8 @@ def _mean_interval(
     output = _mean_of(side_a, side_b, *ab)
     if output is not None:
         diffs = paired_diffs(side_a.columns[output], side_b.columns[output], pairs)
-        if diffs is not None and len(diffs) >= 2:
+        fewest = fewest_rows(confidence)
+        if diffs is not None and len(diffs) >= fewest:
             _, low, high = paired.get(output, (0, None, None))
             if low is None or high is None:  # the output was not compared (--metric)
                 low, high = bootstrap_ci(
@@ -157,14 +159,17 @@ def _mean_interval(
                 )
             return Interval(low, high, PAIRED.format(name=output), output, len(diffs))
         xs, ys = values(side_a, output), values(side_b, output)
-        if len(xs) >= 2 and len(ys) >= 2:
+        if len(xs) >= fewest and len(ys) >= fewest:
             low, high = bootstrap_unpaired(
                 xs, ys, resamples=resamples, seed=seed, confidence=confidence
             )
             return Interval(low, high, UNPAIRED.format(name=output), output)
     prefix = re.sub(r"[/._]?(?:mean|average)$", "", name)
     stored = [(m.get(f"{prefix}.stdev"), m.get(f"{prefix}.count")) for m in metrics]
-    numbers = [(float(s), float(c)) for s, c in stored if is_number(s) and is_number(c) and c >= 2]
+    fewest = fewest_rows(confidence)
+    numbers = [
+        (float(s), float(c)) for s, c in stored if is_number(s) and is_number(c) and c >= fewest
+    ]
     if len(numbers) == 2:
         (sa, na), (sb, nb) = numbers
         spread = math.sqrt(sa * sa / na + sb * sb / nb)

@@ -30,7 +30,7 @@ from flowkit.inspect.compare_rows import (
     is_number,
     paired_diffs,
 )
-from flowkit.inspect.intervals import Interval, bootstrap_ci, newcombe
+from flowkit.inspect.intervals import Interval, bootstrap_ci, fewest_rows, newcombe
 
 PAIRED = "paired bootstrap of the per-row {what}, the rows this rate counts"
 APART = (
@@ -175,7 +175,7 @@ def rate_interval(
             low, high = newcombe(*hits[0], *hits[1], ev.confidence)
             said = ", ".join([what, *others])
             return Interval(low, high, AMBIGUOUS.format(what=said))
-        if diffs is not None and len(diffs) >= 2:
+        if diffs is not None and len(diffs) >= fewest_rows(ev.confidence):
             low, high = bootstrap_ci(
                 diffs, resamples=ev.resamples, seed=ev.seed, confidence=ev.confidence
             )

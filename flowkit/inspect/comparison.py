@@ -11,12 +11,13 @@ from typing import Any
 
 from flowkit.errors import UsageError
 from flowkit.inspect.compare import Comparison, compare_runs
+from flowkit.inspect.intervals import fewest_rows
 from flowkit.runs.folder import resolve_run_dir
 
 PER_ROW, AGGREGATE = "per-row output", "metrics.json"
 COLUMNS = ["source", "rows", "A", "B", "difference", "ci_low", "ci_high", "verdict", "interval"]
 PAIRED_ROWS = "paired bootstrap"
-TOO_FEW_ROWS = "none: fewer than 2 paired rows with a value on both sides"
+TOO_FEW_ROWS = "none: fewer than {n} paired rows with a value on both sides"
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RunComparison:
         interval". The verdicts are those `flowkit compare`, ``--fail-if`` and its summary
         give (flowkit.inspect.intervals.verdict decides them all)."""
         pd = _pandas("to_pandas")
+        too_few = TOO_FEW_ROWS.format(n=fewest_rows(self.comparison.confidence))
         rows = [
             [
                 PER_ROW,
@@ -51,7 +53,7 @@ class RunComparison:
                 m.ci_low,
                 m.ci_high,
                 m.verdict,
-                TOO_FEW_ROWS if m.ci_low is None else PAIRED_ROWS,
+                too_few if m.ci_low is None else PAIRED_ROWS,
             ]
             for m in self.comparison.metrics
         ]

@@ -32,6 +32,13 @@ def lower_is_better(name: str, asked: Collection[str] = ()) -> bool:
     return name in asked or _LOWER_BY_NAME.search(name) is not None
 
 
+def fewest_rows(confidence: float) -> int:
+    """The fewest rows (paired, or on each side) an interval is drawn from: with fewer, even
+    every row changing the same way is within chance at ``confidence`` (a two-sided sign test:
+    ``2 * 0.5**n``), yet a percentile bootstrap of them would call the change certain."""
+    return max(2, math.ceil(math.log2(2.0 / (1.0 - confidence)) - 1e-9))
+
+
 def verdict(low: float, high: float, lower: bool) -> str:
     """The verdict of a change whose interval is [low, high]: beyond noise only when the
     interval leaves zero out."""

@@ -31,8 +31,8 @@ def _run(tmp_path: Path, name: str, xs: list[int]) -> Any:
 
 
 def test_compare_gives_a_table_per_metric_and_the_changed_rows(tmp_path: Path) -> None:
-    a = _run(tmp_path, "a", [3, 4, 5, 6])
-    b = _run(tmp_path, "b", [2, 3, 4, 6])
+    a = _run(tmp_path, "a", [3, 4, 5, 6] * 2)
+    b = _run(tmp_path, "b", [2, 3, 4, 6] * 2)
     cmp = flowkit.compare(a, b)
     frame = cmp.to_pandas()
     assert list(frame.columns) == [
@@ -41,7 +41,7 @@ def test_compare_gives_a_table_per_metric_and_the_changed_rows(tmp_path: Path) -
     score = frame.loc["y.score"]
     assert (score["source"], score["rows"], score["A"], score["B"]) == (
         "per-row output",
-        4,
+        8,
         4.5,
         3.75,
     )
@@ -51,7 +51,7 @@ def test_compare_gives_a_table_per_metric_and_the_changed_rows(tmp_path: Path) -
     assert score["interval"] == "paired bootstrap"
     mean = frame.loc["t.mean"]
     assert (mean["source"], mean["A"], mean["B"]) == ("metrics.json", 4.5, 3.75)
-    assert mean["rows"] == 4  # the paired rows behind its interval, as y.score's
+    assert mean["rows"] == 8  # the paired rows behind its interval, as y.score's
     # t.mean is y.score's mean, every row paired: the same interval, and its verdict.
     assert (mean["ci_low"], mean["ci_high"], mean["verdict"]) == (
         score["ci_low"],
@@ -60,12 +60,28 @@ def test_compare_gives_a_table_per_metric_and_the_changed_rows(tmp_path: Path) -
     )
     assert mean["interval"] == "paired bootstrap of the per-row output y.score, whose mean it is"
     changes = cmp.changes()
-    assert list(changes["line"]) == [0, 1, 2]
-    assert list(changes["regression"]) == [True, True, True]
-    assert "<b>b</b> compared with <b>a</b>: 4 paired rows" in cmp._repr_html_()
-    assert repr(cmp) == "<RunComparison a → b; 4 paired rows; y.score: worse>"
+    assert list(changes["line"]) == [0, 1, 2, 4, 5, 6]
+    assert list(changes["regression"]) == [True] * 6
+    assert "<b>b</b> compared with <b>a</b>: 8 paired rows" in cmp._repr_html_()
+    assert repr(cmp) == "<RunComparison a → b; 8 paired rows; y.score: worse>"
     # Here the inputs themselves differ (x is the data), so the comparison says so.
-    assert cmp.notes[0].startswith("warning: 3 of 4 paired rows have different inputs")
+    assert cmp.notes[0].startswith("warning: 6 of 8 paired rows have different inputs")
+
+
+def test_too_few_rows_give_no_verdict_however_alike_their_changes(tmp_path: Path) -> None:
+    """Five rows that all fell by one: a sign test puts that within chance at 95% (2 / 2**5 =
+    0.0625), yet their bootstrap interval is [-1, -1]; it was called "worse"."""
+    a = _run(tmp_path, "a", [3, 4, 5, 6, 7])
+    b = _run(tmp_path, "b", [2, 3, 4, 5, 6])
+    frame = flowkit.compare(a, b).to_pandas()
+    score = frame.loc["y.score"]
+    assert (score["rows"], score["difference"], score["verdict"]) == (5, -1.0, "too few rows")
+    assert pd.isna(score["ci_low"]) and pd.isna(score["ci_high"])
+    assert score["interval"] == "none: fewer than 6 paired rows with a value on both sides"
+    assert frame.loc["t.mean", "verdict"] == "none: no interval"
+    # At 90% five rows are enough (2 / 2**5 < 0.1): the floor follows the confidence.
+    loose = flowkit.compare(a, b, confidence=0.9).to_pandas()
+    assert loose.loc["y.score", "verdict"] == "worse"
 
 
 def test_runs_by_name_or_folder_and_result_compare_agree(tmp_path: Path) -> None:
@@ -85,11 +101,11 @@ def test_compare_refuses_what_is_not_a_run(tmp_path: Path) -> None:
 
 
 def test_a_mean_of_rows_not_all_paired_gets_an_unpaired_interval(tmp_path: Path) -> None:
-    a = _run(tmp_path, "a", [3, 4, 5, 6])
-    b = _run(tmp_path, "b", [1, 1, 2, 2, 1, 2])  # two rows only B has
+    a = _run(tmp_path, "a", [3, 4, 5, 6, 3, 4])
+    b = _run(tmp_path, "b", [1, 1, 2, 2, 1, 2, 1, 2])  # two rows only B has
     frame = flowkit.compare(a, b).to_pandas()
     mean = frame.loc["t.mean"]
-    assert mean["difference"] == pytest.approx(1.5 - 4.5)
+    assert mean["difference"] == pytest.approx(1.5 - 25 / 6)
     assert mean["ci_low"] <= mean["difference"] <= mean["ci_high"] < 0
     assert mean["verdict"] == "worse"
     assert mean["interval"] == (
@@ -122,12 +138,12 @@ def agg(ys):
 def test_a_mean_with_a_stored_stdev_and_count_or_none_and_why(tmp_path: Path) -> None:
     flow = python_flow(tmp_path, STORED, "agg")
     runs = []
-    for name, xs in (("a", [3, 4, 5, 6, 7]), ("b", [1, 2, 2, 3, 4])):
+    for name, xs in (("a", [3, 4, 5, 6, 7, 8]), ("b", [1, 2, 2, 3, 4, 5])):
         data = write_jsonl(tmp_path / f"{name}.jsonl", [{"x": x} for x in xs])
         runs.append(flowkit.run(flow, data, name=name, runs_root=tmp_path / "runs"))
     frame = flowkit.compare(*runs).to_pandas()
     mean = frame.loc["t.mean"]
-    a, b = ([2 * x for x in xs] for xs in ([3, 4, 5, 6, 7], [1, 2, 2, 3, 4]))
+    a, b = ([2 * x for x in xs] for xs in ([3, 4, 5, 6, 7, 8], [1, 2, 2, 3, 4, 5]))
     half = NormalDist().inv_cdf(0.975) * math.sqrt(
         statistics.variance(a) / len(a) + statistics.variance(b) / len(b)
     )
@@ -157,8 +173,8 @@ def test_a_mean_with_a_stored_stdev_and_count_or_none_and_why(tmp_path: Path) ->
 def test_a_lower_is_better_metric_of_metrics_json_turns_its_verdict(tmp_path: Path) -> None:
     """`--lower-is-better t.mean` (a metric, not a per-row output) was refused from Python and
     dropped by `compare`, whose table then called the rise that --fail-if failed "better"."""
-    a = _run(tmp_path, "a", [3, 4, 5, 6])
-    b = _run(tmp_path, "b", [4, 5, 6, 7])
+    a = _run(tmp_path, "a", [3, 4, 5, 6, 3, 4])
+    b = _run(tmp_path, "b", [4, 5, 6, 7, 4, 5])
     frame = flowkit.compare(a, b, lower_is_better=["t.mean"]).to_pandas()
     assert frame.loc["y.score", "verdict"] == "better"  # not named: higher is better
     assert frame.loc["t.mean", "verdict"] == "worse"
