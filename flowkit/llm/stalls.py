@@ -86,6 +86,8 @@ class StallWatch:
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
         self.deadline = min(self.timeout, max(self.floor, FACTOR * p99))
         for attempt in self._open:
-            if attempt.limit > self.deadline:
+            # A timeout that has fired, its attempt not yet run, cannot be moved (asyncio
+            # raises), and needs not be: that attempt is ending.
+            if attempt.limit > self.deadline and not attempt.scope.expired():
                 attempt.limit = self.deadline
                 attempt.scope.reschedule(attempt.started + self.deadline)
