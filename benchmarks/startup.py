@@ -14,7 +14,10 @@ measurement; then whether the targets hold (`--help` < 0.3 s, the one-row run < 
 run within 0.3 s of the python one) and which model libraries the python-only run and the
 cached llm rerun imported (none should be). With `--before PATH` (a folder holding another
 version's `flowkit/` package), every command also runs with that code, right after this
-code's, so both sides see the same load.
+code's, so both sides see the same load. With `--instructions`, each run command also runs once
+under valgrind's cachegrind, which counts the instructions the process executed: a figure the
+machine's load does not move (repeatable to 0.01%, hash seed fixed), for comparing versions on
+a busy machine; the wall and CPU figures remain the ones the targets are about.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -33,6 +37,7 @@ from pathlib import Path
 from flowkit.testing.server import serve
 
 ROOT = Path(__file__).resolve().parents[1]
+VALGRIND = ("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null")
 MODEL_LIBRARIES = ("openai", "httpx", "aiohttp", "networkx", "pandas")
 
 
@@ -44,6 +49,23 @@ def timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def instructions(args: list[str], cwd: Path, env: dict[str, str]) -> int:
+    """How many instructions one fresh process running ``args`` executed (valgrind)."""
+    done = subprocess.run(
+        [*VALGRIND, *args],
+        cwd=cwd,
+        env={**env, "PYTHONHASHSEED": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"valgrind printed no instruction count:\n{done.stderr}")
+    return int(found[1].replace(",", ""))
 
 
 def report(label: str, runs: list[tuple[float, float]]) -> tuple[float, float]:
@@ -60,6 +82,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--before", type=Path, help="a folder with another flowkit/ to compare")
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count instructions (valgrind)"
+    )
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, serve() as server:
         work = Path(tmp)
@@ -113,6 +138,14 @@ def main() -> None:
                 f"{statistics.median(walls):.3f} s (range {min(walls):.3f}-{max(walls):.3f} s; "
                 f"CPU {statistics.median(cpus):.3f} s, range {min(cpus):.3f}-{max(cpus):.3f} s)"
             )
+        if opts.instructions:
+            counted = {run_label: run, llm_label: [*llm, "--no-cache"], "cached rerun": llm}
+            for name, side in sides.items():
+                count = {label: instructions(args, work, side) for label, args in counted.items()}
+                for label, value in count.items():
+                    print(f"{name}{label}: {value / 1e9:.3f} G instructions")
+                gap = count[llm_label] - count[run_label]
+                print(f"{name}llm run minus python run: {gap / 1e9:.3f} G instructions")
         for label, value, target in (
             ("flowkit --help", best["flowkit --help"][0], 0.3),
             ("one-row f1_score run", best[run_label][0], 0.5),

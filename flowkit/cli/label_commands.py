@@ -228,15 +228,19 @@ def check_labels(
 ) -> None:
     """`run --labels` is read after the rows run: refuse what cannot work before the first.
     A resumed run that has labels of its own (RUN/labels.jsonl) is corrected by them."""
-    from flowkit.labels.read import GATED
-    from flowkit.labels.store import RUN_LABELS
-    from flowkit.runs.folder import resolve_run_dir
-
     if labels_file is None:
         if key is not None:
             raise UsageError("--key goes with --labels FILE")
-        if resume_run is not None and (resolve_run_dir(resume_run) / RUN_LABELS).is_file():
-            return
+        if resume_run is not None:
+            from flowkit.labels.store import RUN_LABELS
+            from flowkit.runs.folder import resolve_run_dir
+
+            if (resolve_run_dir(resume_run) / RUN_LABELS).is_file():
+                return
+        if not gates:
+            return  # the labels' reader (and the scores it reads) load only for a gate
+        from flowkit.labels.read import GATED
+
         for gate in gates:
             if gate.metric.endswith(GATED):
                 raise UsageError(f"--gate {gate}: {gate.metric!r} needs --labels FILE")

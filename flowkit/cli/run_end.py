@@ -120,6 +120,8 @@ class Checks:
     """The comparison with the baseline the gates read, whose verdicts the summary shows."""
 
     def __post_init__(self) -> None:
+        if not (self.summary_file or self.junit):
+            return  # the CI report's module (XML, the comparisons) loads only when asked for
         from flowkit.inspect.ci_report import check_writable
 
         check_writable(self.summary_file, self.junit)  # not found out after a (maybe paid) run

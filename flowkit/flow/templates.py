@@ -8,6 +8,7 @@ open a new message. Values are rendered as values: `{{ }}` inside data is never 
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 from dataclasses import dataclass
@@ -125,7 +126,11 @@ def _split_roles(text: str) -> list[dict[str, str]]:
     return out
 
 
+@functools.lru_cache(maxsize=256)
 def _compile(source: str, env: SandboxedEnvironment = _env) -> tuple[Any, frozenset[str]]:
+    """The template and its variables, compiled once per text and environment: a flow's nodes
+    often share a prompt file (a built-in judge's llm node and its ``for_each`` twin), and a
+    compiled template is only ever rendered, so one serves them all."""
     try:
         ast = env.parse(source)
     except TemplateSyntaxError as err:

@@ -15,7 +15,6 @@ from typing import Any
 from rich.console import Console
 
 from flowkit.errors import GateError, UsageError, did_you_mean, one_of
-from flowkit.labels.read import GATED
 
 OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
@@ -150,6 +149,10 @@ def check_gate_names(gates: list[Gate], flow: Any, option: str = "--gate") -> li
     run: refuse it before the first row. The metrics' prefixes are known now, and so are the
     keys of aggregate functions that declare or spell them; the warnings returned
     name the gates whose keys are known only after the run."""
+    if not gates:
+        return []
+    from flowkit.labels.read import GATED  # the labels' reader: only for a run with gates
+
     known = [(prefix, metric_keys(node), node) for prefix, node in aggregate_nodes(flow)]
     prefixes = list(dict.fromkeys(prefix for prefix, _, _ in known))
     unchecked: list[str] = []

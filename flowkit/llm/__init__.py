@@ -24,9 +24,10 @@ the headers) and ``retry`` (what a failure means).
 
 Names are imported on first use (PEP 562): ``flowkit.llm.usage`` prices tokens for every run,
 and must not load the openai SDK (most of a python-only run's start-up) on the way. ``sdk`` is
-where the SDK is imported, the packages of its ``openai.types`` tree run on first use (a chat
-request needs none of them) and without aiohttp: an endpoint's first requests go on the SDK's
-httpx, and a second request starts aiohttp's import on a thread (``clients``).
+where the SDK is imported, the packages of its ``openai.types`` and ``openai.lib`` trees and of
+its http core run on first use (a chat request needs a few of their modules) and without
+aiohttp: an endpoint's first requests go on the SDK's httpx, and a second request starts
+aiohttp's import on a thread (``clients``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,13 @@ from then on the package is as it would have been. Modules (not packages) load a
 whatever the SDK's client imports from one is there at once.
 
 The package of the SDK's aiohttp transport is deferred the same way, so that the SDK's import
-does not import aiohttp (``clients`` decides when it is needed).
+does not import aiohttp (``clients`` decides when it is needed); so is ``openai.lib``, whose
+``__init__`` imports the SDK's structured-output parsing and with it the chat types (the SDK
+takes only ``_client_auth``, ``azure`` and ``bedrock`` from it, modules that need neither), and
+so is the http core under the SDK's httpx (``httpcore2``, or ``httpcore`` under older SDKs),
+created here and run on first use: its ``__init__`` imports the blocking half of the library
+too and reads its version from the installed distributions, where the first request needs
+only its async connection pool, models and exceptions.
 
 Nothing depends on the SDK's layout: a release that needs more of ``openai.types`` at import
 time gets it at import time (the first look-up runs the ``__init__``), only slower. The SDK is
@@ -34,6 +40,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
+
+CORES = ("httpcore2", "httpcore")
+"""The http cores the SDK's httpx may sit on (newer SDKs' ``httpx2``, older ones' ``httpx``)."""
 
 DEFERRED = "openai.types"
 """The SDK's tree whose packages' ``__init__`` runs on first use."""
@@ -224,7 +233,11 @@ def prefetch(name: str) -> threading.Thread | None:
 # only needs its client class from it, a module that does not. So aiohttp (~0.2 s of imports and
 # two loads of the certificate store) is imported when a client on that transport is built
 # (``clients``), not with the SDK.
-with deferring(DEFERRED, "openai._vendor.httpx_aiohttp", "httpx_aiohttp"):
+with deferring(DEFERRED, "openai.lib", "openai._vendor.httpx_aiohttp", "httpx_aiohttp", *CORES):
     import openai
+
+    for _core in CORES:  # httpx imports its core when its first transport is built
+        with contextlib.suppress(ImportError):
+            importlib.import_module(_core)
 
 __all__ = ["openai", "prefetch"]

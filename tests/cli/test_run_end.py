@@ -265,3 +265,35 @@ def test_the_hints_name_a_run_written_elsewhere_by_its_path(workdir: Path) -> No
     assert flowkit(workdir, "trace", "out/r1", "--failed").returncode == 0
     named = flowkit(workdir, "run", str(flow), "--data", "d.jsonl", "--name", "r2")
     assert "hint: see the failed rows: flowkit trace r2 --failed" in named.stderr
+
+
+PROBE = """
+import runpy, sys
+sys.argv = ["flowkit", *sys.argv[1:]]
+try:
+    runpy.run_module("flowkit.cli", run_name="__main__")
+except SystemExit as done:
+    assert not done.code, done.code
+unneeded = ("flowkit.inspect.ci_report", "flowkit.labels.read")
+print(sorted(m for m in unneeded if m in sys.modules))
+"""
+
+
+@pytest.mark.slow  # a process of its own, as a user's shell runs it
+def test_a_plain_run_loads_neither_the_ci_report_nor_the_labels_reader(workdir: Path) -> None:
+    # Without --summary-file, --junit, --labels or a gate on labelled metrics, neither is read:
+    # their modules (XML, the comparisons, the scores) were a fifth of a one-row run's imports.
+    import os
+
+    write_jsonl(workdir / "one.jsonl", [{"answer": "Paris", "ground_truth": "Paris"}])
+    args = ["run", "f1_score", "--data", "one.jsonl", "-q", "--no-cache"]
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        cwd=workdir,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"

@@ -299,3 +299,43 @@ def test_a_package_dropped_for_a_stale_module_takes_its_loaded_submodules_along(
     finally:
         for name in [n for n in sys.modules if n == "pk" or n.startswith("pk.")]:
             del sys.modules[name]
+
+
+def test_the_modules_of_one_installed_folder_cost_one_resolve_and_a_link_is_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every import while a flow runs passes the recording finder (an SDK's hundreds of modules
+    # in a one-row llm run): whether a file is the user's is asked of its folder once. A file
+    # that is a link into the user's project is still recorded as the user's code.
+    import importlib
+
+    from flowkit.code import freshness
+
+    project, installed = tmp_path / "proj", tmp_path / "env" / "site-packages"
+    write(project / "linkedcode.py", "VALUE = 1\n")
+    names = [f"instmod{i}" for i in range(8)]
+    for name in names:
+        write(installed / f"{name}.py", "VALUE = 2\n")
+    (installed / "linkedmod.py").symlink_to(project / "linkedcode.py")
+    resolved: list[str] = []
+    real = Path.resolve
+
+    def counted(self: Path, strict: bool = False) -> Path:
+        resolved.append(str(self))
+        return real(self, strict)
+
+    monkeypatch.syspath_prepend(str(installed))
+    monkeypatch.setattr(Path, "resolve", counted)
+    try:
+        with freshness.watching([str(project)]):
+            resolved.clear()
+            for name in names:
+                importlib.import_module(name)
+            in_folder = [p for p in resolved if p.startswith(str(installed))]
+            importlib.import_module("linkedmod")
+        assert len(in_folder) == 1, in_folder
+        assert freshness.ran_digest(real(installed / "linkedmod.py")) is not None
+        assert freshness.ran_digest(real(installed / "instmod0.py")) is None
+    finally:
+        for name in [*names, "linkedmod"]:
+            sys.modules.pop(name, None)

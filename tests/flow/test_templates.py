@@ -129,3 +129,19 @@ def test_syntax_errors_carry_the_template_line() -> None:
     with pytest.raises(PromptSyntaxError) as info:
         from_file_text("system:\nok\nuser:\n{{ answer }\n")
     assert (str(info.value), info.value.line) == ("Jinja2 syntax error: unexpected '}'", 4)
+
+
+def test_nodes_sharing_a_prompt_file_share_its_compiled_template() -> None:
+    # A built-in judge's llm node and its for_each twin read one prompt file: compiled once.
+    from flowkit.flow.loader import load_flow
+
+    flow = load_flow("groundedness")
+    one, many = (flow.nodes[name].impl.template for name in ("judge", "judge_turns"))
+    assert one == many
+    turn = {"turn": {"answer": "A", "context": "C", "question": "Q", "history": ""}}
+    assert one.render(turn) == many.render(turn)
+    # A syntax error is not kept: the same bad text fails again, with its line.
+    for _ in range(2):
+        with pytest.raises(PromptSyntaxError) as err:
+            from_file_text("user:\n{{ broken\n")
+        assert err.value.line == 2

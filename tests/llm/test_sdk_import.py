@@ -140,10 +140,16 @@ import flowkit
 result = flowkit.run(sys.argv[1], sys.argv[2], cache_dir=sys.argv[3], runs_root=sys.argv[4])
 statuses = [r["status"] for r in result.rows()]
 import openai
-loaded = sorted(
-    m for m in ("openai.types.responses.response", "openai.types.eval_create_params")
-    if m in sys.modules
+# Response types, the SDK's structured-output parsing (which imports the chat types) and the
+# blocking half of its http core (httpcore2, or httpcore under older SDKs): none is needed.
+unneeded = (
+    "openai.types.responses.response",
+    "openai.types.eval_create_params",
+    "openai.lib._parsing._completions",
+    "httpcore2._sync.connection_pool",
+    "httpcore._sync.connection_pool",
 )
+loaded = sorted(m for m in unneeded if m in sys.modules)
 from openai.types import CreateEmbeddingResponse
 from openai.types.chat import ChatCompletion
 names = [openai.types.chat.ChatCompletion.__name__, CreateEmbeddingResponse.__name__]
