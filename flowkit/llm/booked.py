@@ -11,7 +11,12 @@ requests booked between two replies (benchmarks/RESULTS.md, Pacing, round 5).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from flowkit.llm.budget import TokenBucket
+
+Rules = Mapping[str, int] | None
+"""What a request costs by each ``token_charge`` rule, unscaled (see ``learner``), if known."""
 
 BOOKED_AHEAD = 1.0
 """Seconds of the token pace requests may book ahead of time before more wait to be charged."""

@@ -26,7 +26,7 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING
 
-from flowkit.llm.booked import BOOKED_AHEAD, Booked
+from flowkit.llm.booked import BOOKED_AHEAD, Booked, Rules
 from flowkit.llm.budget import Clock, Sleep, TokenBucket, take
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.learner import ChargeLearner
@@ -59,11 +59,8 @@ class Pacer:
         declared: DeclaredBudget | None = None,
         url: str = "",
     ) -> None:
-        self.limits = limits
-        self.declared = declared
-        self.window = window
-        self._clock = clock
-        self._sleep = sleep
+        self.limits, self.declared, self.window = limits, declared, window
+        self._clock, self._sleep = clock, sleep
         self.generation = 0
         """Bumped by every cut: the 429s of requests sent before it count as one signal."""
         self.not_before = 0.0
@@ -149,9 +146,7 @@ class Pacer:
         cut says where the cap is). A window kept by an older flowkit is ignored: every run
         opens at its concurrency now."""
         if rpm:
-            self._answered = True
-            self._opening = False
-            self._measured_cut = True
+            self._answered, self._opening, self._measured_cut = True, False, True
             self._learned = rpm * self.window / 60.0
             self._learned_at = self._clock()
             self.repace()
@@ -165,16 +160,19 @@ class Pacer:
 
     async def token_room(self) -> None:
         """Wait while the token pace is booked more than ``BOOKED_AHEAD`` seconds ahead: a
-        request reckons its charge after this, so few are charged at a scale that the
-        endpoint's headers have shown wrong since (see ``learner.ChargeLearner``)."""
+        request reckons its charge after this, so few are charged at a scale shown wrong since."""
         if self._tpm is not None:
             await self._tpm.room(BOOKED_AHEAD)
 
-    async def admit(self, tokens: int, scale: float = 1.0) -> tuple[int, int]:
+    async def admit(
+        self, tokens: int, scale: float = 1.0, rules: Rules = None, rule: str = ""
+    ) -> tuple[int, int]:
         """Wait for the request and token paces (after :meth:`pause_over`: a pause that starts
-        meanwhile holds the buckets too); ``tokens`` were reckoned at the learner's ``scale``.
-        Returns its ticket (for :meth:`refund` or :meth:`ended`) and its charge at the scale
-        in force when it leaves."""
+        meanwhile holds the buckets too); ``tokens`` were reckoned by ``rule`` at the learner's
+        ``scale`` (``rules``: see ``ChargeLearner.sent``). Returns its ticket (for
+        :meth:`refund` or :meth:`ended`) and its charge at the scale in force when it leaves."""
+        learner = self.learner
+        switches = learner.switches
         if self._learned is not None:
             self.repace()  # the probe moves the learned rate with time
         shared = self.declared
@@ -184,21 +182,21 @@ class Pacer:
         # the request's turn comes: a hedge reckoned on queueing outlives its lifting.
         booked = 0
         try:
-            if self._rpm is not None and self._tpm is not None and tokens > 0:
-                await take(self._rpm, None, 0)
-                try:
+            await take(self._rpm, None, 0)
+            try:
+                if tokens > 0:
                     await self.token_room()
-                    booked = self.booked.book(self._tpm, round(tokens * self.learner.hedge))
-                    await take(None, self._tpm, booked)
-                except asyncio.CancelledError:
-                    self._rpm.adjust(-1)
-                    raise
-            else:
                 booked = self.booked.book(self._tpm, round(tokens * self.learner.hedge))
-                await take(self._rpm, self._tpm, booked)
+                await take(None, self._tpm, booked)
+            except asyncio.CancelledError:
+                if self._rpm is not None:
+                    self._rpm.adjust(-1)
+                raise
             # Booked at a scale the headers have moved since: top up (or give back) in place,
-            # so the turns behind move too (see benchmarks/RESULTS.md, Pacing, round 4).
-            while tokens > 0 and abs((now := self.learner.scale) / scale - 1.0) > 0.02:
+            # so the turns behind move too (see benchmarks/RESULTS.md, Pacing, round 4); not
+            # once the rule changed (the scale is then one on another rule's estimates).
+            while tokens and switches == learner.switches and abs(learner.scale / scale - 1) > 0.02:
+                now = learner.scale
                 extra = round(tokens * now / scale) - tokens
                 scale = now
                 booked += self.booked.book(self._tpm, extra)
@@ -213,7 +211,7 @@ class Pacer:
         except BaseException:
             self.booked.dropped(booked)
             raise
-        ticket = self.learner.sent(self._clock(), tokens, scale)
+        ticket = self.learner.sent(self._clock(), tokens, scale, rules, rule)
         self.booked.sent(ticket, booked)
         return ticket, tokens
 
