@@ -217,6 +217,7 @@ class Scheduler:
                 # A slot taken before a pause (or a cut) may not fit the window it left: an
                 # overload 429 at the opening shrinks it to one. Give it back and queue again,
                 # so the end of a pause is never a burst of the requests that waited through it.
+                await self._pacer.opening_turn()
                 await self._pacer.pause_over()
                 if self._in_flight > self.limit:
                     continue  # the finally gives the slot back
