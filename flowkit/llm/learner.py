@@ -113,12 +113,15 @@ class ChargeLearner:
         unscaled = tokens / scale if scale else tokens
         self._tickets += 1
         self._told = rule or self._told
-        event = [now, unscaled, True, dict(rules) if rules else None]
+        # The replay counts each request by the rule in force (not the one it was reckoned by,
+        # for a request queued when the rule changed).
+        replayed = (rules or {}).get(self.rule or self._told) or unscaled
+        event = [now, unscaled, True, dict(rules) if rules else None, replayed]
         self._events.append(event)
         self._open[self._tickets] = event
         if self._first is None:
             self._first = now
-        self.replay.charged(now, unscaled)
+        self.replay.charged(now, replayed)
         return self._tickets
 
     def refused(self, ticket: int, now: float) -> None:
@@ -126,7 +129,7 @@ class ChargeLearner:
         event = self._open.pop(ticket, None)
         if event is None:
             return
-        self.replay.charged(now, -event[1])
+        self.replay.charged(now, -event[4])
         event[1], event[2], event[3] = 0.0, False, None
         self._advance()
 
@@ -146,7 +149,7 @@ class ChargeLearner:
         a reply charged by its usage settling its reservation."""
         if tokens:
             unscaled = tokens / self.scale
-            self._events.append([now, unscaled, False, None])
+            self._events.append([now, unscaled, False, None, unscaled])
             self.replay.charged(now, unscaled)
 
     def reading(
@@ -197,7 +200,7 @@ class ChargeLearner:
             stamp, level = self._prev[:2] if self._prev else (now, 0.0)
             peak = level
             while self._events and self._events[0][0] <= now:
-                sent, tokens, send, rules = self._events.popleft()
+                sent, tokens, send, rules, _ = self._events.popleft()
                 self._count(rules)
                 level += rate * max(0.0, sent - stamp)
                 peak, stamp = max(peak, level), max(stamp, sent)
@@ -212,7 +215,7 @@ class ChargeLearner:
             # that sends none keeps no list of every request it was sent (where readings come,
             # each span's requests stay listed until its reading, for the budget's peak).
             while self._events and self._events[0][0] < opened:
-                _, tokens, send, rules = self._events.popleft()
+                _, tokens, send, rules, _ = self._events.popleft()
                 self._count(rules)
                 self._tokens += tokens
                 self._sends += send
@@ -301,6 +304,10 @@ class ChargeLearner:
         bound = MAX_STEP * 2.5  # as far as the replay looks: a misread header is not a rule
         current = self.rule or self._told
         off = {r: abs(math.log(taken / t)) for r, t in rules.items() if t > 0}
+        if current in off:
+            # Each request's charge by the rule in force, whichever rule it was charged by (a
+            # request reckoned before the rule changed is sent after it).
+            estimated = rules[current]
         best = min(off, key=off.__getitem__, default=current)
         if best != current and current in off and off[current] - off[best] > math.log(APART):
             # The scale on the wrong rule's estimates is bounded (``MAX_STEP``) and follows

@@ -214,33 +214,33 @@ class Scheduler:
             charge = 0
             ticket: int | None = None
             try:
-                # A slot taken before a pause (or a cut) may not fit the window it left: an
-                # overload 429 at the opening shrinks it to one. Give it back and queue again,
-                # so the end of a pause is never a burst of the requests that waited through it.
+                # A slot taken before a pause (or a cut) may not fit the window it left (an
+                # overload 429 at the opening shrinks it to one): give it back and queue again.
                 await self._pacer.opening_turn()
                 await self._pacer.pause_over()
                 if self._in_flight > self.limit:
                     continue  # the finally gives the slot back
                 await self._pacer.token_room()
-                # The estimate, scaled by how far off past estimates were (reckoned as late as
-                # can be: the scale may have moved meanwhile): a waiter's wait is fixed when it
-                # queues, so a refund after the reply cannot give back an overcharge.
+                # The estimate, scaled by how far off past estimates were, by the rule the
+                # headers show (reckoned as late as can be: both may have moved meanwhile).
                 learner = self._pacer.learner
-                learned, found = learner.scale, learner.rule
+                learned, found, switches = learner.scale, learner.rule, learner.switches
                 cost, arrival, how, by = tokens, on_arrival, detail, rule
                 if rules and found is not None and found in rules:
                     cost, arrival, by = rules[found], found != "usage", found
                     how = f"by {found}, the rule the endpoint's rate-limit headers show"
                 scale = learned * (1.0 if arrival else self._token_scale)
                 charge = max(1, round(cost * scale)) if cost > 0 else 0
+                limit, where = self._pacer.token_limit(), self.url or self.name
                 try:
-                    where = self.url or self.name
-                    limit = self._pacer.token_limit()
                     charge = within_budget(charge, limit, where, how, arrival, cap)
                 except OverBudget:
                     self.stats.errors += 1
                     raise
                 ticket, charge = await self._pacer.admit(charge, learned, rules, by)
+                if learner.switches != switches:  # reckoned by a rule found wrong meanwhile:
+                    self._pacer.refund(ticket, 0)  # (its turn, given back, would go twice)
+                    continue  # reckoned again (the finally gives the slot back)
                 self._check_down()
                 self.stats.requests += 1
                 try:

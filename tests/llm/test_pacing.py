@@ -330,14 +330,20 @@ def test_the_hedge_is_reckoned_when_a_request_turn_comes_not_when_it_queued() ->
     assert booked == [100] * 5, booked
 
 
-def test_an_overestimated_charge_costs_only_the_requests_between_two_readings() -> None:
+@pytest.mark.parametrize(
+    "rules", [None, {"prompt_plus_max": 570, "max_of": 300, "usage": 570}], ids=["scale", "rule"]
+)
+def test_an_overestimated_charge_costs_only_the_requests_between_two_readings(
+    rules: dict[str, int] | None,
+) -> None:
     # Issue 33's overcharging case, simulated: the endpoint charges each request 300 tokens
     # as it arrives (max_of); flowkit estimates 570 (prompt_plus_max, the rule it was told).
     # 150,000 tokens a minute, at most a second's worth (2,500) at once, replies 200 ms after
     # arrival with what is left. A reply's 200 ms refill more than covers its own charge, so
     # the readings sit at or near the top and do not tell the charge; what each one says is
     # left must still let the run use the budget (traced before: paced at the estimates,
-    # about half of it).
+    # about half of it). With each rule's charge known, the rule itself is learned (max_of),
+    # and the requests queued meanwhile are charged by it.
     clock = VirtualTime()
     limits = Limits(concurrency=32, slow_start=True, **FAST)  # type: ignore[arg-type]
     sched = Scheduler(
@@ -368,13 +374,21 @@ def test_an_overestimated_charge_costs_only_the_requests_between_two_readings() 
     async def body() -> None:
         await asyncio.gather(
             *(
-                sched.run(call, tokens=570, on_arrival=True, headers=lambda v: v[1])
+                sched.run(
+                    call,
+                    tokens=570,
+                    on_arrival=True,
+                    headers=lambda v: v[1],
+                    rule="prompt_plus_max",
+                    rules=rules,
+                )
                 for _ in range(150)
             )
         )
 
     asyncio.run(clock.drive(body()))
     assert endpoint["refused"] == 0
+    assert sched._pacer.learner.rule == (rules and "max_of")
     # Issue 33's target with headers: at least 0.85 of the limit.
     assert endpoint["charged"] >= 0.85 * rate * clock.now, endpoint["charged"] / clock.now
 
