@@ -19,9 +19,7 @@ Rules = Mapping[str, int] | None
 """What a request costs by each ``token_charge`` rule, unscaled (see ``learner``), if known."""
 
 BOOKED_AHEAD = 1.0
-"""Seconds of the token pace requests may book ahead of time before more wait to be charged:
-a request reckons its charge after that wait, so few are charged at a scale that the
-endpoint's headers have shown wrong since (see ``learner``)."""
+"""Seconds of the token pace requests may book ahead of time before more wait to be charged."""
 
 
 class Booked:

@@ -30,7 +30,6 @@ from flowkit.llm.booked import BOOKED_AHEAD, Booked, Rules
 from flowkit.llm.budget import Clock, Sleep, TokenBucket, take
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.learner import ChargeLearner
-from flowkit.llm.opening import Spread
 from flowkit.llm.ratelimits import RateHeaders, announces_limits
 from flowkit.llm.successes import CLIMB, CUT, FIRST_CUT, PROBE, REMEASURE, rate_since, success_rate
 
@@ -87,7 +86,6 @@ class Pacer:
         # In flight while no pace is known: all at once, one at a time after an overshoot.
         self._window_size = float(limits.concurrency)
         self._opening = True  # no overload 429 yet
-        self.spread = Spread(clock, sleep)  # the opening's requests until the first answer
         self._measuring = False  # the opening overshot; measure once its requests have landed
         self.repace()
 
@@ -95,8 +93,9 @@ class Pacer:
 
     @property
     def in_flight_limit(self) -> int:
-        """One until the first reply of an endpoint whose headers will pace it; then the
-        concurrency, but one at a time from an overshoot until a pace is measured."""
+        """One until the endpoint first answers where its first reply's headers will say what
+        a burst may be; then the configured concurrency, but one at a time from an overshoot
+        until a pace is measured."""
         if not self._answered:
             return 1
         if self.rate() is not None or self.token_rate() is not None:
@@ -123,14 +122,16 @@ class Pacer:
 
     def limits_known(self) -> bool:
         """Whether a configured or advertised limit sets the pace (429s then do not cut it)."""
-        return any((self._header_rpm, self._header_tpm, self.limits.rpm, self.limits.tpm))
+        known = (self._header_rpm, self._header_tpm, self.limits.rpm, self.limits.tpm)
+        return any(known)
 
     # -- across runs (see ``memory``) -----------------------------------------------------
 
     def remembered(self) -> tuple[int | None, float | None] | None:
-        """(None, requests per minute learned from overload) for the next run to open with;
-        (None, None) when whatever was kept should be forgotten (paced by headers now, or
-        answered at full concurrency without an overload); None when nothing new was learned."""
+        """(None, requests per minute learned from overload) for the next run to open with (the
+        window is no longer learned: every run opens at its concurrency); (None, None) when
+        whatever was kept should be forgotten (paced by headers now, or answered at full
+        concurrency without an overload); None when this run learned nothing new."""
         if self._header_rpm or self._header_tpm:
             return None, None
         if self._learned is not None:
@@ -142,7 +143,8 @@ class Pacer:
 
     def recall(self, window: int | None, rpm: float | None) -> None:
         """Open where the endpoint's last run left off: at its learned pace (climbing until a
-        cut says where the cap is). A window kept by an older flowkit is ignored."""
+        cut says where the cap is). A window kept by an older flowkit is ignored: every run
+        opens at its concurrency now."""
         if rpm:
             self._answered, self._opening, self._measured_cut = True, False, True
             self._learned = rpm * self.window / 60.0
@@ -151,18 +153,14 @@ class Pacer:
 
     # -- waiting -------------------------------------------------------------------------
 
-    async def opening_turn(self) -> None:
-        """Space an opening at full concurrency until the endpoint answers (see ``opening``)."""
-        if self._opening and self.rate() is None and self.token_rate() is None:
-            await self.spread.turn()
-
     async def pause_over(self) -> None:
         """Wait out a server-requested pause."""
         while (pause := self.not_before - self._clock()) > 0:
             await self._sleep(pause)
 
     async def token_room(self) -> None:
-        """Wait while the token pace is booked over ``BOOKED_AHEAD`` s ahead (see ``booked``)."""
+        """Wait while the token pace is booked more than ``BOOKED_AHEAD`` seconds ahead: a
+        request reckons its charge after this, so few are charged at a scale shown wrong since."""
         if self._tpm is not None:
             await self._tpm.room(BOOKED_AHEAD)
 
@@ -254,7 +252,7 @@ class Pacer:
         """The endpoint replied to a request sent in ``generation``. Any reply but a 429 widens
         a window cut by an overshoot (a 500 or a refusal says nothing about a rate limit); a
         success may end the measurement that follows the overshoot."""
-        self._answered = self.spread.heard = True
+        self._answered = True
         if rate_limited:
             return
         if ok:

@@ -216,7 +216,6 @@ class Scheduler:
             try:
                 # A slot taken before a pause (or a cut) may not fit the window it left (an
                 # overload 429 at the opening shrinks it to one): give it back and queue again.
-                await self._pacer.opening_turn()
                 await self._pacer.pause_over()
                 if self._in_flight > self.limit:
                     continue  # the finally gives the slot back

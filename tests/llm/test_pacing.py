@@ -10,7 +10,6 @@ import pytest
 
 from flowkit.errors import EndpointError
 from flowkit.llm.endpoint import Limits
-from flowkit.llm.opening import SPREAD
 from flowkit.llm.scheduler import STOP_AFTER, Scheduler
 from tests.llm.fakes import Script, VirtualTime, connection_error, run, status_error
 
@@ -391,47 +390,3 @@ def test_an_overestimated_charge_costs_only_the_requests_between_two_readings(
     assert sched._pacer.learner.rule == (rules and "max_of")
     # Issue 33's target with headers: at least 0.85 of the limit.
     assert endpoint["charged"] >= 0.85 * rate * clock.now, endpoint["charged"] / clock.now
-
-
-def test_an_opening_at_full_concurrency_stops_at_the_first_refusal() -> None:
-    # No headers, no limit declared: 32 requests open at once against a budget whose
-    # one-second slice holds four of them (2,500 tokens, 570 a request, refused on arrival
-    # with a Retry-After, the refusal back 10 ms later). Sent in the same instant, 28 were
-    # refused before the first refusal could cut the opening; spread (``opening.SPREAD``),
-    # the first refusal holds the rest, and an unlimited endpoint still has all 32 in flight
-    # within one 200 ms round trip.
-    def opening(level: float) -> tuple[int, int]:
-        clock = VirtualTime()
-        limits = Limits(concurrency=32, **FAST)  # type: ignore[arg-type]
-        sched = Scheduler(
-            limits, name="local", url="http://127.0.0.1:9/v1", clock=clock, sleep=clock.sleep
-        )
-        state = {"level": level, "stamp": 0.0, "in_flight": 0, "peak": 0}
-        refusals: list[float] = []
-
-        async def call() -> str:
-            # 150,000 tokens a minute: 2,500 a second, at most a second's worth at once.
-            refill = (clock.now - state["stamp"]) * 2500.0
-            state["level"], state["stamp"] = min(level, state["level"] + refill), clock.now
-            if state["level"] < 570:
-                refusals.append(clock.now)
-                await clock.sleep(0.01)  # a refusal's round trip
-                raise status_error(429, {"retry-after-ms": "300"})
-            state["level"] -= 570
-            state["in_flight"] += 1
-            state["peak"] = max(state["peak"], state["in_flight"])
-            await clock.sleep(0.2)
-            state["in_flight"] -= 1
-            return "ok"
-
-        async def body() -> None:
-            await asyncio.gather(*(sched.run(call, tokens=570, on_arrival=True) for _ in range(32)))
-
-        asyncio.run(clock.drive(body()))
-        # The opening's: before the pause its first refusal asked for (300 ms) was over.
-        opened = [t for t in refusals if t < refusals[0] + 0.3] if refusals else []
-        return len(opened), int(state["peak"])
-
-    refused, _ = opening(2500.0)
-    assert refused <= 0.01 / SPREAD + 1  # only those sent while the first refusal travelled
-    assert opening(float("inf")) == (0, 32)
