@@ -19,8 +19,10 @@ Issue 33's figures: ``--rows 150 --case tpm-prompt_plus_max-headers tpm-prompt_p
 tpm-max_of-headers tpm-max_of both-prompt_plus_max-headers both-max_of-headers
 both-prompt_plus_max both-max_of --no-naive --declare-rule`` (groundedness sets max_tokens:
 300); without ``--declare-rule`` the connection keeps the default rule and, with headers,
-learns the server's. ``--declare-limit`` has the connection declare the server's ``tpm`` (and
-``rpm``), as a user who knows an endpoint's quota does where no headers come; ``--token-slice``
+learns the server's; ``--told RULE`` has it name RULE whatever the server charges by (``usage``
+against a server that charges on arrival, for one). ``--declare-limit`` has the connection
+declare the server's ``tpm`` (and ``rpm``), as a user who knows an endpoint's quota does where
+no headers come; ``--token-slice``
 sets how many seconds of ``tpm`` the server lets arrive at once (1, 10, or Azure's 60).
 
 Prints, per case, the rate reached (requests or tokens that succeeded per minute over the whole
@@ -124,6 +126,11 @@ def main() -> None:
         help="the connection names the rule the server does not charge by",
     )
     parser.add_argument(
+        "--told",
+        choices=("prompt_plus_max", "max_of", "usage"),
+        help="the connection names this token_charge rule, whatever the server's",
+    )
+    parser.add_argument(
         "--full-opening",
         action="store_true",
         help="cases with headers open at full concurrency too, as an unknown host's run does",
@@ -158,6 +165,8 @@ def main() -> None:
             if args.wrong_rule:
                 other = "max_of" if config.token_charge == "prompt_plus_max" else "prompt_plus_max"
                 rule = {"token_charge": other}
+            if args.told:
+                rule = {"token_charge": args.told}
             if args.declare_limit:
                 rule.update({k: v for k, v in (("tpm", config.tpm), ("rpm", config.rpm)) if v})
             # A server that sends the headers stands for OpenAI or Azure, whose hosts get one

@@ -17,7 +17,9 @@ keys (``handed``).
 The scheduler (admission, retries, early stop) composes ``pacing`` (request and token paces,
 the opening, learning limits from headers and 429s; ``memory`` keeps what it learned between
 runs, per endpoint and model, merged with what other runs saved; ``successes``: the success
-rate a cut measures), ``stalls`` (the learned stall deadline), ``budget`` (token buckets),
+rate a cut measures, and how far a cut goes; ``booked``: what the token pace booked for
+requests not yet answered, so each reading of what is left re-syncs it), ``stalls`` (the
+learned stall deadline), ``budget`` (token buckets),
 ``ratelimits`` (header parsing), ``charging`` (what a request costs a token budget, counted as
 the endpoint counts it: the connection's ``token_charge`` rule; ``learner`` corrects it from
 the headers) and ``retry`` (what a failure means).

@@ -20,6 +20,10 @@ from typing import Protocol
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
+POLL = 0.02
+"""Longest a queued turn sleeps before looking again: an endpoint's reading may move it
+earlier (``TokenBucket.raise_to``), and a sleeping turn cannot be woken."""
+
 
 class TokenBucket:
     """``per_window`` units per ``window`` seconds, with a burst of 1/60 of the window.
@@ -82,6 +86,22 @@ class TokenBucket:
         self._level = min(self._level, remaining)
         self._shift += max(0.0, self._due() - due)
 
+    def raise_to(self, level: float) -> None:
+        """Believe the server when it says more is left than this bucket thinks (``level``:
+        what it reported, less what it may not have charged yet): the turns queued move
+        earlier by as much. Not during a server-requested pause (see ``hold_until``)."""
+        self._refill()
+        if self._stamp > self._clock() or level <= self._level:
+            return
+        due = self._due()
+        self._level = min(self.capacity, level)
+        self._shift += self._due() - due
+
+    async def room(self, ahead: float) -> None:
+        """Wait while more than ``ahead`` seconds of the pace are booked."""
+        while (over := -self.level - self.rate * ahead) > 0:
+            await self._sleep(over / self.rate)
+
     async def top_up(self, amount: float) -> None:
         """Take ``amount`` more for a request whose turn has come (its charge turned out
         higher): it waits for them, and every turn booked behind it moves later as much, as
@@ -105,17 +125,18 @@ class TokenBucket:
     async def acquire(self, amount: float = 1.0) -> float:
         """Wait until ``amount`` fits the budget; returns the seconds waited."""
         shift = self._shift
-        wait = total = self.reserve(amount)
+        start = self._clock()
+        due = start + self.reserve(amount)
         try:
-            while wait > 0:
-                await self._sleep(wait)
-                # A pause or a server's lower count that came meanwhile moves this turn too.
-                wait, shift = self._shift - shift, self._shift
-                total += wait
+            while (wait := due - self._clock()) > 0:
+                await self._sleep(min(wait, POLL))
+                # A pause or a server's count that came meanwhile moves this turn too (later
+                # if lower than this bucket thought, earlier if higher).
+                due, shift = due + self._shift - shift, self._shift
         except asyncio.CancelledError:
             self.adjust(-amount)
             raise
-        return total
+        return max(0.0, self._clock() - start)
 
     def adjust(self, delta: float) -> None:
         """Charge ``delta`` more units (or refund, if negative) once the true cost is known."""

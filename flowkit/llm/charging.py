@@ -30,7 +30,7 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 TokenCharge = Literal["prompt_plus_max", "max_of", "usage"]
 RULES: tuple[TokenCharge, ...] = ("prompt_plus_max", "max_of", "usage")
@@ -40,9 +40,48 @@ PER_MESSAGE = 4
 """Tokens each chat message adds for its role and separators (3 in OpenAI's count, plus one)."""
 
 
+class Reckoned(TypedDict):
+    """A request's charge as the scheduler takes it (``Scheduler.run``'s keywords)."""
+
+    tokens: int
+    """What it costs by the connection's rule (by usage: its reservation)."""
+    on_arrival: bool
+    """Whether the rule charges it on arrival (else by the reply's usage)."""
+    detail: str
+    """How ``tokens`` was counted, for a refusal before sending."""
+    cap: str
+    """The output cap's parameter as the request sets it (``max_completion_tokens`` or
+    ``max_tokens``), for the same."""
+    rule: TokenCharge
+    """The rule ``tokens`` was counted by."""
+    rules: dict[str, int]
+    """What it costs by each rule (``usage``: its reservation), so the headers can show which
+    one the endpoint charges by; empty without an output cap (every rule charges usage)."""
+
+
 class OverBudget(ValueError):
     """A request that alone costs more than the endpoint's whole tokens-per-minute budget: no
     wait would ever let it through, so it is refused before it is sent."""
+
+
+def within_budget(
+    charge: int, limit: int | None, where: str, detail: str, on_arrival: bool, cap: str
+) -> int:
+    """A request charged on arrival more than the whole token budget (``limit``, of the
+    endpoint at ``where``) would wait (or be refused) forever: refuse it now, naming the
+    figures (``detail``: how it was counted; ``cap``: its output cap's parameter). Charged by
+    usage, the estimate (with the output cap) is only a reservation until the reply says what
+    it used, and a short reply fits: reserve at most the whole budget and send it."""
+    if limit is None or charge <= limit:
+        return charge
+    if not on_arrival:
+        return limit
+    how = f" ({detail})" if detail else ""
+    raise OverBudget(
+        f"request refused before sending: it costs an estimated {charge:,} tokens{how}, "
+        f"more than the {limit:,} tokens per minute {where} allows in all; "
+        f"lower {cap} (or n), or shorten the prompt"
+    )
 
 
 def default_rule(kind: str, public_openai: bool) -> TokenCharge:
@@ -80,6 +119,11 @@ def prompt_tokens(model: str, messages: Sequence[dict[str, Any]]) -> int:
     return total
 
 
+def cap_name(params: dict[str, Any]) -> str:
+    """The output cap's parameter as the request sets it."""
+    return "max_completion_tokens" if "max_completion_tokens" in params else "max_tokens"
+
+
 def output_cap(params: dict[str, Any]) -> int:
     """The most tokens the reply may take: ``max_completion_tokens`` (or ``max_tokens``) × n;
     0 when the request sets no cap."""
@@ -98,6 +142,34 @@ def arrival_charge(
     if rule == "max_of":
         return max(cap, message_chars(messages) // CHARS_PER_TOKEN)
     return prompt_tokens(model, messages) + cap
+
+
+def reckon(
+    rule: TokenCharge, model: str, messages: Sequence[dict[str, Any]], params: dict[str, Any]
+) -> Reckoned:
+    """What a request costs under the connection's ``token_charge`` ``rule`` (and under each
+    rule, for the learner), as ``Scheduler.run`` takes it."""
+    cap, named = output_cap(params), cap_name(params)
+    prompt = prompt_tokens(model, messages)
+    rules: dict[str, int] = {}
+    if cap:
+        rules = {r: arrival_charge(r, model, messages, params) or 0 for r in RULES[:2]}
+        rules["usage"] = prompt + cap
+    arrival = rules.get(rule) if rule != "usage" else None
+    if arrival is None:
+        tokens, detail = prompt + cap, f"prompt {prompt:,} + output cap {cap:,}"
+    elif rule == "max_of":
+        tokens, detail = arrival, f"max_of: output cap {cap:,} vs characters / 4"
+    else:
+        tokens, detail = arrival, f"prompt {prompt:,} + {named} × n {cap:,}"
+    return Reckoned(
+        tokens=tokens,
+        on_arrival=arrival is not None,
+        detail=detail,
+        cap=named,
+        rule=rule,
+        rules=rules,
+    )
 
 
 _encoders: dict[str, Callable[[str], list[int]] | None] = {}

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowkit.llm.charging import arrival_charge, output_cap, prompt_tokens
+from flowkit.llm.charging import reckon
 from flowkit.llm.clients import aclose_clients as aclose_clients
 from flowkit.llm.clients import clients_created as clients_created
 from flowkit.llm.endpoint import Endpoint
@@ -73,23 +72,6 @@ def request_params(endpoint: Endpoint, model: str, params: dict[str, Any]) -> di
             out["max_completion_tokens"] = out.pop("max_tokens")
     out.update(out.pop("extra_body", None) or {})
     return out
-
-
-def charge_of(
-    endpoint: Endpoint, model: str, messages: Sequence[dict[str, Any]], params: dict[str, Any]
-) -> tuple[int, bool, str]:
-    """(tokens, charged on arrival?, how they were counted) for a request to ``endpoint``,
-    under the connection's ``token_charge`` rule."""
-    rule = endpoint.token_charge()
-    arrival = arrival_charge(rule, model, messages, params)
-    cap = output_cap(params)
-    prompt = prompt_tokens(model, messages)
-    if arrival is None:
-        return prompt + cap, False, f"prompt {prompt:,} + output cap {cap:,}"
-    if rule == "max_of":
-        return arrival, True, f"max_of: output cap {cap:,} vs characters / 4"
-    named = "max_completion_tokens" if "max_completion_tokens" in params else "max_tokens"
-    return arrival, True, f"prompt {prompt:,} + {named} × n {cap:,}"
 
 
 def request_secrets(endpoint: Endpoint, params: dict[str, Any] | None = None) -> list[str]:
@@ -296,16 +278,10 @@ async def chat(
         if "choices" not in response:  # no batch answered it: asked online after all
             response = None
     if response is None:
-        tokens, on_arrival, detail = charge_of(endpoint, model, messages, kwargs)
+        charge = reckon(endpoint.token_charge(), model, messages, kwargs)
         try:
             done = await sched.run(
-                call,
-                tokens=tokens,
-                used_tokens=_total_tokens,
-                headers=_second,
-                timeout=attempt_timeout,
-                on_arrival=on_arrival,
-                detail=detail,
+                call, used_tokens=_total_tokens, headers=_second, timeout=attempt_timeout, **charge
             )
         except Exception as err:
             raise _explained(err, endpoint, attempt_timeout, secrets) from None

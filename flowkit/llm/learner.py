@@ -1,13 +1,17 @@
 """What an endpoint really charges against flowkit's estimates (see ``charging``), learned from
 its rate-limit headers: ``ChargeLearner`` measures the fall of ``x-ratelimit-remaining-tokens``
 over spans of the requests the endpoint admitted, and the first reply of a first contact;
-``Replay`` replays the budget from the requests sent, for an endpoint flowkit overcharges.
+``replay.Replay`` replays the budget from the requests sent, for an endpoint flowkit overcharges.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
+
+from flowkit.llm.replay import LATE, MAX_STEP, Replay
 
 LEARN_AFTER = 4
 """Requests the spans between readings must hold to measure the charge: a span's end is
@@ -15,18 +19,6 @@ uncertain by part of a request (one sent as the endpoint wrote a reading may cou
 side), so fewer cannot tell a wrong rule from that."""
 SPAN = 64
 """The most requests a span measures over: longer ones are as exact and forget a change slower."""
-MAX_STEP = 4.0
-"""A quarter of the most the scale may be (or a quarter of its inverse, the least): farther from
-the estimates than that, a header is misread, not a rule."""
-AGREE = 3
-"""Readings whose replayed scales must agree before the scale is set to them in one step."""
-AGREEMENT = 1.25
-"""How far apart (the largest over the smallest) the scales of readings that agree may be."""
-LATE = 0.02
-"""Seconds a reading may be read after the endpoint wrote it (the reply's travel, the client's
-parsing on a busy machine): the replay's refill over it must be small beside a charge."""
-KEPT = 256
-"""Requests the replay keeps (their send times and estimates): enough for a second's budget."""
 
 
 HEDGE = 2.0
@@ -72,15 +64,22 @@ class ChargeLearner:
     def __init__(self) -> None:
         self.scale = 1.0
         self._proven = False  # whether spans measured the charge (or enough requests passed)
-        self._events: deque[list[Any]] = deque()  # [time, unscaled tokens, is a send]
+        self._events: deque[list[Any]] = deque()  # [time, unscaled, is a send, by rule]
         self._open: dict[int, list[Any]] = {}  # tickets in flight → their send event
         self._tickets = 0
         self._queued: deque[tuple[float, int]] = deque()  # readings not yet in the chain
         # Spans between usable readings: (tokens taken, unscaled tokens estimated, requests).
-        self._spans: deque[tuple[float, float, int]] = deque()
-        self._start: tuple[float, float, float, int] | None = None  # where the next span starts
+        self._spans: deque[tuple[float, float, int, dict[str, float]]] = deque()  # and by rule
+        # Where the next span starts: (time, left, tokens, requests, tokens by rule).
+        self._start: tuple[float, float, float, int, dict[str, float]] | None = None
         self._prev: tuple[float, float, float] | None = None  # (t, left, tokens): last reading
         self._tokens = 0.0  # unscaled tokens the endpoint took by the readings in the chain
+        self._by_rule: dict[str, float] = {}  # the same, by each rule (see :meth:`sent`)
+        self.rule: str | None = None
+        """The rule the spans found the endpoint charges by, when not the one told (None)."""
+        self.switches = 0
+        """How many times ``rule`` changed: a charge reckoned before a change is not rescaled."""
+        self._told = ""  # the rule the requests are charged by
         self._sends = 0  # requests it admitted by then
         self._first: float | None = None  # when the first request was sent
         self._rate = 0.0  # the budget's refill, tokens a second
@@ -99,17 +98,30 @@ class ChargeLearner:
 
     # -- what the pacer tells it ---------------------------------------------------------
 
-    def sent(self, now: float, tokens: float, scale: float) -> int:
-        """A request charged ``tokens`` (reckoned at ``scale``) was sent at ``now``; returns
-        its ticket, open until :meth:`refused` or :meth:`ended`."""
+    def sent(
+        self,
+        now: float,
+        tokens: float,
+        scale: float,
+        rules: Mapping[str, int] | None = None,
+        rule: str = "",
+    ) -> int:
+        """A request charged ``tokens`` (reckoned at ``scale``, by ``rule``) was sent at
+        ``now``; ``rules``: what it costs unscaled by each rule (``usage``: until the reply says
+        what it used, its reservation), so the spans can tell which rule the endpoint charges
+        by. Returns its ticket, open until :meth:`refused` or :meth:`ended`."""
         unscaled = tokens / scale if scale else tokens
         self._tickets += 1
-        event = [now, unscaled, True]
+        self._told = rule or self._told
+        # The replay counts each request by the rule in force (not the one it was reckoned by,
+        # for a request queued when the rule changed).
+        replayed = (rules or {}).get(self.rule or self._told) or unscaled
+        event = [now, unscaled, True, dict(rules) if rules else None, replayed]
         self._events.append(event)
         self._open[self._tickets] = event
         if self._first is None:
             self._first = now
-        self.replay.charged(now, unscaled)
+        self.replay.charged(now, replayed)
         return self._tickets
 
     def refused(self, ticket: int, now: float) -> None:
@@ -117,9 +129,15 @@ class ChargeLearner:
         event = self._open.pop(ticket, None)
         if event is None:
             return
-        self.replay.charged(now, -event[1])
-        event[1], event[2] = 0.0, False
+        self.replay.charged(now, -event[4])
+        event[1], event[2], event[3] = 0.0, False, None
         self._advance()
+
+    def used(self, ticket: int, tokens: int) -> None:
+        """The reply to the request of ``ticket`` used ``tokens``: its charge by ``usage``."""
+        event = self._open.get(ticket)
+        if event is not None and event[3] is not None:
+            event[3]["usage"] = tokens
 
     def ended(self, ticket: int) -> None:
         """The request of ``ticket`` was answered (what it was charged stands)."""
@@ -131,7 +149,7 @@ class ChargeLearner:
         a reply charged by its usage settling its reservation."""
         if tokens:
             unscaled = tokens / self.scale
-            self._events.append([now, unscaled, False])
+            self._events.append([now, unscaled, False, None, unscaled])
             self.replay.charged(now, unscaled)
 
     def reading(
@@ -182,7 +200,8 @@ class ChargeLearner:
             stamp, level = self._prev[:2] if self._prev else (now, 0.0)
             peak = level
             while self._events and self._events[0][0] <= now:
-                sent, tokens, send = self._events.popleft()
+                sent, tokens, send, rules, _ = self._events.popleft()
+                self._count(rules)
                 level += rate * max(0.0, sent - stamp)
                 peak, stamp = max(peak, level), max(stamp, sent)
                 level -= tokens * self.scale * (0.5 if tokens > 0 else 1.0)
@@ -196,7 +215,8 @@ class ChargeLearner:
             # that sends none keeps no list of every request it was sent (where readings come,
             # each span's requests stay listed until its reading, for the budget's peak).
             while self._events and self._events[0][0] < opened:
-                _, tokens, send = self._events.popleft()
+                _, tokens, send, rules, _ = self._events.popleft()
+                self._count(rules)
                 self._tokens += tokens
                 self._sends += send
 
@@ -206,7 +226,7 @@ class ChargeLearner:
         have been); then measure the spans kept."""
         rate, prev, top = self._rate, self._prev, self._top or self._full
         self._prev = (now, remaining, self._tokens)
-        here = (now, float(remaining), self._tokens, self._sends)
+        here = (now, float(remaining), self._tokens, self._sends, dict(self._by_rule))
         if prev is None:
             # Below the top by more than the reset's rounding (to a millisecond), the level
             # cannot have reached it since the one charge.
@@ -223,7 +243,7 @@ class ChargeLearner:
                 # (Not kept with the spans: the first request's connection makes it arrive
                 # later than it was sent, which the refill over it counts as a charge.)
                 taken = self._top - remaining + rate * (now - self._first)
-                self._judge(taken, self._tokens, APART)
+                self._judge(taken, self._tokens, APART, self._by_rule)
             if self._sends == 1 and remaining > 0:
                 # Nothing else was sent until this reply was read: no request can fall on the
                 # wrong side of it, so the first span (the burst its headers allowed) starts here.
@@ -252,25 +272,54 @@ class ChargeLearner:
         if start is None:
             return
         spans = self._spans
-        spans.append(
-            (start[1] - remaining + rate * (now - start[0]), here[2] - start[2], here[3] - start[3])
-        )
-        while sum(n for _, _, n in spans) - spans[0][2] >= SPAN:
+        by_rule = {r: here[4][r] - start[4].get(r, 0.0) for r in here[4]}
+        taken = start[1] - remaining + rate * (now - start[0])
+        spans.append((taken, here[2] - start[2], here[3] - start[3], by_rule))
+        while sum(span[2] for span in spans) - spans[0][2] >= SPAN:
             spans.popleft()
-        requests = sum(n for _, _, n in spans)
+        requests = sum(span[2] for span in spans)
         if requests >= LEARN_AFTER:
-            taken = sum(t for t, _, _ in spans)
-            estimated = sum(e for _, e, _ in spans)
-            self._judge(taken, estimated, 1.0 + max(CLOSE - 1.0, 2.0 / requests))
+            rules = {r: sum(span[3].get(r, 0.0) for span in spans) for r in by_rule}
+            taken = sum(span[0] for span in spans)
+            estimated = sum(span[1] for span in spans)
+            if self._judge(taken, estimated, 1.0 + max(CLOSE - 1.0, 2.0 / requests), rules):
+                self._spans.clear()  # measured by another rule's estimates: start afresh
+                self._start = None
 
-    def _judge(self, taken: float, estimated: float, apart: float) -> None:
+    def _count(self, rules: dict[str, int] | None) -> None:
+        """Add a request's charge by each rule to the chain's totals."""
+        for rule, tokens in (rules or {}).items():
+            self._by_rule[rule] = self._by_rule.get(rule, 0.0) + tokens
+
+    def _judge(
+        self, taken: float, estimated: float, apart: float, rules: Mapping[str, float]
+    ) -> bool:
         """Scale to ``taken`` over ``estimated`` (unscaled), if ``apart`` from the scale in
-        force."""
+        force; or, where another rule's charges (``rules``, unscaled, over the same requests)
+        come nearer ``taken`` than the rule in force's by more than ``APART``, charge by that
+        rule from now on, at its scale. Whether the rule changed."""
         if estimated <= 0 or taken <= 0:
-            return
+            return False
         self._proven = True
         bound = MAX_STEP * 2.5  # as far as the replay looks: a misread header is not a rule
+        current = self.rule or self._told
+        off = {r: abs(math.log(taken / t)) for r, t in rules.items() if t > 0}
+        if current in off:
+            # Each request's charge by the rule in force, whichever rule it was charged by (a
+            # request reckoned before the rule changed is sent after it).
+            estimated = rules[current]
+        best = min(off, key=off.__getitem__, default=current)
+        if best != current and current in off and off[current] - off[best] > math.log(APART):
+            # The scale on the wrong rule's estimates is bounded (``MAX_STEP``) and follows
+            # the rule's mistakes request by request (a long prompt, a short reply): the rule
+            # that fits the spans is charged by instead (told ``usage``, an endpoint that
+            # charges on arrival takes 15-20 times a judge's usage).
+            self.rule, self.switches = best, self.switches + 1
+            self.scale = min(bound, max(1.0 / bound, taken / rules[best]))
+            self.replay = Replay()  # what it kept is in the old rule's estimates
+            return True
         self._move(min(bound, max(1.0 / bound, taken / estimated)), apart)
+        return False
 
     def _move(self, scale: float, apart: float) -> bool:
         """Charge ``scale`` × the estimates from now on, if it is ``apart`` from the scale in
@@ -279,79 +328,3 @@ class ChargeLearner:
             return False  # within the readings' noise of the rule in force: keep it
         self.scale = scale
         return True
-
-
-class Replay:
-    """The endpoint's token budget replayed from the pacer's unscaled estimates.
-
-    A reply's ``x-ratelimit-remaining-tokens`` is the endpoint's budget as it stood: its top
-    (the most ever seen left) less what the requests of the last moments were charged, plus the
-    refill since. Replaying the requests sent (at their send times, refilling at the limit's pace,
-    refusing what would not fit, as the endpoint does) with each estimate multiplied by a scale
-    gives the budget the endpoint would report if it charged that scale; the scale that gives
-    the reported figure is what the endpoint charges against the estimates. Unlike the fall
-    between two readings (``ChargeLearner``), this needs no span in which the budget neither
-    filled nor ran dry: an endpoint charged less than flowkit thinks keeps its budget near the
-    top, and each reading that finds it a little below says by how much. When ``AGREE``
-    readings in a row agree, the scale is set to theirs in one step.
-    """
-
-    def __init__(self) -> None:
-        self._sends: deque[tuple[float, float]] = deque(maxlen=KEPT)
-        self._found: list[float] = []
-
-    def charged(self, now: float, estimate: float) -> None:
-        """``estimate`` tokens (unscaled) were charged at ``now``; a negative one was given back
-        (a refused request, a reply shorter than reserved)."""
-        if estimate:
-            self._sends.append((now, estimate))
-
-    def _left(self, scale: float, now: float, top: float, rate: float) -> float:
-        """What the endpoint would report left at ``now`` if it charged ``scale`` × estimates."""
-        level, stamp = top, None
-        for sent, estimate in self._sends:
-            if sent > now:
-                break
-            if stamp is not None:
-                level = min(top, level + (sent - stamp) * rate)
-            stamp = sent
-            charge = scale * estimate
-            if charge < 0 or level >= min(charge, top):  # what would not fit is refused
-                level = min(top, level - charge)
-        if stamp is not None:
-            level = min(top, level + (now - stamp) * rate)
-        return level
-
-    def reading(self, now: float, remaining: int, top: float, rate: float) -> float | None:
-        """The scale ``AGREE`` readings agree on, once the last of them comes; else None."""
-        sends = self._sends
-        if not sends or rate <= 0 or top <= 0:
-            return None
-        # The replay starts at the top: only when the kept requests go back far enough for an
-        # empty budget to have filled up since (or back to the first request).
-        if len(sends) == KEPT and now - sends[0][0] < 2 * top / rate:
-            return None
-        each = sum(max(0.0, e) for _, e in sends) / len(sends)
-        if rate * LATE > 0.1 * each:
-            return None  # the refill over the replies' timing would drown a request's charge
-        lo, hi = 1.0 / (MAX_STEP * 2.5), MAX_STEP * 2.5
-        # A reading at the top or at empty bounds the scale but does not measure it; one
-        # within a fraction of a request of either edge drowns in the replies' timing.
-        if not 0.1 * each < remaining < top - 0.1 * each:
-            return None
-        if not self._left(hi, now, top, rate) < remaining < self._left(lo, now, top, rate):
-            return None
-        for _ in range(24):
-            mid = (lo * hi) ** 0.5
-            if self._left(mid, now, top, rate) > remaining:
-                lo = mid
-            else:
-                hi = mid
-        found = self._found
-        found.append((lo * hi) ** 0.5)
-        del found[:-AGREE]
-        if len(found) < AGREE or max(found) > AGREEMENT * min(found):
-            return None
-        agreed = sorted(found)[AGREE // 2]
-        found.clear()
-        return agreed

@@ -304,6 +304,9 @@ class LeaseClient:
         timeout: float | None = None,
         on_arrival: bool = False,
         detail: str = "",
+        cap: str = "max_tokens",
+        rule: str = "",
+        rules: Mapping[str, int] | None = None,
     ) -> Attempted[Any]:
         """``Scheduler.run`` through the driver's scheduler (see the module doc)."""
         from flowkit.llm.stats import Attempted
@@ -324,6 +327,9 @@ class LeaseClient:
                 "timeout": timeout,
                 "on_arrival": on_arrival,
                 "detail": detail,
+                "cap": cap,
+                "rule": rule,
+                "rules": dict(rules or {}),
             }
         )
         value: Any = None

@@ -210,6 +210,9 @@ class LeaseService:
                 timeout=data.get("timeout"),
                 on_arrival=bool(data.get("on_arrival")),
                 detail=data.get("detail", ""),
+                cap=data.get("cap", "max_tokens"),
+                rule=data.get("rule", ""),
+                rules=data.get("rules") or None,
             )
         except RemoteFailure:
             channel.send({"op": "raise", "id": rid})  # the worker raises its own exception

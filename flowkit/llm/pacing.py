@@ -26,11 +26,12 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING
 
+from flowkit.llm.booked import BOOKED_AHEAD, Booked, Rules
 from flowkit.llm.budget import Clock, Sleep, TokenBucket, take
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.learner import ChargeLearner
 from flowkit.llm.ratelimits import RateHeaders, announces_limits
-from flowkit.llm.successes import rate_since, success_rate
+from flowkit.llm.successes import CLIMB, CUT, FIRST_CUT, PROBE, REMEASURE, rate_since, success_rate
 
 if TYPE_CHECKING:
     from flowkit.llm.shared import DeclaredBudget
@@ -38,20 +39,6 @@ if TYPE_CHECKING:
 HEADER_MARGIN = 0.97
 """Fraction of a known limit (configured or from headers) to pace at: the client's and the
 server's clocks and windows never align exactly, and replies arrive bunched."""
-CUT = 0.9
-"""On overload while paced, the learned rate becomes this fraction of the pace in force."""
-FIRST_CUT = 0.95
-"""On the first overload, the learned rate becomes this fraction of the success rate measured."""
-REMEASURE = 0.5
-"""A 429 while paced by 429s alone re-measures the pace from the successes since the last cut
-when those come under this fraction of the pace (the first measure counted a burst)."""
-PROBE = 0.002
-"""After a paced cut the rate grows by this fraction of itself per 1/60 of the window (slowly)."""
-CLIMB = 0.005
-"""After the first cut the rate grows by this fraction of itself per 1/60 of the window, until
-a paced cut says where the cap is."""
-BOOKED_AHEAD = 1.0
-"""Seconds of the token pace requests may book ahead of time before more wait to be charged."""
 
 
 class Pacer:
@@ -72,11 +59,8 @@ class Pacer:
         declared: DeclaredBudget | None = None,
         url: str = "",
     ) -> None:
-        self.limits = limits
-        self.declared = declared
-        self.window = window
-        self._clock = clock
-        self._sleep = sleep
+        self.limits, self.declared, self.window = limits, declared, window
+        self._clock, self._sleep = clock, sleep
         self.generation = 0
         """Bumped by every cut: the 429s of requests sent before it count as one signal."""
         self.not_before = 0.0
@@ -85,6 +69,8 @@ class Pacer:
         self._header_tpm: float | None = None
         self._tpm_limit: int | None = None  # the token limit as the headers last said it
         self._most_left = {"_header_rpm": 0, "_header_tpm": 0}  # of headers without a limit
+        self.booked = Booked()
+        """What the token pace booked for requests not yet answered (see ``booked``)."""
         self.learner = ChargeLearner()
         """What the endpoint really charges, against the estimates (see ``charging``)."""
         self._learned: float | None = None  # requests per window, from overload 429s
@@ -160,9 +146,7 @@ class Pacer:
         cut says where the cap is). A window kept by an older flowkit is ignored: every run
         opens at its concurrency now."""
         if rpm:
-            self._answered = True
-            self._opening = False
-            self._measured_cut = True
+            self._answered, self._opening, self._measured_cut = True, False, True
             self._learned = rpm * self.window / 60.0
             self._learned_at = self._clock()
             self.repace()
@@ -176,19 +160,19 @@ class Pacer:
 
     async def token_room(self) -> None:
         """Wait while the token pace is booked more than ``BOOKED_AHEAD`` seconds ahead: a
-        request reckons its charge after this, so few are charged at a scale that the
-        endpoint's headers have shown wrong since (see ``learner.ChargeLearner``)."""
-        while (bucket := self._tpm) is not None:
-            over = -bucket.level - bucket.rate * BOOKED_AHEAD
-            if over <= 0:
-                return
-            await self._sleep(over / bucket.rate)
+        request reckons its charge after this, so few are charged at a scale shown wrong since."""
+        if self._tpm is not None:
+            await self._tpm.room(BOOKED_AHEAD)
 
-    async def admit(self, tokens: int, scale: float = 1.0) -> tuple[int, int]:
+    async def admit(
+        self, tokens: int, scale: float = 1.0, rules: Rules = None, rule: str = ""
+    ) -> tuple[int, int]:
         """Wait for the request and token paces (after :meth:`pause_over`: a pause that starts
-        meanwhile holds the buckets too); ``tokens`` were reckoned at the learner's ``scale``.
-        Returns its ticket (for :meth:`refund` or :meth:`ended`) and its charge at the scale
-        in force when it leaves."""
+        meanwhile holds the buckets too); ``tokens`` were reckoned by ``rule`` at the learner's
+        ``scale`` (``rules``: see ``ChargeLearner.sent``). Returns its ticket (for
+        :meth:`refund` or :meth:`ended`) and its charge at the scale in force when it leaves."""
+        learner = self.learner
+        switches = learner.switches
         if self._learned is not None:
             self.repace()  # the probe moves the learned rate with time
         shared = self.declared
@@ -196,30 +180,40 @@ class Pacer:
             await self._draw(shared, tokens)
         # Booked at a hedge until spans measure the charge (``learner.HEDGE``), reckoned when
         # the request's turn comes: a hedge reckoned on queueing outlives its lifting.
-        if self._rpm is not None and self._tpm is not None and tokens > 0:
+        booked = 0
+        try:
             await take(self._rpm, None, 0)
             try:
-                await self.token_room()
-                await take(None, self._tpm, round(tokens * self.learner.hedge))
+                if tokens > 0:
+                    await self.token_room()
+                booked = self.booked.book(self._tpm, round(tokens * self.learner.hedge))
+                await take(None, self._tpm, booked)
             except asyncio.CancelledError:
-                self._rpm.adjust(-1)
+                if self._rpm is not None:
+                    self._rpm.adjust(-1)
                 raise
-        else:
-            await take(self._rpm, self._tpm, round(tokens * self.learner.hedge))
-        # Booked at a scale the headers have moved since: top up (or give back) in place, so
-        # the turns behind move too (see benchmarks/RESULTS.md, Pacing, round 4).
-        while tokens > 0 and abs((now := self.learner.scale) / scale - 1.0) > 0.02:
-            extra = round(tokens * now / scale) - tokens
-            scale = now
-            if extra < 0:
-                self._adjust(extra)  # booked too much: give the rest back
-            elif extra > 0:
-                if shared is not None:
-                    await self._draw(shared, extra)
-                if self._tpm is not None:
-                    await self._tpm.top_up(extra)
-            tokens += extra
-        return self.learner.sent(self._clock(), tokens, scale), tokens
+            # Booked at a scale the headers have moved since: top up (or give back) in place,
+            # so the turns behind move too (see benchmarks/RESULTS.md, Pacing, round 4); not
+            # once the rule changed (the scale is then one on another rule's estimates).
+            while tokens and switches == learner.switches and abs(learner.scale / scale - 1) > 0.02:
+                now = learner.scale
+                extra = round(tokens * now / scale) - tokens
+                scale = now
+                booked += self.booked.book(self._tpm, extra)
+                if extra < 0:
+                    self._adjust(extra)  # booked too much: give the rest back
+                elif extra > 0:
+                    if shared is not None:
+                        await self._draw(shared, extra)
+                    if self._tpm is not None:
+                        await self._tpm.top_up(extra)
+                tokens += extra
+        except BaseException:
+            self.booked.dropped(booked)
+            raise
+        ticket = self.learner.sent(self._clock(), tokens, scale, rules, rule)
+        self.booked.sent(ticket, booked)
+        return ticket, tokens
 
     async def _draw(self, shared: DeclaredBudget, tokens: int) -> None:
         """Wait for the declared budgets shared with other runs."""
@@ -232,12 +226,14 @@ class Pacer:
         Given back, but not for a 429 (refused for want of room: given back, the next turn
         booked shared the last one's, and the pair overran the budget again)."""
         self.learner.refused(ticket, self._clock())
+        self.booked.done(ticket)
         if not rate_limited:
             self._adjust(-tokens)
 
     def ended(self, ticket: int) -> None:
         """The request of ``ticket`` was answered, or given up (what it was charged stands)."""
         self.learner.ended(ticket)
+        self.booked.done(ticket)
 
     def charge(self, tokens: int) -> None:
         """Charge ``tokens`` more (fewer, if negative): a usage-charged reply settling."""
@@ -303,6 +299,8 @@ class Pacer:
             self._rpm.sync(found.requests.remaining)
         if self._tpm is not None and found.tokens.remaining is not None:
             self._tpm.sync(found.tokens.remaining)
+            # More left than booked: an over-estimate costs only the requests booked since.
+            self.booked.resync(self._tpm, found.tokens.remaining)
 
     def cut(self, generation: int) -> None:
         """Overload: pace requests at a fraction of what just got through (once per generation,

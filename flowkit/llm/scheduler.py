@@ -39,7 +39,7 @@ from dataclasses import asdict
 
 from flowkit.errors import EndpointError
 from flowkit.llm.budget import Clock, Sleep
-from flowkit.llm.charging import OverBudget
+from flowkit.llm.charging import OverBudget, within_budget
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.memory import Recalled
 from flowkit.llm.pacing import Pacer
@@ -181,6 +181,9 @@ class Scheduler:
         timeout: float | None = None,
         on_arrival: bool = False,
         detail: str = "",
+        cap: str = "max_tokens",
+        rule: str = "",
+        rules: Mapping[str, int] | None = None,
     ) -> Attempted[T]:
         """Run ``call`` under the endpoint's limits, retrying what is worth retrying.
 
@@ -190,8 +193,12 @@ class Scheduler:
         Otherwise the endpoint charges by usage: ``used_tokens`` extracts the real count from
         the result to correct the estimate afterwards. Either way the estimate is scaled by
         what the rate-limit headers (``headers`` extracts the reply's) show the endpoint really
-        charges. ``detail`` says how ``tokens`` was counted, for the refusal of a request that
-        alone exceeds the token budget (``OverBudget``, before anything is sent).
+        charges. ``detail`` says how ``tokens`` was counted and ``cap`` names the request's
+        output cap, for the refusal of a request that alone exceeds the token budget
+        (``OverBudget``, before anything is sent). ``rule`` is the ``token_charge`` rule
+        ``tokens`` was counted by and ``rules`` what the request costs by each rule
+        (``usage``: its reservation): where the headers show the endpoint charges by another
+        rule (``learner``), the request is charged by that one.
         ``timeout`` (default: the endpoint's) bounds each attempt, not the waiting. Raises the
         last attempt's error once retries are exhausted, a non-retryable error (400, 401,
         404…) at once, and ``EndpointError`` once the endpoint is down.
@@ -207,21 +214,32 @@ class Scheduler:
             charge = 0
             ticket: int | None = None
             try:
-                # A slot taken before a pause (or a cut) may not fit the window it left: an
-                # overload 429 at the opening shrinks it to one. Give it back and queue again,
-                # so the end of a pause is never a burst of the requests that waited through it.
+                # A slot taken before a pause (or a cut) may not fit the window it left (an
+                # overload 429 at the opening shrinks it to one): give it back and queue again.
                 await self._pacer.pause_over()
                 if self._in_flight > self.limit:
                     continue  # the finally gives the slot back
                 await self._pacer.token_room()
-                # The estimate, scaled by how far off past estimates were (reckoned as late as
-                # can be: the scale may have moved meanwhile): a waiter's wait is fixed when it
-                # queues, so a refund after the reply cannot give back an overcharge.
-                learned = self._pacer.learner.scale
-                scale = learned * (1.0 if on_arrival else self._token_scale)
-                charge = max(1, round(tokens * scale)) if tokens > 0 else 0
-                charge = self._over_budget(charge, detail, on_arrival)
-                ticket, charge = await self._pacer.admit(charge, learned)
+                # The estimate, scaled by how far off past estimates were, by the rule the
+                # headers show (reckoned as late as can be: both may have moved meanwhile).
+                learner = self._pacer.learner
+                learned, found, switches = learner.scale, learner.rule, learner.switches
+                cost, arrival, how, by = tokens, on_arrival, detail, rule
+                if rules and found is not None and found in rules:
+                    cost, arrival, by = rules[found], found != "usage", found
+                    how = f"by {found}, the rule the endpoint's rate-limit headers show"
+                scale = learned * (1.0 if arrival else self._token_scale)
+                charge = max(1, round(cost * scale)) if cost > 0 else 0
+                limit, where = self._pacer.token_limit(), self.url or self.name
+                try:
+                    charge = within_budget(charge, limit, where, how, arrival, cap)
+                except OverBudget:
+                    self.stats.errors += 1
+                    raise
+                ticket, charge = await self._pacer.admit(charge, learned, rules, by)
+                if learner.switches != switches:  # reckoned by a rule found wrong meanwhile:
+                    self._pacer.refund(ticket, 0)  # (its turn, given back, would go twice)
+                    continue  # reckoned again (the finally gives the slot back)
                 self._check_down()
                 self.stats.requests += 1
                 try:
@@ -248,7 +266,9 @@ class Scheduler:
                         )
                 else:
                     used = None if used_tokens is None else used_tokens(value)
-                    self._on_success(generation, tokens, charge, used, on_arrival)
+                    if used is not None:
+                        learner.used(ticket, used)
+                    self._on_success(generation, cost, charge, used, arrival)
                     # Before its headers: the reading may then measure the span it ends.
                     self._pacer.ended(ticket)
                     if headers is not None:  # last: what the server says is left beats a refund
@@ -264,25 +284,6 @@ class Scheduler:
                 await self._sleep(delay)
 
     # -- admission -----------------------------------------------------------------------
-
-    def _over_budget(self, charge: int, detail: str, on_arrival: bool) -> int:
-        """A request charged on arrival more than the whole token budget would wait (or be
-        refused) forever: fail it now, naming the figures. Charged by usage, the estimate (with
-        the output cap) is only a reservation until the reply says what it used, and a short
-        reply fits: reserve at most the whole budget and send it."""
-        limit = self._pacer.token_limit()
-        if limit is None or charge <= limit:
-            return charge
-        if not on_arrival:
-            return limit
-        self.stats.errors += 1
-        how = f" ({detail})" if detail else ""
-        cap = "max_completion_tokens" if "max_completion_tokens" in detail else "max_tokens"
-        raise OverBudget(
-            f"request refused before sending: it costs an estimated {charge:,} tokens{how}, "
-            f"more than the {limit:,} tokens per minute {self.url or self.name} allows in all; "
-            f"lower {cap} (or n), or shorten the prompt"
-        )
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         """Forget in-flight bookkeeping left behind by a previous (finished) event loop."""

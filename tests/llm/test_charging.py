@@ -87,6 +87,26 @@ def test_a_wrong_rule_is_learned_from_the_headers(told: TokenCharge, server: str
     assert last_ours == pytest.approx(last_theirs, rel=0.1)
 
 
+@pytest.mark.parametrize("server", ["prompt_plus_max", "max_of"])
+def test_a_rule_far_from_the_one_told_is_learned_itself(server: str) -> None:
+    # Told usage, the server charges on arrival: a reply's usage is a small part of a prompt
+    # plus max_tokens (or of max_tokens), more than ten times smaller here, farther than a
+    # scale on the usage estimates may go (``MAX_STEP``): charged at that bound, every
+    # request took more than was booked, and a third of a run's requests were refused. The
+    # rule itself is learned from the headers instead.
+    with serve(tpm=6 * 10**6, limit_window=6000, rate_headers=True, token_charge=server) as srv:
+        ep = _endpoint(srv.base_url, "usage")
+        sched = Scheduler(ep.limits, name="local", url=ep.url, window=6000)
+        params = {"max_tokens": 3000}
+        _sequential(ep, sched, 1, params)
+        ours, theirs = sched.stats.charged_tokens, srv.stats()["charged_tokens"]
+        _sequential(ep, sched, 6, params)
+        last_ours = sched.stats.charged_tokens - ours
+        last_theirs = srv.stats()["charged_tokens"] - theirs
+    assert ours * 10 < theirs
+    assert last_ours == pytest.approx(last_theirs, rel=0.05)
+
+
 @pytest.mark.slow  # a request every 250 ms, so the budget is whole again before each
 def test_an_overcharging_rule_is_learned_while_the_budget_refills_between_replies() -> None:
     # The connection says prompt_plus_max, the server charges max_of: flowkit overcharges, so
