@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
-from flowkit.inspect.intervals import BETTER, SAME, WORSE, newcombe, verdict, wilson
+from flowkit.inspect.intervals import BETTER, SAME, WORSE, fewest_rows, newcombe, verdict, wilson
 
 
 @pytest.mark.parametrize(
@@ -40,3 +40,14 @@ def test_a_verdict_leaves_zero_out_on_its_side() -> None:
     assert verdict(0.1, 0.2, True) == WORSE
     assert verdict(-0.2, -0.1, True) == BETTER
     assert verdict(-0.2, 0.0, False) == SAME
+
+
+@pytest.mark.parametrize("confidence", [0.8, 0.9, 0.95, 0.99, 0.999])
+def test_fewest_rows_is_where_scipys_sign_test_first_calls_a_unanimous_change_real(
+    confidence: float,
+) -> None:
+    stats = pytest.importorskip("scipy.stats")
+    n = fewest_rows(confidence)
+    assert stats.binomtest(n, n, 0.5).pvalue <= 1 - confidence
+    if n > 2:
+        assert stats.binomtest(n - 1, n - 1, 0.5).pvalue > 1 - confidence
