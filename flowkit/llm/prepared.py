@@ -19,10 +19,12 @@ own exception types.
 
 This leans on the SDK's private hooks (:data:`HOOKS`, and ``openai._models.FinalRequestOptions``),
 which any release may rename. So the first request of each client checks them all: where one is
-missing, or building the template fails, :func:`post_chat` returns None, the caller takes the
-SDK's public API (``client.chat.completions.with_raw_response.create``), and the run notes it
-once. A private attribute of the SDK's http client that is missing only costs the straight way
-to the transport's session (``_direct``): requests then go through ``_send_request``.
+missing, building the template fails, or ``_send_request`` fails (or answers with something
+else than a response) before it ever answered as expected, :func:`post_chat` returns None, the
+caller takes the SDK's public API (``client.chat.completions.with_raw_response.create``), and
+the run notes it once. A private attribute of the SDK's http client that is missing only costs
+the straight way to the transport's session (``_direct``): requests then go through
+``_send_request``.
 """
 
 from __future__ import annotations
@@ -208,6 +210,9 @@ async def _build(
     )
 
 
+_MISSING = object()
+
+
 def _direct(client: Any, request: Any, headers: Any) -> _Direct | None:
     """The way straight to the session under ``client``'s transport for ``request``'s URL, or
     None when the httpx client around it would do more than pass the request through (a proxy,
@@ -231,7 +236,9 @@ def _direct(client: Any, request: Any, headers: Any) -> _Direct | None:
     import aiohttp  # the transport's own dependency, so already imported
     import yarl
 
-    session = transport.client
+    session = getattr(transport, "client", _MISSING)
+    if session is _MISSING:
+        return None  # a transport that keeps its session elsewhere: the SDK's way reaches it
     if not isinstance(session, aiohttp.ClientSession):
         # Made as the transport makes it on its first request, and kept there, so that the
         # SDK's path and this one share one pool and the client's close closes it.
@@ -307,11 +314,35 @@ async def post_chat(
     except Exception as err:
         failure = _failure(err, request)
         if failure is None:
+            if client not in _proven:
+                # A release whose ``_send_request`` takes other arguments (the SDK's own
+                # ``request`` passes them): the public API sends this request instead.
+                _give_up(client, f"its _send_request failed ({type(err).__name__}: {err})")
+                return None
             raise
         raise failure from err
+    if not isinstance(getattr(response, "status_code", None), int):
+        if client not in _proven:
+            _give_up(client, f"its _send_request returned a {type(response).__name__}")
+            return None
+        raise TypeError(f"the SDK's _send_request returned a {type(response).__name__}")
+    _proven.add(client)
     if not 200 <= response.status_code < 300:
         raise client._make_status_error_from_response(response) from None
     return response
+
+
+# Clients whose ``_send_request`` answered as the short path expects at least once: until one
+# has, a failure of it that is no transport error (or a reply that is no response) is taken for
+# a hook that changed in this release, not for a bug of the call, and its requests (those in
+# flight too) take the public API.
+_proven: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _give_up(client: Any, why: str) -> None:
+    """The short path off for ``client`` (its requests take the public API), said once."""
+    _templates[client] = None
+    _note_public(why[:300])
 
 
 def _request(template: _Template, content: bytes) -> Any:
