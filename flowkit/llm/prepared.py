@@ -68,9 +68,30 @@ def _options_class() -> Any:
     return found if callable(getattr(found, "construct", None)) else None
 
 
+def _takes(hook: Any, name: str) -> bool:
+    """Whether ``hook`` takes the arguments the short path passes it (a release that adds a
+    required one fails here, at start, not on the first error status of a run)."""
+    try:
+        signature = inspect.signature(hook)
+    except (TypeError, ValueError):  # no signature to be had (a builtin): take it as it is
+        return True
+    try:
+        signature.bind(None, **({"stream": False} if name == "_send_request" else {}))
+    except TypeError:
+        return False
+    return True
+
+
 def missing_hooks(client: Any) -> list[str]:
-    """The private names of the SDK the short path needs that ``client``'s SDK lacks."""
-    missing = [h for h in HOOKS if not callable(getattr(client, h, None))]
+    """The private names of the SDK the short path needs that ``client``'s SDK lacks, or has
+    with other arguments than the short path passes."""
+    missing = []
+    for hook in HOOKS:
+        found = getattr(client, hook, None)
+        if not callable(found):
+            missing.append(hook)
+        elif not _takes(found, hook):
+            missing.append(f"{hook} as called here (it takes other arguments)")
     if _options_class() is None:
         missing.append("openai._models.FinalRequestOptions")
     return missing

@@ -163,3 +163,30 @@ def test_a_transport_that_keeps_its_session_elsewhere_costs_only_the_straight_wa
     assert [r["status"] for r in rows] == ["ok"] * len(rows)
     assert not any("public API" in n for n in notices)
     assert sdk is openai
+
+
+def test_a_hook_that_takes_other_arguments_counts_as_missing(
+    llm_server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_make_status_error_from_response`` with a new required argument would turn every
+    error status (a 429 to retry) into a TypeError that fails its row: checked at start."""
+    endpoint = Endpoint(
+        connection="o", kind="openai", model="m", base_url=llm_server.base_url, api_key="k"
+    )
+    original = openai.AsyncOpenAI._make_status_error_from_response
+
+    def changed(self: Any, response: Any, *, request_id: str) -> Any:
+        return original(self, response)
+
+    async def main() -> list[str]:
+        client = await clients.get_client(endpoint)
+        try:
+            return prepared.missing_hooks(client)
+        finally:
+            await clients.aclose_clients()
+
+    assert asyncio.run(main()) == []
+    monkeypatch.setattr(openai.AsyncOpenAI, "_make_status_error_from_response", changed)
+    assert asyncio.run(main()) == [
+        "_make_status_error_from_response as called here (it takes other arguments)"
+    ]
