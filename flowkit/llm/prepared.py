@@ -19,10 +19,12 @@ own exception types.
 
 This leans on the SDK's private hooks (:data:`HOOKS`, and ``openai._models.FinalRequestOptions``),
 which any release may rename. So the first request of each client checks them all: where one is
-missing, or building the template fails, :func:`post_chat` returns None, the caller takes the
-SDK's public API (``client.chat.completions.with_raw_response.create``), and the run notes it
-once. A private attribute of the SDK's http client that is missing only costs the straight way
-to the transport's session (``_direct``): requests then go through ``_send_request``.
+missing, building the template fails, or ``_send_request`` fails (or answers with something
+else than a response) before it ever answered as expected, :func:`post_chat` returns None, the
+caller takes the SDK's public API (``client.chat.completions.with_raw_response.create``), and
+the run notes it once. A private attribute of the SDK's http client that is missing only costs
+the straight way to the transport's session (``_direct``): requests then go through
+``_send_request``.
 """
 
 from __future__ import annotations
@@ -66,9 +68,30 @@ def _options_class() -> Any:
     return found if callable(getattr(found, "construct", None)) else None
 
 
+def _takes(hook: Any, name: str) -> bool:
+    """Whether ``hook`` takes the arguments the short path passes it (a release that adds a
+    required one fails here, at start, not on the first error status of a run)."""
+    try:
+        signature = inspect.signature(hook)
+    except (TypeError, ValueError):  # no signature to be had (a builtin): take it as it is
+        return True
+    try:
+        signature.bind(None, **({"stream": False} if name == "_send_request" else {}))
+    except TypeError:
+        return False
+    return True
+
+
 def missing_hooks(client: Any) -> list[str]:
-    """The private names of the SDK the short path needs that ``client``'s SDK lacks."""
-    missing = [h for h in HOOKS if not callable(getattr(client, h, None))]
+    """The private names of the SDK the short path needs that ``client``'s SDK lacks, or has
+    with other arguments than the short path passes."""
+    missing = []
+    for hook in HOOKS:
+        found = getattr(client, hook, None)
+        if not callable(found):
+            missing.append(hook)
+        elif not _takes(found, hook):
+            missing.append(f"{hook} as called here (it takes other arguments)")
     if _options_class() is None:
         missing.append("openai._models.FinalRequestOptions")
     return missing
@@ -208,6 +231,9 @@ async def _build(
     )
 
 
+_MISSING = object()
+
+
 def _direct(client: Any, request: Any, headers: Any) -> _Direct | None:
     """The way straight to the session under ``client``'s transport for ``request``'s URL, or
     None when the httpx client around it would do more than pass the request through (a proxy,
@@ -231,7 +257,9 @@ def _direct(client: Any, request: Any, headers: Any) -> _Direct | None:
     import aiohttp  # the transport's own dependency, so already imported
     import yarl
 
-    session = transport.client
+    session = getattr(transport, "client", _MISSING)
+    if session is _MISSING:
+        return None  # a transport that keeps its session elsewhere: the SDK's way reaches it
     if not isinstance(session, aiohttp.ClientSession):
         # Made as the transport makes it on its first request, and kept there, so that the
         # SDK's path and this one share one pool and the client's close closes it.
@@ -307,11 +335,35 @@ async def post_chat(
     except Exception as err:
         failure = _failure(err, request)
         if failure is None:
+            if client not in _proven:
+                # A release whose ``_send_request`` takes other arguments (the SDK's own
+                # ``request`` passes them): the public API sends this request instead.
+                _give_up(client, f"its _send_request failed ({type(err).__name__}: {err})")
+                return None
             raise
         raise failure from err
+    if not isinstance(getattr(response, "status_code", None), int):
+        if client not in _proven:
+            _give_up(client, f"its _send_request returned a {type(response).__name__}")
+            return None
+        raise TypeError(f"the SDK's _send_request returned a {type(response).__name__}")
+    _proven.add(client)
     if not 200 <= response.status_code < 300:
         raise client._make_status_error_from_response(response) from None
     return response
+
+
+# Clients whose ``_send_request`` answered as the short path expects at least once: until one
+# has, a failure of it that is no transport error (or a reply that is no response) is taken for
+# a hook that changed in this release, not for a bug of the call, and its requests (those in
+# flight too) take the public API.
+_proven: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _give_up(client: Any, why: str) -> None:
+    """The short path off for ``client`` (its requests take the public API), said once."""
+    _templates[client] = None
+    _note_public(why[:300])
 
 
 def _request(template: _Template, content: bytes) -> Any:
