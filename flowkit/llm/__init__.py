@@ -6,7 +6,8 @@ a connection, its limits and prices; ``projectfile``: reading ``flowkit.yaml``);
 ``chat`` / ``embed`` call it through the current run's ``LlmSession`` (``session``: its
 schedulers, clients, endpoint memory and usage, found through the ``session.current`` context
 variable the run sets; outside a run, a default session): one client per endpoint
-(``clients``; a chat request is built once per shape and reused, ``prepared``) and one
+(``clients``; a chat request is built once per shape and reused, ``prepared``, on the SDK's
+private hooks that ``hooks`` checks first, else through its public API) and one
 ``Scheduler`` per endpoint and model (adaptive concurrency, RPM/TPM budgets, retries;
 ``stats``: what it counts); ``UsageTracker`` sums tokens and costs.
 Runs in one process share each endpoint's declared ``rpm`` / ``tpm`` through a

@@ -17,7 +17,7 @@ template (auth headers, Azure deployment paths and ``api-version``, default head
 sends each request (``_send_request``, with its auth hooks), and turns an error status into its
 own exception types.
 
-This leans on the SDK's private hooks (:data:`HOOKS`, and ``openai._models.FinalRequestOptions``),
+This leans on the SDK's private hooks (``hooks.HOOKS``, and ``openai._models.FinalRequestOptions``),
 which any release may rename. So the first request of each client checks them all: where one is
 missing, building the template fails, or ``_send_request`` fails (or answers with something
 else than a response) before it ever answered as expected, :func:`post_chat` returns None, the
@@ -30,10 +30,8 @@ the straight way to the transport's session (``_direct``): requests then go thro
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import json
-import logging
 import sys
 import weakref
 from dataclasses import dataclass
@@ -41,76 +39,14 @@ from typing import Any
 
 import msgspec
 
+from flowkit.llm.hooks import missing_hooks, note_public, options_class
 from flowkit.llm.replies import DEFAULT_MAX_REPLY_BYTES, read_aiohttp
 from flowkit.llm.sdk import openai
 
-HOOKS = (
-    "_prepare_options",
-    "_build_request",
-    "_prepare_request",
-    "_send_request",
-    "_make_status_error_from_response",
-)
-"""The SDK client's private methods the short path calls."""
 # Per client: its templates by shape, or None when its SDK lacks a hook (the public API serves).
 _templates: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Template | None] | None] = (
     weakref.WeakKeyDictionary()
 )
-
-
-def _options_class() -> Any:
-    """The SDK's ``FinalRequestOptions``, looked up where it is now, or None (moved)."""
-    try:
-        models = importlib.import_module("openai._models")
-    except ImportError:
-        return None
-    found = getattr(models, "FinalRequestOptions", None)
-    return found if callable(getattr(found, "construct", None)) else None
-
-
-def _takes(hook: Any, name: str) -> bool:
-    """Whether ``hook`` takes the arguments the short path passes it (a release that adds a
-    required one fails here, at start, not on the first error status of a run)."""
-    try:
-        signature = inspect.signature(hook)
-    except (TypeError, ValueError):  # no signature to be had (a builtin): take it as it is
-        return True
-    try:
-        signature.bind(None, **({"stream": False} if name == "_send_request" else {}))
-    except TypeError:
-        return False
-    return True
-
-
-def missing_hooks(client: Any) -> list[str]:
-    """The private names of the SDK the short path needs that ``client``'s SDK lacks, or has
-    with other arguments than the short path passes."""
-    missing = []
-    for hook in HOOKS:
-        found = getattr(client, hook, None)
-        if not callable(found):
-            missing.append(hook)
-        elif not _takes(found, hook):
-            missing.append(f"{hook} as called here (it takes other arguments)")
-    if _options_class() is None:
-        missing.append("openai._models.FinalRequestOptions")
-    return missing
-
-
-def _note_public(why: str) -> None:
-    """Say once per run that requests take the SDK's public API, and why."""
-    from flowkit.llm.session import current_session
-
-    session = current_session()
-    if "public-api" in session.noted:
-        return
-    session.noted.add("public-api")
-    message = (
-        f"openai {openai.__version__}: {why}; chat requests go through the SDK's public API "
-        "(chat.completions.create), which costs more CPU per request"
-    )
-    logging.getLogger("flowkit.llm").warning("note: %s", message)
-    session.notes.append(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +144,7 @@ async def _build(
 ) -> _Template | None:
     extra: dict[str, Any] = {"params": query} if query else {}
     try:
-        options: Any = _options_class().construct(
+        options: Any = options_class().construct(
             method="post",
             url="/chat/completions",
             json_data=body,
@@ -222,7 +158,7 @@ async def _build(
         request = client._build_request(prepared or options)
         await client._prepare_request(request)
     except Exception as err:  # an SDK whose hooks take other arguments
-        _note_public(f"its private request hooks failed ({type(err).__name__}: {err})"[:300])
+        note_public(f"its private request hooks failed ({type(err).__name__}: {err})"[:300])
         return None
     kept = request.headers.copy()
     kept.pop("content-length", None)
@@ -311,7 +247,7 @@ async def post_chat(
     if client not in _templates:
         missing = missing_hooks(client)
         if missing:
-            _note_public(f"the SDK lacks {', '.join(missing)}")
+            note_public(f"the SDK lacks {', '.join(missing)}")
         _templates[client] = None if missing else {}
     shapes = _templates[client]
     if shapes is None:
@@ -363,7 +299,7 @@ _proven: weakref.WeakSet[Any] = weakref.WeakSet()
 def _give_up(client: Any, why: str) -> None:
     """The short path off for ``client`` (its requests take the public API), said once."""
     _templates[client] = None
-    _note_public(why[:300])
+    note_public(why[:300])
 
 
 def _request(template: _Template, content: bytes) -> Any:

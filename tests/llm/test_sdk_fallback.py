@@ -14,7 +14,7 @@ import openai._models
 import pytest
 
 import flowkit
-from flowkit.llm import clients, prepared
+from flowkit.llm import clients, hooks, prepared
 from flowkit.llm.endpoint import Endpoint
 from flowkit.testing.server import LocalServer
 from tests.support import EXAMPLES
@@ -80,7 +80,7 @@ def test_a_missing_private_name_falls_back_to_the_public_api_with_one_notice(
     assert [n for n in notices if "public API" in n] == [_notice(missing)]
 
 
-@pytest.mark.parametrize("hook", prepared.HOOKS)
+@pytest.mark.parametrize("hook", hooks.HOOKS)
 def test_every_hook_is_checked_on_a_clients_first_request(
     llm_server: LocalServer, monkeypatch: pytest.MonkeyPatch, hook: str
 ) -> None:
@@ -91,7 +91,7 @@ def test_every_hook_is_checked_on_a_clients_first_request(
     async def main() -> list[str]:
         client = await clients.get_client(endpoint)
         try:
-            return prepared.missing_hooks(client)
+            return hooks.missing_hooks(client)
         finally:
             await clients.aclose_clients()
 
@@ -181,7 +181,7 @@ def test_a_hook_that_takes_other_arguments_counts_as_missing(
     async def main() -> list[str]:
         client = await clients.get_client(endpoint)
         try:
-            return prepared.missing_hooks(client)
+            return hooks.missing_hooks(client)
         finally:
             await clients.aclose_clients()
 
