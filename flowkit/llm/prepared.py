@@ -40,7 +40,7 @@ from typing import Any
 import msgspec
 
 from flowkit.llm.hooks import missing_hooks, note_public, options_class
-from flowkit.llm.replies import DEFAULT_MAX_REPLY_BYTES, read_aiohttp
+from flowkit.llm.replies import DEFAULT_MAX_REPLY_BYTES, RefusedReply, read_aiohttp
 from flowkit.llm.sdk import openai
 
 # Per client: its templates by shape, or None when its SDK lacks a hook (the public API serves).
@@ -266,8 +266,8 @@ async def post_chat(
     request = _request(template, content)
     try:
         response = await client._send_request(request, stream=False)
-    except openai.OpenAIError:
-        raise
+    except (openai.OpenAIError, RefusedReply):
+        raise  # the endpoint's failure, or a reply flowkit refuses: no sign of a changed hook
     except Exception as err:
         failure = _failure(err, request)
         if failure is None:
