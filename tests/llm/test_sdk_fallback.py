@@ -80,10 +80,8 @@ def test_a_missing_private_name_falls_back_to_the_public_api_with_one_notice(
     assert [n for n in notices if "public API" in n] == [_notice(missing)]
 
 
-@pytest.mark.parametrize("hook", hooks.HOOKS)
-def test_every_hook_is_checked_on_a_clients_first_request(
-    llm_server: LocalServer, monkeypatch: pytest.MonkeyPatch, hook: str
-) -> None:
+def _missing(llm_server: LocalServer) -> list[str]:
+    """The hooks a fresh client of the test server's endpoint lacks."""
     endpoint = Endpoint(
         connection="o", kind="openai", model="m", base_url=llm_server.base_url, api_key="k"
     )
@@ -95,9 +93,16 @@ def test_every_hook_is_checked_on_a_clients_first_request(
         finally:
             await clients.aclose_clients()
 
-    assert asyncio.run(main()) == []
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("hook", hooks.HOOKS)
+def test_every_hook_is_checked_on_a_clients_first_request(
+    llm_server: LocalServer, monkeypatch: pytest.MonkeyPatch, hook: str
+) -> None:
+    assert _missing(llm_server) == []
     _remove(monkeypatch, hook)
-    assert asyncio.run(main()) == [hook]
+    assert _missing(llm_server) == [hook]
 
 
 @pytest.mark.parametrize("change", ["arguments", "reply"])
@@ -170,23 +175,13 @@ def test_a_hook_that_takes_other_arguments_counts_as_missing(
 ) -> None:
     """``_make_status_error_from_response`` with a new required argument would turn every
     error status (a 429 to retry) into a TypeError that fails its row: checked at start."""
-    endpoint = Endpoint(
-        connection="o", kind="openai", model="m", base_url=llm_server.base_url, api_key="k"
-    )
     original = openai.AsyncOpenAI._make_status_error_from_response
 
     def changed(self: Any, response: Any, *, request_id: str) -> Any:
         return original(self, response)
 
-    async def main() -> list[str]:
-        client = await clients.get_client(endpoint)
-        try:
-            return hooks.missing_hooks(client)
-        finally:
-            await clients.aclose_clients()
-
-    assert asyncio.run(main()) == []
+    assert _missing(llm_server) == []
     monkeypatch.setattr(openai.AsyncOpenAI, "_make_status_error_from_response", changed)
-    assert asyncio.run(main()) == [
+    assert _missing(llm_server) == [
         "_make_status_error_from_response as called here (it takes other arguments)"
     ]
