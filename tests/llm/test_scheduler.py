@@ -249,6 +249,7 @@ def test_rpm_budget_spaces_requests_evenly() -> None:
 
 def test_rpm_budget_with_concurrent_callers_in_real_time() -> None:
     # 60 requests per 0.5 s window = one every ~8.3 ms, burst of one.
+    t0 = time.monotonic()  # the pace's schedule starts no earlier than this
     sched = Scheduler(Limits(concurrency=32, rpm=60), window=0.5)
     script = Script([])
 
@@ -256,11 +257,12 @@ def test_rpm_budget_with_concurrent_callers_in_real_time() -> None:
         await asyncio.gather(*(sched.run(script) for _ in range(13)))
 
     run(body)
-    # Starts follow an absolute schedule (one late wake-up does not delay the rest), so the
-    # k-th start is never earlier than k intervals after the first.
-    offsets = [t - script.times[0] for t in script.times]
-    assert all(offset >= k / 120 - 0.002 for k, offset in enumerate(offsets))
-    assert offsets[-1] >= 12 / 120 - 0.002
+    # Starts follow an absolute schedule from the budget's first take, so the k-th start is
+    # never earlier than k intervals after it. Measured from before the scheduler existed, not
+    # from the first start: on a loaded machine the first request may be woken late while the
+    # schedule behind it keeps its times (the loop saw it, 1 run in 20).
+    offsets = sorted(t - t0 for t in script.times)
+    assert all(offset >= k / 120 - 0.002 for k, offset in enumerate(offsets)), offsets
 
 
 def test_tpm_budget_charges_the_estimate_and_corrects_from_usage() -> None:
