@@ -43,6 +43,11 @@ from flowkit.llm.hooks import missing_hooks, note_public, options_class
 from flowkit.llm.replies import DEFAULT_MAX_REPLY_BYTES, RefusedReply, read_aiohttp
 from flowkit.llm.sdk import openai
 
+# Clients whose ``_send_request`` answered as the short path expects at least once: until one
+# has, a failure of it that is no transport error (or a reply that is no response) is taken for
+# a hook that changed in this release, not for a bug of the call, and its requests (those in
+# flight too) take the public API.
+_proven: weakref.WeakSet[Any] = weakref.WeakSet()
 # Per client: its templates by shape, or None when its SDK lacks a hook (the public API serves).
 _templates: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], _Template | None] | None] = (
     weakref.WeakKeyDictionary()
@@ -283,17 +288,11 @@ async def post_chat(
             _give_up(client, f"its _send_request returned a {type(response).__name__}")
             return None
         raise TypeError(f"the SDK's _send_request returned a {type(response).__name__}")
-    _proven.add(client)
+    if client not in _proven:  # (a check per request, not a new weak reference per request)
+        _proven.add(client)
     if not 200 <= response.status_code < 300:
         raise client._make_status_error_from_response(response) from None
     return response
-
-
-# Clients whose ``_send_request`` answered as the short path expects at least once: until one
-# has, a failure of it that is no transport error (or a reply that is no response) is taken for
-# a hook that changed in this release, not for a bug of the call, and its requests (those in
-# flight too) take the public API.
-_proven: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _give_up(client: Any, why: str) -> None:
