@@ -352,6 +352,35 @@ class Pacer:
         self._learned = max(1.0, (FIRST_CUT if measured else CUT) * base)
         self._learned_at = self._clock()
         self.repace()
+        if self._rpm is not None:  # the 429s say the endpoint's budget is spent: no burst now
+            self._rpm.hold_until(self._learned_at)
+
+    @property
+    def opening(self) -> bool:
+        """Whether no overload has cut the opening window yet."""
+        return self._opening
+
+    def reopen(self) -> float | None:
+        """Open the full window again, unpaced (the 429s that cut it may not be about the rate:
+        see ``refusals``); returns the learned pace dropped, for :meth:`restore`."""
+        if self._rpm is not None:
+            self._rpm.release()
+        dropped, self._learned, self._rpm = self._probed(), None, None
+        self._learned_at = -float("inf")
+        self._opening, self._measuring, self._measured_cut = True, False, False
+        self._window_size = float(self.limits.concurrency)
+        self.generation += 1
+        self.repace()
+        return dropped
+
+    def restore(self, learned: float | None) -> None:
+        """Pace at ``learned`` again (from :meth:`reopen`): the 429s were about the rate."""
+        self._opening = False
+        if learned:
+            self._cut_to(learned / FIRST_CUT, measured=True)
+        else:  # none was measured: one at a time, and measure
+            self._measuring, self._window_size = True, 1.0
+            self.generation += 1
 
     def pause(self, seconds: float) -> None:
         """Hold every request on the endpoint for ``seconds``, then restart at the pace."""

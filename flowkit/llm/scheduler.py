@@ -44,6 +44,7 @@ from flowkit.llm.endpoint import Limits
 from flowkit.llm.memory import Recalled
 from flowkit.llm.pacing import Pacer
 from flowkit.llm.ratelimits import parse_rate_headers
+from flowkit.llm.refusals import Refusals, Step
 from flowkit.llm.retry import Failure, Verdict, backoff, classify
 from flowkit.llm.shared import DeclaredBudget
 from flowkit.llm.stalls import Stalled, StallWatch
@@ -53,10 +54,6 @@ STOP_AFTER = 5
 """Unfixable failures in a row, with no success between, that mark an endpoint down."""
 TOKEN_LEARNING = 0.2
 """Weight of each reply's used/estimated tokens in the running correction of the estimates."""
-CLUSTER = (12, 20)
-"""A 429 without a pause request is overload when at least 12 of the last 20 replies were 429:
-scattered 429s at a 15% rate reach that about once in a million windows, an endpoint over its
-limit does all the time."""
 
 
 class Scheduler:
@@ -100,7 +97,8 @@ class Scheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._token_scale = 1.0  # used tokens / estimated, learned from replies' usage
         self._token_samples = 0
-        self._recent: deque[bool] = deque(maxlen=CLUSTER[1])  # was each reply a 429?
+        self._refusals = Refusals()
+        self._dropped: float | None = None  # the pace a reopening dropped (see ``refusals``)
         self._unfixable = 0
         self.down: Exception | None = None
 
@@ -242,6 +240,7 @@ class Scheduler:
                     continue  # reckoned again (the finally gives the slot back)
                 self._check_down()
                 self.stats.requests += 1
+                mark = self._refusals.sent()
                 try:
                     value = await self._stalls.run(ceiling, call)
                 except Exception as exc:
@@ -249,7 +248,7 @@ class Scheduler:
                     verdict = classify(exc)
                     # Providers do not bill failed calls; a 429's tokens stay spent (see refund).
                     self._pacer.refund(ticket, charge, verdict.kind is Failure.RATE_LIMIT)
-                    self._on_failure(verdict, generation, stalled)
+                    self._on_failure(verdict, generation, stalled, charge, mark)
                     if not verdict.retryable or retry >= self.limits.max_retries:
                         self.stats.errors += 1
                         raise
@@ -268,7 +267,7 @@ class Scheduler:
                     used = None if used_tokens is None else used_tokens(value)
                     if used is not None:
                         learner.used(ticket, used)
-                    self._on_success(generation, cost, charge, used, arrival)
+                    self._on_success(generation, cost, charge, used, arrival, mark)
                     # Before its headers: the reading may then measure the span it ends.
                     self._pacer.ended(ticket)
                     if headers is not None:  # last: what the server says is left beats a refund
@@ -343,10 +342,11 @@ class Scheduler:
         charge: int,
         used: int | None,
         on_arrival: bool,
+        mark: tuple[int, int],
     ) -> None:
         self._unfixable = 0
         self._pacer.answered(True, generation)
-        self._recent.append(False)
+        self._follow(self._refusals.reply(mark, False))
         if on_arrival or used is None:
             self.stats.charged_tokens += charge
         else:
@@ -362,10 +362,19 @@ class Scheduler:
             self._token_scale += weight * (used / tokens - self._token_scale)
         self.stats.tokens += used if used is not None else tokens
 
-    def _on_failure(self, verdict: Verdict, generation: int, stalled: bool) -> None:
+    def _follow(self, step: Step | None) -> None:
+        """Do what the trial of the opening's cut asks (see ``refusals``)."""
+        if step is Step.REOPEN:
+            self._dropped = self._pacer.reopen()
+        elif step is Step.RESTORE:
+            self._pacer.restore(self._dropped)
+
+    def _on_failure(
+        self, verdict: Verdict, generation: int, stalled: bool, charge: int, mark: tuple[int, int]
+    ) -> None:
         kind = verdict.kind
         self._pacer.answered(False, generation, rate_limited=kind is Failure.RATE_LIMIT)
-        self._recent.append(kind is Failure.RATE_LIMIT)
+        self._follow(self._refusals.reply(mark, kind is Failure.RATE_LIMIT))
         self._pacer.learn_headers(verdict.rates)
         if verdict.unfixable:
             self._unfixable += 1
@@ -378,14 +387,17 @@ class Scheduler:
                 )
         if kind is Failure.RATE_LIMIT:
             self.stats.rate_limited += 1
-            clustered = sum(self._recent) >= CLUSTER[0]
-            if verdict.overload or clustered:
+            seen = self._refusals.read(verdict, charge)
+            if seen.overload:
                 self.stats.overloads += 1
                 # A known limit already sets the pace; only a cluster of 429s says it is wrong
                 # (e.g. another client shares the quota).
-                if clustered or not self._pacer.limits_known():
+                if seen.clustered or not self._pacer.limits_known():
+                    opening = self._pacer.opening
                     self._pacer.cut(generation)
-            if verdict.retry_after:
+                    if opening and not self._pacer.opening and not seen.clustered:
+                        self._refusals.cut()  # on trial: were they about the rate?
+            if seen.hold and verdict.retry_after:
                 self._pacer.pause(verdict.retry_after)  # the quota is shared: everyone waits
         elif kind is Failure.SERVER:
             self.stats.server_errors += 1
