@@ -209,12 +209,13 @@ class Refusals:
         self._outcomes = {p: [None] * TRIAL_REPLIES[1] for p in (1, 2)}
 
     def _over_background(self) -> bool:
-        """Whether the recent replies hold far more 429s than the share found scattered: a
-        limiter whose allowance outlasted the trial refuses nearly every request once it is
-        spent. Until the share since is measured over enough replies, only such a storm counts
-        (the trial's few dozen replies measure the share too roughly)."""
-        recent = (len(self._recent), sum(self._recent))
+        """Whether 429s come far more often than when they were found scattered: a limiter
+        whose allowance outlasted the trial refuses nearly every request once it is spent.
+        Judged over many replies (a burst's 429s come back before its successes): most of
+        those since, or the recent ones far over the share since."""
         since = self._background
-        if since[0] < BACKGROUND:  # (a burst's 429s come back first: 40 replies at least)
-            return since[0] >= TRIAL_REPLIES[1] and since[1] >= STORM * since[0]
-        return recent[1] >= CLUSTER[0] and more_often(recent, since) < FAR_OVER
+        if since[0] < BACKGROUND:
+            return False
+        recent = (len(self._recent), sum(self._recent))
+        storm = since[1] >= STORM * since[0]
+        return storm or (recent[1] >= CLUSTER[0] and more_often(recent, since) < FAR_OVER)
