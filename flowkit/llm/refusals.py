@@ -14,6 +14,9 @@ nothing. So:
   again for a while; if the share then rises with the rate, it was a limit after all (the cut
   is restored), and if it stays, the 429s are **scattered**: from then on they hold only the
   refused request, for its ``Retry-After``.
+- **A first overload after many successes** (``LATE``) is a limiter's allowance spent: its cut
+  stands untried (too few 429s came yet for a trial to tell, and a reopening would spend the
+  limit's budget again).
 - **429s that cluster** (most of the recent replies) are overload whatever they say.
 
 The whole endpoint is held for a ``Retry-After`` only where the quota is shown shared and spent:
@@ -53,6 +56,10 @@ STORM = 0.8
 measured over enough replies."""
 LIKELY = 0.1
 """A fall in the share this unlikely by chance, not yet significant, is looked at again."""
+LATE = 50
+"""Successes before the first overload after which its cut is not tried: scattered 429s at 10%
+show within 50 requests in 99.5% of runs, while a limiter whose allowance holds this many is
+refused only once it is spent, with too few 429s yet for the trial to tell."""
 
 
 class Step(Enum):
@@ -82,7 +89,7 @@ def spent(rates: RateHeaders | None, charge: int) -> bool | None:
     if rates is None or (rates.requests.remaining is None and rates.tokens.remaining is None):
         return None
     tokens = rates.tokens.remaining
-    return rates.exhausted or (tokens is not None and 0 < charge and tokens < charge)
+    return rates.exhausted or (tokens is not None and charge > 0 and tokens < charge)
 
 
 def more_often(first: tuple[int, int], second: tuple[int, int]) -> float:
@@ -141,6 +148,9 @@ class Refusals:
     def cut(self) -> None:
         """The opening overshot on 429s without headers: judge the cut by what is sent next."""
         if self._phase == 0 and not self.scattered:
+            if self._opening[0] - self._opening[1] >= LATE:
+                self._phase = 3  # an allowance spent: a limit, as 429s were taken before
+                return
             self._phase, self._trials = 1, self._trials + 1
 
     def reply(self, mark: tuple[int, int], refused: bool) -> Step | None:
@@ -173,7 +183,7 @@ class Refusals:
         return None
 
     def _judge_cut(self, before: tuple[int, int], after: tuple[int, int]) -> Step | None:
-        n, k = after
+        n = after[0]
         fell, rose = more_often(before, after), more_often(after, before)
         last = n >= TRIAL_REPLIES[1]
         if min(fell, rose) < SIGNIFICANCE:

@@ -11,10 +11,9 @@ by token buckets, because at 20 ms a reply even one request in flight can be man
 per-minute cap. The paces (configured, from ``x-ratelimit-*`` headers, or learned from 429s) and
 the opening of an endpoint whose limits are unknown live in ``pacing``.
 
-A 429 asking for a positive Retry-After pauses the **whole endpoint**; when the pause ends the
-buckets restart empty, so the requests that queued during it leave at the pace, not in a burst.
-A 429 with ``Retry-After: 0`` or a 5xx alone is a scattered fault, retried without cutting the
-pace; only 429s that cluster (most of the recent replies) count as overload then.
+What a 429 says is read by ``refusals``. Where it shows the quota spent (headers, or most recent
+replies refused), its Retry-After pauses the **whole endpoint**, and the buckets restart empty;
+otherwise it holds its own request only. A 5xx is a fault, retried without cutting the pace.
 
 Stalled replies: an attempt that outlives a deadline learned from the latencies seen is cut and
 retried at once, in flight or not (see ``stalls``).
@@ -41,10 +40,11 @@ from flowkit.errors import EndpointError
 from flowkit.llm.budget import Clock, Sleep
 from flowkit.llm.charging import OverBudget, within_budget
 from flowkit.llm.endpoint import Limits
+from flowkit.llm.learner import UsageScale
 from flowkit.llm.memory import Recalled
 from flowkit.llm.pacing import Pacer
 from flowkit.llm.ratelimits import parse_rate_headers
-from flowkit.llm.refusals import Refusals, Step
+from flowkit.llm.refusals import Refusals
 from flowkit.llm.retry import Failure, Verdict, backoff, classify
 from flowkit.llm.shared import DeclaredBudget
 from flowkit.llm.stalls import Stalled, StallWatch
@@ -52,8 +52,6 @@ from flowkit.llm.stats import Attempted, SchedulerStats, T
 
 STOP_AFTER = 5
 """Unfixable failures in a row, with no success between, that mark an endpoint down."""
-TOKEN_LEARNING = 0.2
-"""Weight of each reply's used/estimated tokens in the running correction of the estimates."""
 
 
 class Scheduler:
@@ -95,10 +93,8 @@ class Scheduler:
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._token_scale = 1.0  # used tokens / estimated, learned from replies' usage
-        self._token_samples = 0
+        self._usage = UsageScale()
         self._refusals = Refusals()
-        self._dropped: float | None = None  # the pace a reopening dropped (see ``refusals``)
         self._unfixable = 0
         self.down: Exception | None = None
 
@@ -226,7 +222,7 @@ class Scheduler:
                 if rules and found is not None and found in rules:
                     cost, arrival, by = rules[found], found != "usage", found
                     how = f"by {found}, the rule the endpoint's rate-limit headers show"
-                scale = learned * (1.0 if arrival else self._token_scale)
+                scale = learned * (1.0 if arrival else self._usage.scale)
                 charge = max(1, round(cost * scale)) if cost > 0 else 0
                 limit, where = self._pacer.token_limit(), self.url or self.name
                 try:
@@ -346,7 +342,7 @@ class Scheduler:
     ) -> None:
         self._unfixable = 0
         self._pacer.answered(True, generation)
-        self._follow(self._refusals.reply(mark, False))
+        self._pacer.follow(self._refusals.reply(mark, False))
         if on_arrival or used is None:
             self.stats.charged_tokens += charge
         else:
@@ -355,26 +351,15 @@ class Scheduler:
             self._pacer.charge(settled - charge)
             self.stats.charged_tokens += settled
         if used is not None and tokens > 0 and not on_arrival:
-            # A plain mean over the first replies (the first one alone sets it: the requests
-            # that queued behind it are charged right), then a running average.
-            self._token_samples += 1
-            weight = max(TOKEN_LEARNING, 1.0 / self._token_samples)
-            self._token_scale += weight * (used / tokens - self._token_scale)
+            self._usage.used(used, tokens)
         self.stats.tokens += used if used is not None else tokens
-
-    def _follow(self, step: Step | None) -> None:
-        """Do what the trial of the opening's cut asks (see ``refusals``)."""
-        if step is Step.REOPEN:
-            self._dropped = self._pacer.reopen()
-        elif step is Step.RESTORE:
-            self._pacer.restore(self._dropped)
 
     def _on_failure(
         self, verdict: Verdict, generation: int, stalled: bool, charge: int, mark: tuple[int, int]
     ) -> None:
         kind = verdict.kind
         self._pacer.answered(False, generation, rate_limited=kind is Failure.RATE_LIMIT)
-        self._follow(self._refusals.reply(mark, kind is Failure.RATE_LIMIT))
+        self._pacer.follow(self._refusals.reply(mark, kind is Failure.RATE_LIMIT))
         self._pacer.learn_headers(verdict.rates)
         if verdict.unfixable:
             self._unfixable += 1
@@ -393,9 +378,9 @@ class Scheduler:
                 # A known limit already sets the pace; only a cluster of 429s says it is wrong
                 # (e.g. another client shares the quota).
                 if seen.clustered or not self._pacer.limits_known():
-                    opening = self._pacer.opening
+                    opening = self._pacer.opening.open
                     self._pacer.cut(generation)
-                    if opening and not self._pacer.opening and not seen.clustered:
+                    if opening and not self._pacer.opening.open and not seen.clustered:
                         self._refusals.cut()  # on trial: were they about the rate?
             if seen.hold and verdict.retry_after:
                 self._pacer.pause(verdict.retry_after)  # the quota is shared: everyone waits
