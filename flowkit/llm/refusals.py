@@ -13,7 +13,8 @@ nothing. So:
   the opening's. Fallen: the cut helped, it was a limit. Not fallen: the full window is opened
   again for a while; if the share then rises with the rate, it was a limit after all (the cut
   is restored), and if it stays, the 429s are **scattered**: from then on they hold only the
-  refused request, for its ``Retry-After``.
+  refused request, for its ``Retry-After``. Should 429s later come far more often (a limiter
+  behind them), it is a limit after all, and only 429s far over the scattered share cut its pace.
 - **A first overload after many successes** (``LATE``) is a limiter's allowance spent: its cut
   stands untried (too few 429s came yet for a trial to tell, and a reopening would spend the
   limit's budget again).
@@ -132,14 +133,18 @@ class Refusals:
     def read(self, verdict: Verdict, charge: int) -> Reading:
         """What a 429 (``verdict``) for a request charged ``charge`` tokens says; recorded by
         :meth:`reply` first."""
-        if self.scattered and self._over_background():
+        over = self._over_background()
+        if self.scattered and over:
             self.scattered = False  # 429s far more often than the trial saw: a limit after all
+        # A limit found over scattered 429s: those go on at their share, and only 429s far
+        # over it say the pace is too high (each scattered one cutting it, it falls to nothing).
+        beneath = not self.scattered and self._background[0] >= BACKGROUND and not over
         # Scattered 429s at the share the trial saw may cluster by chance: only far more counts.
         # While reopened, the trial judges.
         clustered = not self.scattered and self._phase != 2 and sum(self._recent) >= CLUSTER[0]
         told = spent(verdict.rates, charge)
         if told is None:
-            asked = bool(verdict.retry_after) and not self.scattered
+            asked = bool(verdict.retry_after) and not self.scattered and not beneath
             overload = asked and self._phase != 2  # reopened: the trial watches
             crowded = sum(self._recent) >= HOLD_SHARE * len(self._recent)
             return Reading(overload or clustered, clustered, asked and (crowded or clustered))

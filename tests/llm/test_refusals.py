@@ -12,18 +12,24 @@ from scipy.stats import fisher_exact
 
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.ratelimits import parse_rate_headers
-from flowkit.llm.refusals import more_often, spent
+from flowkit.llm.refusals import Refusals, more_often, spent
+from flowkit.llm.retry import Failure, Verdict
 from flowkit.llm.scheduler import Scheduler
 from tests.llm.fakes import VirtualTime, status_error
 
 
 def _endpoint(
-    clock: VirtualTime, *, scattered: float = 0.0, retry_after: float = 1.0, rpm: int = 0
+    clock: VirtualTime,
+    *,
+    scattered: float = 0.0,
+    retry_after: float = 1.0,
+    rpm: int = 0,
+    seed: int = 7,
 ) -> tuple[object, dict[str, int]]:
     """A chat endpoint answering after 200 ms: ``scattered`` of requests refused at once with
     ``retry_after``, and (with ``rpm``) a limiter allowing a second's worth at once, refusing
     with the wait until it has room, as the flowkit test server does. No rate-limit headers."""
-    rng = random.Random(7)
+    rng = random.Random(seed)
     seen = {"ok": 0, "refused": 0}
     level, stamp = [rpm / 60.0], [0.0]
 
@@ -92,6 +98,33 @@ def test_a_limit_whose_allowance_is_spent_late_is_not_put_on_trial() -> None:
     assert seen["ok"] == 1000
     assert 1000 / took >= 0.9 * 50, took
     assert seen["refused"] / (seen["refused"] + 1000) < 0.10, seen
+
+
+def test_scattered_429s_under_a_limit_found_after_them_do_not_cut_its_pace() -> None:
+    # 3,000 a minute with 10% of requests refused at random besides: the 429s are found
+    # scattered, then the limiter's own refusals show a limit after all. Each scattered 429
+    # after that cut the pace again (three within five seconds), down to 2 requests a second:
+    # 281 s for what the limit allows in 20 (a raw client: 24 s).
+    took, seen = _run(1000, 16, rpm=3000, scattered=0.1, seed=0)
+    assert seen["ok"] == 1000
+    assert took < 60.0, took
+
+
+def test_a_429_at_the_scattered_share_is_not_overload_once_a_limit_is_found() -> None:
+    refusals, pause = Refusals(), Verdict(Failure.RATE_LIMIT, 1.0)
+    refusals.scattered = True
+    for i in range(200):  # 10% refused at random, the share measured
+        refusals.reply((3, 0), i % 10 == 0)
+    for _ in range(14):  # a limiter's storm: a limit after all
+        refusals.reply((3, 0), True)
+    assert refusals.read(pause, 0).overload
+    assert not refusals.scattered
+    for i in range(20):  # back to the scattered share: a 429 holds its request alone
+        refusals.reply((3, 0), i == 0)
+    assert not refusals.read(pause, 0).overload
+    for _ in range(14):  # far over it again: overload
+        refusals.reply((3, 0), True)
+    assert refusals.read(pause, 0).overload
 
 
 @pytest.mark.parametrize(
