@@ -126,13 +126,16 @@ def raw_ceiling(base_url: str, rows: int, concurrency: int) -> float:
             async def worker() -> None:
                 for i in todo:
                     body = judge_body(i)
-                    while True:  # a 429 (a fault case's) is sent again at once, as SDKs do
+                    while True:  # a 429 (a fault case's) is sent again after its wait alone
                         url = f"{base_url}/chat/completions"
                         async with session.post(url, json=body) as resp:
                             await resp.read()
                             if resp.status != 429:
                                 assert resp.status == 200, resp.status
                                 break
+                            wait = float(resp.headers.get("retry-after-ms", "0")) / 1000
+                        if wait > 0:
+                            await asyncio.sleep(wait)
 
             start = time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -1,7 +1,7 @@
 """Benchmark 2 (llm-bound): an llm flow against a server that answers after a fixed latency.
 
     python benchmarks/llm_bound.py [--rows 2000] [--latency 0.1] [--concurrency 32 128] [--runs 3]
-                                   [--rate-429 0.1] [--alone-first]
+                                   [--rate-429 0.1 [--retry-after 1]] [--alone-first]
 
 The built-in `groundedness` flow (judge → parse → summary) over N rows, with the cache off, at
 each concurrency, against the test server in a child process (so it shares neither the event loop
@@ -19,7 +19,9 @@ endpoint does, and that figure is printed apart. Every run is a first contact an
 full concurrency (no headers are expected from a local server); ``--alone-first`` sets
 ``slow_start: true`` (one request alone until the first reply, as for OpenAI's and Azure's
 hosts) to show what that costs. ``--rate-429 0.1`` has the server answer 10% of requests with a
-scattered 429 (Retry-After 0), as issue 31's fault case. Targets: c=32 >= 0.90 of the limit;
+scattered 429 (Retry-After 0), as issue 31's fault case; ``--retry-after 1`` has each ask for a
+second's pause instead (its review's case: a client that waits out each 429 for its own request
+alone is the raw client's figure). Targets: c=32 >= 0.90 of the limit;
 c=128 >= 0.75 of the limit and >= 0.90 of the raw client. Issue 31's first-contact figures:
 ``--rows 200 --latency 0.2 --concurrency 16 32`` (>= 0.85 of the limit, >= 0.95 of the raw
 client) and the same with ``--rate-429 0.1`` (>= 0.80).
@@ -50,11 +52,16 @@ def main() -> None:
         help="the connection sets slow_start: true: one request alone until the first reply",
     )
     parser.add_argument("--rate-429", type=float, default=0.0, help="share of scattered 429s")
+    parser.add_argument(
+        "--retry-after", type=float, default=0.0, help="seconds each scattered 429 asks to wait"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         data = write_rows(root / "rows.jsonl", args.rows)
-        config = ServerConfig(latency=args.latency, rate_429=args.rate_429, retry_after=0.0)
+        config = ServerConfig(
+            latency=args.latency, rate_429=args.rate_429, retry_after=args.retry_after
+        )
         with serve_subprocess(config) as srv:
             for concurrency in args.concurrency:
                 limit = concurrency / args.latency
@@ -103,6 +110,8 @@ def main() -> None:
                 declared = ", slow_start: true" if args.alone_first else ""
                 if args.rate_429:
                     declared += f", {args.rate_429:.0%} 429s"
+                    if args.retry_after:
+                        declared += f" (Retry-After {args.retry_after:g})"
                 print(
                     f"llm-bound c={concurrency}{declared} latency={args.latency}s "
                     f"rows={args.rows}: "

@@ -97,6 +97,13 @@ class TokenBucket:
         self._level = min(self.capacity, level)
         self._shift += self._due() - due
 
+    def release(self) -> None:
+        """Let every queued turn go now: the pace this bucket kept was dropped."""
+        self._refill()
+        due = self._due()
+        self._level, self._stamp = self.capacity, min(self._stamp, self._clock())
+        self._shift += self._due() - due
+
     async def room(self, ahead: float) -> None:
         """Wait while more than ``ahead`` seconds of the pace are booked."""
         while (over := -self.level - self.rate * ahead) > 0:

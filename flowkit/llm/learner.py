@@ -37,6 +37,25 @@ CLOSE = 1.08
 """The least factor a long span (over ``SPAN`` requests) must find the scale off by to move it;
 between ``LEARN_AFTER`` and ``SPAN`` requests the factor needed falls as 1 + 2 / requests."""
 
+TOKEN_LEARNING = 0.2
+"""Weight of each reply's used/estimated tokens in the running correction of the estimates."""
+
+
+class UsageScale:
+    """Used tokens over estimated, from replies' usage: what a request to an endpoint that
+    charges by usage is charged at, before its reply settles it."""
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+        self._samples = 0
+
+    def used(self, used: int, estimated: int) -> None:
+        """A plain mean over the first replies (the first one alone sets it: the requests that
+        queued behind it are charged right), then a running average."""
+        self._samples += 1
+        weight = max(TOKEN_LEARNING, 1.0 / self._samples)
+        self.scale += weight * (used / estimated - self.scale)
+
 
 class ChargeLearner:
     """How the endpoint's real charge compares with the pacer's, learned from the fall of

@@ -11,10 +11,8 @@ comes from three sources, the lowest winning:
   the success rate just measured and probed back up additively (AIMD on the rate, one cut per
   generation), so it settles just under the cap.
 
-No ramp: an endpoint known to send the headers (``ratelimits.announces_limits``, or
-``slow_start: true``) gets one request alone, whose reply's headers pace the rest; every other
-endpoint opens at its full ``concurrency`` (most either announce limits or have none), and the
-first overload 429s cut it to one at a time until a pace is measured from what got through.
+While no pace is known, ``opening`` bounds the requests in flight instead: all at once (no
+ramp), or one alone where its reply's headers will pace the rest.
 
 A configured ``rpm`` / ``tpm`` may be drawn from a shared ``DeclaredBudget`` (``shared``), so
 every run of the process on the endpoint draws from one budget.
@@ -30,7 +28,9 @@ from flowkit.llm.booked import BOOKED_AHEAD, Booked, Rules
 from flowkit.llm.budget import Clock, Sleep, TokenBucket, take
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.learner import ChargeLearner
-from flowkit.llm.ratelimits import RateHeaders, announces_limits
+from flowkit.llm.opening import Opening
+from flowkit.llm.ratelimits import Advertised, RateHeaders, announces_limits
+from flowkit.llm.refusals import Step
 from flowkit.llm.successes import CLIMB, CUT, FIRST_CUT, PROBE, REMEASURE, rate_since, success_rate
 
 if TYPE_CHECKING:
@@ -65,28 +65,23 @@ class Pacer:
         """Bumped by every cut: the 429s of requests sent before it count as one signal."""
         self.not_before = 0.0
         # Requests per window from each source; the pace is the lowest known.
-        self._header_rpm: float | None = None
-        self._header_tpm: float | None = None
-        self._tpm_limit: int | None = None  # the token limit as the headers last said it
-        self._most_left = {"_header_rpm": 0, "_header_tpm": 0}  # of headers without a limit
+        self._told = Advertised()  # by the headers
         self.booked = Booked()
         """What the token pace booked for requests not yet answered (see ``booked``)."""
         self.learner = ChargeLearner()
         """What the endpoint really charges, against the estimates (see ``charging``)."""
         self._learned: float | None = None  # requests per window, from overload 429s
         self._learned_at = -float("inf")
+        self._dropped: float | None = None  # the learned pace a reopening dropped
         self._measured_cut = False
         self._overloads: list[float] = []  # times of recent overload 429s while paced
         self._rpm: TokenBucket | None = None
         self._tpm: TokenBucket | None = None
         self._ok_times: deque[float] = deque()
-        # One request alone first only where its reply's headers will pace the rest.
-        alone = limits.slow_start
-        self._answered = not (announces_limits(url) if alone is None else alone)
-        # In flight while no pace is known: all at once, one at a time after an overshoot.
-        self._window_size = float(limits.concurrency)
-        self._opening = True  # no overload 429 yet
-        self._measuring = False  # the opening overshot; measure once its requests have landed
+        alone = limits.slow_start  # one request first where its reply's headers pace the rest
+        answered = not (announces_limits(url) if alone is None else alone)
+        self.opening = Opening(limits.concurrency, answered)
+        """The in-flight window while no pace is known (see ``opening``)."""
         self.repace()
 
     # -- what is in force ----------------------------------------------------------------
@@ -96,33 +91,31 @@ class Pacer:
         """One until the endpoint first answers where its first reply's headers will say what
         a burst may be; then the configured concurrency, but one at a time from an overshoot
         until a pace is measured."""
-        if not self._answered:
-            return 1
-        if self.rate() is not None or self.token_rate() is not None:
+        if self.opening.answered and (self.rate() or self.token_rate()):
             return self.limits.concurrency
-        return max(1, min(self.limits.concurrency, int(self._window_size)))
+        return self.opening.limit()
 
     def rate(self) -> float | None:
         """The request pace in requests per window, or None while unpaced."""
         told = self.limits.rpm * HEADER_MARGIN if self.limits.rpm else None
-        known = [r for r in (told, self._header_rpm, self._probed()) if r]
+        known = [r for r in (told, self._told.rpm, self._probed()) if r]
         return min(known) if known else None
 
     def token_rate(self) -> float | None:
         """The token pace in tokens per window, or None while unpaced."""
         told = self.limits.tpm * HEADER_MARGIN if self.limits.tpm else None
-        known = [r for r in (told, self._header_tpm) if r]
+        known = [r for r in (told, self._told.tpm) if r]
         return min(known) if known else None
 
     def token_limit(self) -> int | None:
         """The whole tokens-per-window budget, configured or advertised (the lower), if known:
         a request charged more could never be sent."""
-        known = [t for t in (self.limits.tpm, self._tpm_limit) if t]
+        known = [t for t in (self.limits.tpm, self._told.token_limit) if t]
         return min(known) if known else None
 
     def limits_known(self) -> bool:
         """Whether a configured or advertised limit sets the pace (429s then do not cut it)."""
-        known = (self._header_rpm, self._header_tpm, self.limits.rpm, self.limits.tpm)
+        known = (self._told.rpm, self._told.tpm, self.limits.rpm, self.limits.tpm)
         return any(known)
 
     # -- across runs (see ``memory``) -----------------------------------------------------
@@ -132,12 +125,12 @@ class Pacer:
         window is no longer learned: every run opens at its concurrency); (None, None) when
         whatever was kept should be forgotten (paced by headers now, or answered at full
         concurrency without an overload); None when this run learned nothing new."""
-        if self._header_rpm or self._header_tpm:
+        if self._told.rpm or self._told.tpm:
             return None, None
         if self._learned is not None:
             learned = self._probed()
             return None, None if learned is None else learned * 60.0 / self.window
-        if self._answered and self._opening and self._ok_times:
+        if self.opening.answered and self.opening.open and self._ok_times:
             return None, None
         return None
 
@@ -146,7 +139,7 @@ class Pacer:
         cut says where the cap is). A window kept by an older flowkit is ignored: every run
         opens at its concurrency now."""
         if rpm:
-            self._answered, self._opening, self._measured_cut = True, False, True
+            self.opening.answered, self.opening.open, self._measured_cut = True, False, True
             self._learned = rpm * self.window / 60.0
             self._learned_at = self._clock()
             self.repace()
@@ -252,46 +245,28 @@ class Pacer:
         """The endpoint replied to a request sent in ``generation``. Any reply but a 429 widens
         a window cut by an overshoot (a 500 or a refusal says nothing about a rate limit); a
         success may end the measurement that follows the overshoot."""
-        self._answered = True
+        self.opening.answered = True
         if rate_limited:
             return
         if ok:
             self._ok_times.append(self._clock())
-            if self._measuring and generation == self.generation:
+            if self.opening.measuring and generation == self.generation:
                 # Sent after the overshoot's pause, so every request of the opening has landed
                 # and the successes count what the endpoint let through.
-                self._measuring = False
                 self._cut_to(
                     success_rate(self._ok_times, self._clock(), self.window), measured=True
                 )
                 return
-        if self._window_size < self.limits.concurrency:
-            # Cut by an overshoot that measured no pace: one more per window's worth of
-            # successes.
-            self._window_size += 1.0 / self._window_size
+        self.opening.widen()
 
     def learn_headers(self, found: RateHeaders | None) -> None:
         """Pace by the limits a reply advertises and level the buckets to what is left."""
         if found is None:
             return
-        changed = False
-        for quota, attr in ((found.requests, "_header_rpm"), (found.tokens, "_header_tpm")):
-            limit = quota.limit
-            if not limit and quota.remaining and quota.remaining > self._most_left[attr]:
-                # Azure sends what is left of the minute's budget without the budget: it is at
-                # least the most ever left, which the first reply shows within one request.
-                self._most_left[attr] = limit = quota.remaining
-            if limit:
-                paced = limit * HEADER_MARGIN
-                if getattr(self, attr) != paced:
-                    setattr(self, attr, paced)
-                    changed = True
-        if changed:
+        if self._told.learn(found, HEADER_MARGIN):
             self.repace()
-        tokens = found.tokens
-        if tokens.limit:
-            self._tpm_limit = tokens.limit
-        limit = self._tpm_limit or self.limits.tpm or self._most_left["_header_tpm"]
+        tokens, told = found.tokens, self._told
+        limit = told.token_limit or self.limits.tpm or told.most_left["tpm"]
         if tokens.remaining is not None and limit:
             now = self._clock()
             self.learner.reading(now, tokens.remaining, limit, tokens.reset, self.window)
@@ -320,12 +295,11 @@ class Pacer:
                 return
         if now - self._learned_at < self.window / 12.0:
             return  # let the last cut show its effect before judging it
-        if current is None and self._opening:
+        if current is None and self.opening.open:
             # The opening overshot. The successes known now undercount what got through (many
             # requests are still in flight): send one request at a time (after the pause) and
             # measure when the first of them succeeds.
-            self._opening, self._measuring = False, True
-            self._window_size = 1.0
+            self.opening.overshot()
             self.generation += 1
             return
         if current is not None:
@@ -346,12 +320,34 @@ class Pacer:
             return  # nothing got through yet: no pace to cut from; the pause must do
         self.generation += 1
         self._overloads.clear()
-        self._measuring = False
+        self.opening.measuring = False
         self._measured_cut = measured
         # Never below one request per window.
         self._learned = max(1.0, (FIRST_CUT if measured else CUT) * base)
         self._learned_at = self._clock()
         self.repace()
+        if self._rpm is not None:  # the 429s say the endpoint's budget is spent: no burst now
+            self._rpm.hold_until(self._learned_at)
+
+    def follow(self, step: Step | None) -> None:
+        """Do what the trial of the opening's cut asks (see ``refusals``): open the full window
+        again, unpaced (keeping the learned pace), or pace as before that again."""
+        if step is Step.REOPEN:
+            if self._rpm is not None:
+                self._rpm.release()
+            self._dropped, self._learned, self._rpm = self._probed(), None, None
+            self._learned_at = -float("inf")
+            self.opening.reopen()
+            self._measured_cut = False
+            self.generation += 1
+            self.repace()
+        elif step is Step.RESTORE:
+            self.opening.open = False
+            if self._dropped:
+                self._cut_to(self._dropped / FIRST_CUT, measured=True)
+            else:  # none was measured: one at a time, and measure
+                self.opening.overshot()
+                self.generation += 1
 
     def pause(self, seconds: float) -> None:
         """Hold every request on the endpoint for ``seconds``, then restart at the pace."""
@@ -381,8 +377,8 @@ class Pacer:
         shared, only those headers and 429s taught it."""
         if self.declared is None:
             return self.rate(), self.token_rate()
-        learned = [r for r in (self._header_rpm, self._probed()) if r]
-        return (min(learned) if learned else None), self._header_tpm
+        learned = [r for r in (self._told.rpm, self._probed()) if r]
+        return (min(learned) if learned else None), self._told.tpm
 
     def repace(self) -> None:
         """Make the buckets follow the current paces (creating them when a pace appears)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 # Longest unit first, so "ms" is never read as minutes followed by junk.
@@ -154,6 +154,36 @@ def _quota(headers: Mapping[str, str], what: str) -> Quota:
         _count(get("remaining"), f"remaining-{what}"),
         _reset(get("reset"), f"reset-{what}"),
     )
+
+
+@dataclass
+class Advertised:
+    """What an endpoint's rate-limit headers said its limits are, as paces (per window)."""
+
+    rpm: float | None = None
+    """The request pace the headers set, or None."""
+    tpm: float | None = None
+    """The token pace the headers set, or None."""
+    token_limit: int | None = None
+    """The token limit as a header last stated it."""
+    most_left: dict[str, int] = field(default_factory=lambda: {"rpm": 0, "tpm": 0})
+    """The most ever left of each budget, where no limit is sent."""
+
+    def learn(self, found: RateHeaders, margin: float) -> bool:
+        """Take in a reply's headers, pacing at ``margin`` of a limit; whether a pace changed."""
+        changed = False
+        for quota, pace in ((found.requests, "rpm"), (found.tokens, "tpm")):
+            limit = quota.limit
+            if not limit and quota.remaining and quota.remaining > self.most_left[pace]:
+                # Azure sends what is left of the minute's budget without the budget: it is at
+                # least the most ever left, which the first reply shows within one request.
+                self.most_left[pace] = limit = quota.remaining
+            if limit and getattr(self, pace) != limit * margin:
+                setattr(self, pace, limit * margin)
+                changed = True
+        if found.tokens.limit:
+            self.token_limit = found.tokens.limit
+        return changed
 
 
 ANNOUNCING_HOSTS = (

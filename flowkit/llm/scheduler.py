@@ -11,10 +11,9 @@ by token buckets, because at 20 ms a reply even one request in flight can be man
 per-minute cap. The paces (configured, from ``x-ratelimit-*`` headers, or learned from 429s) and
 the opening of an endpoint whose limits are unknown live in ``pacing``.
 
-A 429 asking for a positive Retry-After pauses the **whole endpoint**; when the pause ends the
-buckets restart empty, so the requests that queued during it leave at the pace, not in a burst.
-A 429 with ``Retry-After: 0`` or a 5xx alone is a scattered fault, retried without cutting the
-pace; only 429s that cluster (most of the recent replies) count as overload then.
+What a 429 says is read by ``refusals``. Where it shows the quota spent (headers, or most recent
+replies refused), its Retry-After pauses the **whole endpoint**, and the buckets restart empty;
+otherwise it holds its own request only. A 5xx is a fault, retried without cutting the pace.
 
 Stalled replies: an attempt that outlives a deadline learned from the latencies seen is cut and
 retried at once, in flight or not (see ``stalls``).
@@ -41,9 +40,11 @@ from flowkit.errors import EndpointError
 from flowkit.llm.budget import Clock, Sleep
 from flowkit.llm.charging import OverBudget, within_budget
 from flowkit.llm.endpoint import Limits
+from flowkit.llm.learner import UsageScale
 from flowkit.llm.memory import Recalled
 from flowkit.llm.pacing import Pacer
 from flowkit.llm.ratelimits import parse_rate_headers
+from flowkit.llm.refusals import Refusals
 from flowkit.llm.retry import Failure, Verdict, backoff, classify
 from flowkit.llm.shared import DeclaredBudget
 from flowkit.llm.stalls import Stalled, StallWatch
@@ -51,12 +52,6 @@ from flowkit.llm.stats import Attempted, SchedulerStats, T
 
 STOP_AFTER = 5
 """Unfixable failures in a row, with no success between, that mark an endpoint down."""
-TOKEN_LEARNING = 0.2
-"""Weight of each reply's used/estimated tokens in the running correction of the estimates."""
-CLUSTER = (12, 20)
-"""A 429 without a pause request is overload when at least 12 of the last 20 replies were 429:
-scattered 429s at a 15% rate reach that about once in a million windows, an endpoint over its
-limit does all the time."""
 
 
 class Scheduler:
@@ -98,9 +93,8 @@ class Scheduler:
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._token_scale = 1.0  # used tokens / estimated, learned from replies' usage
-        self._token_samples = 0
-        self._recent: deque[bool] = deque(maxlen=CLUSTER[1])  # was each reply a 429?
+        self._usage = UsageScale()
+        self._refusals = Refusals()
         self._unfixable = 0
         self.down: Exception | None = None
 
@@ -228,7 +222,7 @@ class Scheduler:
                 if rules and found is not None and found in rules:
                     cost, arrival, by = rules[found], found != "usage", found
                     how = f"by {found}, the rule the endpoint's rate-limit headers show"
-                scale = learned * (1.0 if arrival else self._token_scale)
+                scale = learned * (1.0 if arrival else self._usage.scale)
                 charge = max(1, round(cost * scale)) if cost > 0 else 0
                 limit, where = self._pacer.token_limit(), self.url or self.name
                 try:
@@ -242,6 +236,7 @@ class Scheduler:
                     continue  # reckoned again (the finally gives the slot back)
                 self._check_down()
                 self.stats.requests += 1
+                mark = self._refusals.sent()
                 try:
                     value = await self._stalls.run(ceiling, call)
                 except Exception as exc:
@@ -249,7 +244,7 @@ class Scheduler:
                     verdict = classify(exc)
                     # Providers do not bill failed calls; a 429's tokens stay spent (see refund).
                     self._pacer.refund(ticket, charge, verdict.kind is Failure.RATE_LIMIT)
-                    self._on_failure(verdict, generation, stalled)
+                    self._on_failure(verdict, generation, stalled, charge, mark)
                     if not verdict.retryable or retry >= self.limits.max_retries:
                         self.stats.errors += 1
                         raise
@@ -268,7 +263,7 @@ class Scheduler:
                     used = None if used_tokens is None else used_tokens(value)
                     if used is not None:
                         learner.used(ticket, used)
-                    self._on_success(generation, cost, charge, used, arrival)
+                    self._on_success(generation, cost, charge, used, arrival, mark)
                     # Before its headers: the reading may then measure the span it ends.
                     self._pacer.ended(ticket)
                     if headers is not None:  # last: what the server says is left beats a refund
@@ -343,10 +338,11 @@ class Scheduler:
         charge: int,
         used: int | None,
         on_arrival: bool,
+        mark: tuple[int, int],
     ) -> None:
         self._unfixable = 0
         self._pacer.answered(True, generation)
-        self._recent.append(False)
+        self._pacer.follow(self._refusals.reply(mark, False))
         if on_arrival or used is None:
             self.stats.charged_tokens += charge
         else:
@@ -355,17 +351,15 @@ class Scheduler:
             self._pacer.charge(settled - charge)
             self.stats.charged_tokens += settled
         if used is not None and tokens > 0 and not on_arrival:
-            # A plain mean over the first replies (the first one alone sets it: the requests
-            # that queued behind it are charged right), then a running average.
-            self._token_samples += 1
-            weight = max(TOKEN_LEARNING, 1.0 / self._token_samples)
-            self._token_scale += weight * (used / tokens - self._token_scale)
+            self._usage.used(used, tokens)
         self.stats.tokens += used if used is not None else tokens
 
-    def _on_failure(self, verdict: Verdict, generation: int, stalled: bool) -> None:
+    def _on_failure(
+        self, verdict: Verdict, generation: int, stalled: bool, charge: int, mark: tuple[int, int]
+    ) -> None:
         kind = verdict.kind
         self._pacer.answered(False, generation, rate_limited=kind is Failure.RATE_LIMIT)
-        self._recent.append(kind is Failure.RATE_LIMIT)
+        self._pacer.follow(self._refusals.reply(mark, kind is Failure.RATE_LIMIT))
         self._pacer.learn_headers(verdict.rates)
         if verdict.unfixable:
             self._unfixable += 1
@@ -378,14 +372,17 @@ class Scheduler:
                 )
         if kind is Failure.RATE_LIMIT:
             self.stats.rate_limited += 1
-            clustered = sum(self._recent) >= CLUSTER[0]
-            if verdict.overload or clustered:
+            seen = self._refusals.read(verdict, charge)
+            if seen.overload:
                 self.stats.overloads += 1
                 # A known limit already sets the pace; only a cluster of 429s says it is wrong
                 # (e.g. another client shares the quota).
-                if clustered or not self._pacer.limits_known():
+                if seen.clustered or not self._pacer.limits_known():
+                    opening = self._pacer.opening.open
                     self._pacer.cut(generation)
-            if verdict.retry_after:
+                    if opening and not self._pacer.opening.open and not seen.clustered:
+                        self._refusals.cut()  # on trial: were they about the rate?
+            if seen.hold and verdict.retry_after:
                 self._pacer.pause(verdict.retry_after)  # the quota is shared: everyone waits
         elif kind is Failure.SERVER:
             self.stats.server_errors += 1

@@ -315,7 +315,7 @@ def test_the_token_estimate_is_corrected_by_usage_from_the_first_reply() -> None
     run(body)
     # The requests queued behind that reply are charged 100, not 300: their waits are fixed
     # when they queue, so a refund after their replies could not give the time back.
-    assert sched._token_scale == pytest.approx(1 / 3)
+    assert sched._usage.scale == pytest.approx(1 / 3)
 
 
 def test_cancelled_callers_release_their_slot() -> None:
