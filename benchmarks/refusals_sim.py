@@ -3,13 +3,13 @@
     python benchmarks/refusals_sim.py [--seeds 5] [--only TEXT] [--raw]
 
 flowkit's ``Scheduler`` (the request path without HTTP) against endpoints simulated in virtual
-time (``tests.llm.fakes.VirtualTime``): every reply takes 200 ms; *scattered* 429s refuse a share
-of requests at random 5 ms after they arrive, each asking for a ``Retry-After``; a *limiter*
-lets a slice of its per-minute budget through at once (1 s by default) and refuses the rest,
-5 ms after arrival, with the wait until it has room. A run's seconds take no real time, so the
-figures are the same on a loaded machine. Each case prints the run's time (median and range over
-the seeds), the ideal (rows over the lower of concurrency / latency and the limit), the ideal
-over the median, and the share of requests refused per seed.
+time (``tests.llm.fakes``: ``VirtualTime``, ``SimulatedEndpoint``): every reply takes 200 ms;
+*scattered* 429s refuse a share of requests at random 5 ms after they arrive, each asking for a
+``Retry-After``; a *limiter* lets a slice of its per-minute budget through at once (1 s by
+default) and refuses the rest, 5 ms after arrival, with the wait until it has room. A run's
+seconds take no real time, so the figures are the same on a loaded machine. Each case prints
+the run's time (median and range over the seeds), the ideal (rows over the lower of concurrency
+/ latency and the limit), the ideal over the median, and the share of requests refused per seed.
 
 ``--raw`` runs a client without a scheduler instead: ``concurrency`` workers, each waiting out
 its own 429's ``Retry-After``, the best a client can do against scattered 429s (against a
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import random
 import statistics
 import sys
 from pathlib import Path
@@ -32,12 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flowkit.llm.endpoint import Limits
 from flowkit.llm.scheduler import Scheduler
-from tests.llm.fakes import VirtualTime, status_error
+from tests.llm.fakes import SimulatedEndpoint, VirtualTime
 
 LATENCY = 0.2
 """Seconds a reply takes."""
-REFUSED_AFTER = 0.005
-"""Seconds a 429 takes: refused on arrival, before any work."""
 
 CASES: list[dict[str, Any]] = [
     {"scattered": 0.1},
@@ -60,41 +57,6 @@ CASES: list[dict[str, Any]] = [
 ]
 
 
-class Endpoint:
-    """A chat endpoint without rate-limit headers: scattered 429s, a limiter, or both."""
-
-    def __init__(self, clock: VirtualTime, case: dict[str, Any], seed: int) -> None:
-        self.clock, self.rng = clock, random.Random(seed)
-        self.scattered = case.get("scattered", 0.0)
-        self.retry_after = case.get("retry_after", 1.0)
-        self.refused_after = case.get("refused_after", REFUSED_AFTER)
-        self.rpm = case.get("rpm")
-        self.rate = (self.rpm or 0) / 60.0
-        self.cap = max(1.0, (self.rpm or 0) * case.get("slice_s", 1.0) / 60.0)
-        self.level, self.stamp = self.cap, 0.0
-        self.ok = self.refused = 0
-
-    async def call(self) -> str:
-        clock = self.clock
-        if self.rpm:
-            self.level = min(self.cap, self.level + (clock.now - self.stamp) * self.rate)
-            self.stamp = clock.now
-            if self.level < 1:
-                self.refused += 1
-                wait = (1 - self.level) / self.rate
-                await clock.sleep(REFUSED_AFTER)
-                raise status_error(429, {"retry-after-ms": str(math.ceil(wait * 1000))})
-            self.level -= 1
-        if self.scattered and self.rng.random() < self.scattered:
-            self.refused += 1
-            await clock.sleep(self.refused_after)
-            ms = round(self.retry_after * 1000)
-            raise status_error(429, {"retry-after-ms": str(ms)})
-        await clock.sleep(LATENCY)
-        self.ok += 1
-        return "ok"
-
-
 def simulate(case: dict[str, Any], seed: int, raw: bool) -> tuple[float, float]:
     """(seconds the run took, share of requests refused)."""
     clock = VirtualTime()
@@ -102,7 +64,8 @@ def simulate(case: dict[str, Any], seed: int, raw: bool) -> tuple[float, float]:
     limits = Limits(concurrency=concurrency, max_retries=50, backoff_base=0.0, backoff_max=0.0)
     url = "http://127.0.0.1:9/v1"
     sched = Scheduler(limits, name="sim", url=url, clock=clock, sleep=clock.sleep)
-    endpoint = Endpoint(clock, case, seed)
+    shape = {k: v for k, v in case.items() if k not in ("rows", "c")}
+    endpoint = SimulatedEndpoint(clock, latency=LATENCY, seed=seed, **shape)
 
     async def one(slots: asyncio.Semaphore) -> None:
         if not raw:

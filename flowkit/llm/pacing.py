@@ -277,12 +277,13 @@ class Pacer:
             # More left than booked: an over-estimate costs only the requests booked since.
             self.booked.resync(self._tpm, found.tokens.remaining)
 
-    def cut(self, generation: int) -> None:
+    def cut(self, generation: int) -> bool:
         """Overload: pace requests at a fraction of what just got through (once per generation,
-        so the 429s of requests already in flight count as one signal)."""
+        so the 429s of requests already in flight count as one signal). Whether this cut the
+        opening window (see ``refusals``: that cut may be put on trial)."""
         now = self._clock()
         if generation != self.generation:
-            return  # sent before the last cut: its 429 says nothing about the pace since
+            return False  # sent before the last cut: its 429 says nothing about the pace since
         current = self.rate()
         if current is not None and self._learned is not None and not self.limits_known():
             # A pace learned from 429s alone: what got through since it was set measures the
@@ -292,28 +293,29 @@ class Pacer:
             since = rate_since(self._ok_times, self._learned_at, now, self.window)
             if since and since < current * REMEASURE:
                 self._cut_to(since, measured=True)
-                return
+                return False
         if now - self._learned_at < self.window / 12.0:
-            return  # let the last cut show its effect before judging it
+            return False  # let the last cut show its effect before judging it
         if current is None and self.opening.open:
             # The opening overshot. The successes known now undercount what got through (many
             # requests are still in flight): send one request at a time (after the pause) and
             # measure when the first of them succeeds.
             self.opening.overshot()
             self.generation += 1
-            return
+            return True
         if current is not None:
             # Paced already: one 429 may be replies arriving bunched; a few close together
             # mean the pace itself is too high.
             horizon = self.window / 12.0
             self._overloads = [t for t in self._overloads if t > now - horizon] + [now]
             if len(self._overloads) < 3:
-                return
+                return False
         # Multiplicative decrease of the pace in force; with none yet, of what got through.
         self._cut_to(
             current or success_rate(self._ok_times, self._clock(), self.window),
             measured=current is None,
         )
+        return False
 
     def _cut_to(self, base: float, *, measured: bool) -> None:
         if not base:

@@ -376,12 +376,11 @@ class Scheduler:
             if seen.overload:
                 self.stats.overloads += 1
                 # A known limit already sets the pace; only a cluster of 429s says it is wrong
-                # (e.g. another client shares the quota).
-                if seen.clustered or not self._pacer.limits_known():
-                    opening = self._pacer.opening.open
-                    self._pacer.cut(generation)
-                    if opening and not self._pacer.opening.open and not seen.clustered:
-                        self._refusals.cut()  # on trial: were they about the rate?
+                # (e.g. another client shares the quota). The opening's cut is put on trial
+                # (were the 429s about the rate?) unless they clustered.
+                paced = seen.clustered or not self._pacer.limits_known()
+                if paced and self._pacer.cut(generation) and not seen.clustered:
+                    self._refusals.cut()
             if seen.hold and verdict.retry_after:
                 self._pacer.pause(verdict.retry_after)  # the quota is shared: everyone waits
         elif kind is Failure.SERVER:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
@@ -121,3 +123,49 @@ class VirtualTime:
             if not future.cancelled():
                 future.set_result(None)
         return task.result()
+
+
+class SimulatedEndpoint:
+    """A chat endpoint without rate-limit headers, in virtual time (``clock``): every reply
+    takes ``latency``; ``scattered`` of requests are refused at random ``refused_after`` after
+    they arrive, each asking for ``retry_after``; with ``rpm``, a limiter lets ``slice_s``
+    seconds of its budget through at once and refuses the rest 5 ms after arrival with the
+    wait until it has room, as the flowkit test server does. Counts ``ok`` and ``refused``."""
+
+    def __init__(
+        self,
+        clock: VirtualTime,
+        *,
+        scattered: float = 0.0,
+        retry_after: float = 1.0,
+        refused_after: float = 0.005,
+        rpm: float = 0,
+        slice_s: float = 1.0,
+        latency: float = 0.2,
+        seed: int = 7,
+    ) -> None:
+        self.clock, self.rng, self.latency = clock, random.Random(seed), latency
+        self.scattered, self.retry_after, self.refused_after = scattered, retry_after, refused_after
+        self.rpm, self.rate = rpm, rpm / 60.0
+        self.cap = max(1.0, rpm * slice_s / 60.0)
+        self.level, self.stamp = self.cap, 0.0
+        self.ok = self.refused = 0
+
+    async def call(self) -> str:
+        clock = self.clock
+        if self.rpm:
+            self.level = min(self.cap, self.level + (clock.now - self.stamp) * self.rate)
+            self.stamp = clock.now
+            if self.level < 1:
+                self.refused += 1
+                wait = (1 - self.level) / self.rate
+                await clock.sleep(0.005)
+                raise status_error(429, {"retry-after-ms": str(math.ceil(wait * 1000))})
+            self.level -= 1
+        if self.scattered and self.rng.random() < self.scattered:
+            self.refused += 1
+            await clock.sleep(self.refused_after)
+            raise status_error(429, {"retry-after-ms": str(round(self.retry_after * 1000))})
+        await clock.sleep(self.latency)
+        self.ok += 1
+        return "ok"

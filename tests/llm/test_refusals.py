@@ -4,8 +4,6 @@ virtual time: a run's seconds take no real time and come out the same on a loade
 from __future__ import annotations
 
 import asyncio
-import math
-import random
 
 import pytest
 from scipy.stats import fisher_exact
@@ -15,43 +13,7 @@ from flowkit.llm.ratelimits import parse_rate_headers
 from flowkit.llm.refusals import Refusals, more_often, spent
 from flowkit.llm.retry import Failure, Verdict
 from flowkit.llm.scheduler import Scheduler
-from tests.llm.fakes import VirtualTime, status_error
-
-
-def _endpoint(
-    clock: VirtualTime,
-    *,
-    scattered: float = 0.0,
-    retry_after: float = 1.0,
-    rpm: int = 0,
-    seed: int = 7,
-) -> tuple[object, dict[str, int]]:
-    """A chat endpoint answering after 200 ms: ``scattered`` of requests refused at once with
-    ``retry_after``, and (with ``rpm``) a limiter allowing a second's worth at once, refusing
-    with the wait until it has room, as the flowkit test server does. No rate-limit headers."""
-    rng = random.Random(seed)
-    seen = {"ok": 0, "refused": 0}
-    level, stamp = [rpm / 60.0], [0.0]
-
-    async def call() -> str:
-        if rpm:
-            level[0] = min(rpm / 60.0, level[0] + (clock.now - stamp[0]) * rpm / 60.0)
-            stamp[0] = clock.now
-            if level[0] < 1:
-                seen["refused"] += 1
-                wait = (1 - level[0]) / (rpm / 60.0)
-                await clock.sleep(0.005)
-                raise status_error(429, {"retry-after-ms": str(math.ceil(wait * 1000))})
-            level[0] -= 1
-        if rng.random() < scattered:
-            seen["refused"] += 1
-            await clock.sleep(0.005)
-            raise status_error(429, {"retry-after-ms": str(round(retry_after * 1000))})
-        await clock.sleep(0.2)
-        seen["ok"] += 1
-        return "ok"
-
-    return call, seen
+from tests.llm.fakes import SimulatedEndpoint, VirtualTime
 
 
 def _run(rows: int, concurrency: int, **endpoint: float) -> tuple[float, dict[str, int]]:
@@ -60,13 +22,13 @@ def _run(rows: int, concurrency: int, **endpoint: float) -> tuple[float, dict[st
     sched = Scheduler(
         limits, name="local", url="http://127.0.0.1:9/v1", clock=clock, sleep=clock.sleep
     )
-    call, seen = _endpoint(clock, **endpoint)  # type: ignore[arg-type]
+    endpoint_ = SimulatedEndpoint(clock, **endpoint)  # type: ignore[arg-type]
 
     async def body() -> None:
-        await asyncio.gather(*(sched.run(call) for _ in range(rows)))  # type: ignore[arg-type]
+        await asyncio.gather(*(sched.run(endpoint_.call) for _ in range(rows)))
 
     asyncio.run(clock.drive(body()))
-    return clock.now, seen
+    return clock.now, {"ok": endpoint_.ok, "refused": endpoint_.refused}
 
 
 @pytest.mark.parametrize("share", [0.1, 0.4])
