@@ -88,7 +88,6 @@ class Mapping:
     def check(self, columns: list[str]) -> None:
         """Every required input must have a source among ``columns`` (or an earlier run)."""
         problems: list[Diagnostic] = []
-        raw = _raw_inputs(self.flow)
         aliased = self._alias(columns)
         for name, ref in self.sources.items():
             if ref is None or ref.source != "data" or ref.name in columns:
@@ -103,7 +102,7 @@ class Mapping:
             problems.append(
                 Diagnostic(
                     _display(self.flow),
-                    line_of(raw, name),
+                    line_of(_raw_inputs(self.flow), name),  # read only to report
                     None,
                     f"input {name!r} {what} to no data column ({ref.text}); the data has: "
                     f"{one_of(columns, MOST_LISTED)}{did_you_mean(ref.name, columns)}; map one "

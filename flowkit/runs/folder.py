@@ -242,7 +242,7 @@ class RunWriter:
         self._buffer: dict[int, bytes] = {}
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
-        self._last_beat = 0.0
+        self._last_beat = time.monotonic()  # counts from a beat on (at the first row: zeros)
         self.write_info()
 
     def _open(self, mode: str) -> None:

@@ -8,6 +8,7 @@ process's first run does not blur them.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -569,6 +570,58 @@ def test_a_read_error_midway_still_runs_the_rows_read_before_it(
         asyncio.run(executor.run(rows()))
     assert sorted(line for line, _ in writer.rows) == [0, 1, 2, 3, 4]
     assert all(record["status"] == "ok" for _, record in writer.rows)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_the_first_rows_wait_while_later_workers_start(tmp_path: Path, batch: bool) -> None:
+    # Each row takes a number as its request is built and another once it is on its way:
+    # started all at once, every worker built its row before the first one's went out (at a
+    # concurrency of 32 the first wave of requests left 30 ms late). In batch mode (a row
+    # watch) the workers still start at once: a call only joins a batch, and a turn of the
+    # loop per row of a whole file would cost the batch's watcher a look at every row each.
+    import asyncio
+
+    write(
+        tmp_path / "steps.py",
+        """
+import asyncio
+import itertools
+
+_order = itertools.count()
+
+
+async def step(x):
+    built = next(_order)
+    await asyncio.sleep(0)
+    sent = next(_order)
+    await asyncio.sleep(0.05)
+    return [built, sent]
+""",
+    )
+    executor, writer = _executor(_one_node_flow(tmp_path, "steps.py", "step"), 8)
+    started: list[int] = []
+    if batch:
+        executor.row_watch = SimpleNamespace(row_started=started.append, row_ended=lambda _: None)
+    asyncio.run(executor.run((i, {"x": i}, None) for i in range(8)))
+    order = {line: record["outputs"]["y"] for line, record in writer.rows}
+    assert sorted(order) == list(range(8))
+    if batch:
+        assert started == list(range(8))
+        assert order[7][0] < order[0][1]  # every row started before the first went on
+    else:
+        assert order[0][1] < order[7][0]  # the first row went on before the last one started
+
+
+def test_the_first_batch_of_rows_is_the_first_wave() -> None:
+    from flowkit.engine.executor import _Feed
+
+    fetched: list[list[int]] = []
+    rows = ((i, {"x": i}, None) for i in range(7))
+    feed = _Feed(rows, 3, lambda batch: fetched.append([line for line, _, _ in batch]), first=2)
+    while feed.next() is not None:
+        pass
+    # The first wave's rows are read (and their cache entries fetched) before the rest.
+    assert fetched == [[0, 1], [2, 3, 4], [5, 6]]
 
 
 @pytest.mark.parametrize("waits", [False, True])
