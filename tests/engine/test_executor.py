@@ -612,6 +612,40 @@ async def step(x):
         assert order[0][1] < order[7][0]  # the first row went on before the last one started
 
 
+def test_a_worker_that_stops_the_run_stops_the_start_of_the_others(tmp_path: Path) -> None:
+    # The first row finds the endpoint down (a wrong key): the run stops. Workers started a loop
+    # turn apart must not go on starting the rest (at --concurrency 5000 each took a row only
+    # to be cancelled, and a wrong key took 4.6 s to stop instead of 1.2 s).
+    import asyncio
+
+    from flowkit.errors import EndpointError
+
+    write(
+        tmp_path / "steps.py",
+        f"""
+import asyncio
+
+from flowkit.errors import EndpointError
+
+
+async def step(x):
+    with open({str(tmp_path / "started")!r}, "a") as started:
+        started.write(f"{{x}}\\n")
+    await asyncio.sleep(0)
+    if x == 0:
+        raise EndpointError("every call failed: authentication failed (401)")
+    await asyncio.sleep(5)
+    return x
+""",
+    )
+    executor, _ = _executor(_one_node_flow(tmp_path, "steps.py", "step"), 500)
+    with pytest.raises(EndpointError):
+        asyncio.run(executor.run((i, {"x": i}, None) for i in range(1000)))
+    started = (tmp_path / "started").read_text().split()
+    assert "0" in started
+    assert len(started) < 10  # not one row per worker of the 500
+
+
 def test_the_first_batch_of_rows_is_the_first_wave() -> None:
     from flowkit.engine.executor import _Feed
 
