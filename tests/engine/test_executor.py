@@ -511,27 +511,6 @@ def test_use_nodes_run_with_their_overrides(tmp_path: Path) -> None:
     assert [r["outputs"] for r in result.rows()] == [{"default_factor": 20, "overridden": 6}]
 
 
-def test_rows_read_before_a_read_error_are_handed_out_before_it_is_raised() -> None:
-    from flowkit.engine.executor import _Feed
-
-    def rows() -> Any:
-        for i in range(5):
-            yield i, {"x": i}, None
-        raise OSError("disk gone")
-
-    fetched: list[list[int]] = []
-    feed = _Feed(rows(), 3, lambda batch: fetched.append([line for line, _, _ in batch]))
-    feed.check()  # nothing failed yet
-    lines = []
-    while (row := feed.next()) is not None:
-        lines.append(row[0])
-    assert lines == [0, 1, 2, 3, 4]
-    assert fetched == [[0, 1, 2], [3, 4]]  # each batch's cache entries fetched before its rows
-    assert feed.next() is None  # dry, and stays so
-    with pytest.raises(OSError, match="disk gone"):
-        feed.check()
-
-
 def _one_node_flow(folder: Path, source: str, function: str, extra: str = "") -> Any:
     """Flow ``one``: a python node ``a`` calling source:function on ``x`` (and ``extra``)."""
     node = (
@@ -644,18 +623,6 @@ async def step(x):
     started = (tmp_path / "started").read_text().split()
     assert "0" in started
     assert len(started) < 10  # not one row per worker of the 500
-
-
-def test_the_first_batch_of_rows_is_the_first_wave() -> None:
-    from flowkit.engine.executor import _Feed
-
-    fetched: list[list[int]] = []
-    rows = ((i, {"x": i}, None) for i in range(7))
-    feed = _Feed(rows, 3, lambda batch: fetched.append([line for line, _, _ in batch]), first=2)
-    while feed.next() is not None:
-        pass
-    # The first wave's rows are read (and their cache entries fetched) before the rest.
-    assert fetched == [[0, 1], [2, 3, 4], [5, 6]]
 
 
 @pytest.mark.parametrize("waits", [False, True])
