@@ -11,6 +11,10 @@ seconds take no real time, so the figures are the same on a loaded machine. Each
 the run's time (median and range over the seeds), the ideal (rows over the lower of concurrency
 / latency and the limit), the ideal over the median, and the share of requests refused per seed.
 
+With ``stagger``, the first ``concurrency`` requests are handed over that many seconds apart,
+as the executor's workers build them (about a millisecond each), against an endpoint that
+refuses within ``refused_after`` (the local test server: about a millisecond).
+
 ``--raw`` runs a client without a scheduler instead: ``concurrency`` workers, each waiting out
 its own 429's ``Retry-After``, the best a client can do against scattered 429s (against a
 limiter, it sends at the limit's refusals' pace). Issue 31's review case is the first line:
@@ -39,6 +43,7 @@ LATENCY = 0.2
 CASES: list[dict[str, Any]] = [
     {"scattered": 0.1},
     {"scattered": 0.1, "c": 16},
+    {"scattered": 0.1, "stagger": 0.001, "refused_after": 0.001},
     {"scattered": 0.4},
     {"scattered": 0.1, "retry_after": 0.0},
     {"scattered": 0.1, "rows": 2000},
@@ -47,6 +52,7 @@ CASES: list[dict[str, Any]] = [
     {"scattered": 0.1, "refused_after": 0.2},
     {"rpm": 600, "rows": 300},
     {"rpm": 600, "rows": 300, "c": 16},
+    {"rpm": 600, "rows": 300, "stagger": 0.001},
     {"rpm": 1200, "rows": 300, "c": 16},
     {"rpm": 3000, "rows": 600, "c": 16, "slice_s": 2.0},
     {"rpm": 600, "rows": 300, "slice_s": 10.0},
@@ -64,10 +70,12 @@ def simulate(case: dict[str, Any], seed: int, raw: bool) -> tuple[float, float]:
     limits = Limits(concurrency=concurrency, max_retries=50, backoff_base=0.0, backoff_max=0.0)
     url = "http://127.0.0.1:9/v1"
     sched = Scheduler(limits, name="sim", url=url, clock=clock, sleep=clock.sleep)
-    shape = {k: v for k, v in case.items() if k not in ("rows", "c")}
+    stagger = case.get("stagger", 0.0)
+    shape = {k: v for k, v in case.items() if k not in ("rows", "c", "stagger")}
     endpoint = SimulatedEndpoint(clock, latency=LATENCY, seed=seed, **shape)
 
-    async def one(slots: asyncio.Semaphore) -> None:
+    async def one(slots: asyncio.Semaphore, i: int) -> None:
+        await clock.sleep(min(i, concurrency) * stagger)  # as the executor's workers build them
         if not raw:
             await sched.run(endpoint.call)
             return
@@ -82,7 +90,7 @@ def simulate(case: dict[str, Any], seed: int, raw: bool) -> tuple[float, float]:
 
     async def body() -> None:
         slots = asyncio.Semaphore(concurrency)
-        await asyncio.gather(*(one(slots) for _ in range(rows)))
+        await asyncio.gather(*(one(slots, i) for i in range(rows)))
 
     asyncio.run(clock.drive(body()))
     return clock.now, endpoint.refused / (endpoint.refused + endpoint.ok)

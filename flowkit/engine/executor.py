@@ -7,17 +7,16 @@ slow functions) become tasks so other nodes and rows proceed meanwhile. Rows run
 to ``concurrency``. A node that raises fails itself and what depends on it, in that row only.
 
 Rows are read a batch at a time so that the batch's cache entries can be fetched together (see
-flowkit.engine.lookahead). Each node is run by flowkit.engine.node_runner; the schedules come from
-flowkit.engine.plan, the row values live in flowkit.engine.scope; the aggregates run afterwards
-(flowkit.engine.aggregation).
+flowkit.engine.lookahead, ``Feed``). Each node is run by flowkit.engine.node_runner; the
+schedules come from flowkit.engine.plan, the row values live in flowkit.engine.scope; the
+aggregates run afterwards (flowkit.engine.aggregation).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,7 +25,7 @@ from flowkit.cache.store import node_key
 from flowkit.engine.bound import BoundFlow, BoundNode
 from flowkit.engine.collector import fewer_collections
 from flowkit.engine.context import RunContext, RunOptions, Stats
-from flowkit.engine.lookahead import Lookahead, Row
+from flowkit.engine.lookahead import Feed, Lookahead, Row
 from flowkit.engine.node_runner import NodeRunner, refreshed
 from flowkit.engine.plan import AggTask, Plan, Plans, collect
 from flowkit.engine.records import FAILED, OK, ErrorInfo
@@ -107,7 +106,7 @@ class Executor:
         size = max(BATCH_ROWS, self.options.concurrency)
         # The first batch is only as large as the first wave: the rest are read while its
         # requests are out, not before the first one leaves.
-        feed = _Feed(rows, size, self._lookahead.fetch, first=self.options.concurrency)
+        feed = Feed(rows, size, self._lookahead.fetch, first=self.options.concurrency)
         # Nothing waits on I/O: each row runs to its end here, with no task and no coroutine.
         # Whether anything waits is fixed before the first row (see flowkit.kinds.python).
         if not top.waits():
@@ -120,7 +119,7 @@ class Executor:
         self._tick()
         feed.check()
 
-    async def _in_workers(self, feed: _Feed, top: Plan) -> None:
+    async def _in_workers(self, feed: Feed, top: Plan) -> None:
         # A fixed set of workers, each taking the next row as its last one ends, as a plain
         # client does: no task, semaphore or wake-up of a dispatcher per row, which at a
         # concurrency of 128 cost more than the row's own bookkeeping.
@@ -134,13 +133,25 @@ class Executor:
         # worker builds its own. Started all at once, no request would leave until every worker
         # had built one (at 32, the first wave left 30 ms late). Not in batch mode, where a
         # row's call only joins a batch (and a turn per row of a whole file would be many).
+        # A worker that raised stops the run: no more are started (at --concurrency 5000, a
+        # wrong key took 4.6 s to stop, each later worker starting a row only to be cancelled).
         stagger = self.row_watch is None
         workers: list[asyncio.Task[None]] = []
+        raised: list[asyncio.Task[None]] = []
+
+        def ended(worker: asyncio.Task[None]) -> None:
+            if not worker.cancelled() and worker.exception() is not None:
+                raised.append(worker)
+
         try:
             for _ in range(self.options.concurrency + extra):
-                workers.append(asyncio.create_task(self._worker(feed)))
+                worker = asyncio.create_task(self._worker(feed))
+                workers.append(worker)
                 if stagger:
+                    worker.add_done_callback(ended)
                     await asyncio.sleep(0)
+                    if raised:
+                        break
             await asyncio.gather(*workers)
         except BaseException:
             # A row that raised (the endpoint is down, or a bug) stops the run: the rows in
@@ -150,7 +161,7 @@ class Executor:
             await asyncio.gather(*workers, return_exceptions=True)
             raise
 
-    async def _worker(self, feed: _Feed) -> None:
+    async def _worker(self, feed: Feed) -> None:
         watch = self.row_watch
         while (row := feed.next()) is not None:
             if watch is None:
@@ -346,53 +357,3 @@ class Executor:
     def _waits(self, flow: BoundFlow) -> bool:
         """Whether any node in ``flow``'s tree awaits I/O (flow nodes inherit from their tree)."""
         return self._plans[flow].waits()
-
-
-class _Feed:
-    """The rows, handed out one at a time to whichever worker asks, read a batch at a time with
-    the batch's cache entries fetched first (``fetch``).
-
-    Should reading fail midway, the rows read before the failure are still handed out; then
-    the feed runs dry, and :meth:`check` raises the failure once they have run."""
-
-    def __init__(
-        self,
-        rows: Iterable[Row],
-        size: int,
-        fetch: Callable[[list[Row]], None],
-        *,
-        first: int | None = None,
-    ) -> None:
-        self._rows = iter(rows)
-        self._size = size
-        self._next_size = min(first or size, size)
-        """Rows in the batch to read next: ``first``, then ``size``."""
-        self._fetch = fetch
-        self._batch: Iterator[Row] = iter(())
-        self._failure: BaseException | None = None
-        self._done = False
-
-    def next(self) -> Row | None:
-        row = next(self._batch, None)
-        if row is not None or self._done:
-            return row
-        batch: list[Row] = []
-        try:
-            batch.extend(itertools.islice(self._rows, self._next_size))
-            self._next_size = self._size
-        except Exception as err:  # raised by check(), once the rows read before it have run
-            self._failure, self._done = err, True
-        if not batch:
-            self._done = True
-            return None
-        try:
-            self._fetch(batch)
-        except BaseException:
-            self._done = True  # the run stops on it: no worker may start rows past the batch
-            raise
-        self._batch = iter(batch)
-        return next(self._batch)
-
-    def check(self) -> None:
-        if self._failure is not None:
-            raise self._failure

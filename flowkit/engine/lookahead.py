@@ -4,12 +4,14 @@ together (see ``ResultCache.prefetch``) instead of one query per node.
 Only nodes whose inputs all come from the row's flow inputs (the nodes a row starts with, also
 inside sub-flows fed from flow inputs) can be keyed before the row runs; their inputs are
 resolved here once, and the executor takes them with their key (``take``) instead of resolving
-them again. A node downstream of another is keyed, and looked up, when it runs.
+them again. A node downstream of another is keyed, and looked up, when it runs. ``Feed`` hands
+the rows out to the executor's workers a batch at a time, each batch's entries fetched first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,3 +115,53 @@ class Lookahead:
         """The inputs and key worked out ahead for this node of this row, if they were."""
         now, before = self._ahead
         return now.get((line, qual)) or before.get((line, qual))
+
+
+class Feed:
+    """The rows, handed out one at a time to whichever worker asks, read a batch at a time with
+    the batch's cache entries fetched first (``fetch``).
+
+    Should reading fail midway, the rows read before the failure are still handed out; then
+    the feed runs dry, and :meth:`check` raises the failure once they have run."""
+
+    def __init__(
+        self,
+        rows: Iterable[Row],
+        size: int,
+        fetch: Callable[[list[Row]], None],
+        *,
+        first: int | None = None,
+    ) -> None:
+        self._rows = iter(rows)
+        self._size = size
+        self._next_size = min(first or size, size)
+        """Rows in the batch to read next: ``first``, then ``size``."""
+        self._fetch = fetch
+        self._batch: Iterator[Row] = iter(())
+        self._failure: BaseException | None = None
+        self._done = False
+
+    def next(self) -> Row | None:
+        row = next(self._batch, None)
+        if row is not None or self._done:
+            return row
+        batch: list[Row] = []
+        try:
+            batch.extend(itertools.islice(self._rows, self._next_size))
+            self._next_size = self._size
+        except Exception as err:  # raised by check(), once the rows read before it have run
+            self._failure, self._done = err, True
+        if not batch:
+            self._done = True
+            return None
+        try:
+            self._fetch(batch)
+        except BaseException:
+            self._done = True  # the run stops on it: no worker may start rows past the batch
+            raise
+        self._batch = iter(batch)
+        return next(self._batch)
+
+    def check(self) -> None:
+        if self._failure is not None:
+            raise self._failure

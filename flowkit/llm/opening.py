@@ -11,6 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+BURST_GAP = 0.01
+"""Seconds after the last request of the opening's burst within which the next still joins it:
+the executor's workers hand the first wave over as each is built, about a millisecond apart,
+and an endpoint farther away than this could not have answered the one before in time to stop
+the next. A longer gap (rows that take a while to build) ends the burst: what comes later is
+judged by the replies so far."""
+
 
 @dataclass
 class Opening:
@@ -26,15 +33,40 @@ class Opening:
     """No overload 429 has cut the window yet."""
     measuring: bool = False
     """The opening overshot: the first success sent since then measures the pace."""
+    left: int = field(init=False)
+    """First attempts still to leave as the opening's burst, whatever earlier replies say."""
+    last: float | None = None
+    """When the last request of the burst left."""
 
     def __post_init__(self) -> None:
         self.size = float(self.concurrency)
+        self.left = self.concurrency if self.answered else 0
 
     def limit(self) -> int:
         """Requests in flight allowed now."""
         if not self.answered:
             return 1
+        if self.left:
+            return self.concurrency
         return max(1, min(self.concurrency, int(self.size)))
+
+    def joins(self, now: float) -> bool:
+        """A first attempt is about to leave at ``now``: whether it is one of the opening's
+        burst (see ``BURST_GAP``).
+
+        The opening is one burst of the whole window: its requests leave as they are built,
+        and against an endpoint a network round trip away all are out before the first reply.
+        From one nearby (a millisecond away) a 429 can come back before the last of them is
+        built; it still cuts what follows the burst, not the burst itself, so the opening, the
+        pace measured from it and the trial of its cut (``refusals``) are the same wherever
+        the endpoint is."""
+        if self.left <= 0:
+            return False
+        if self.last is not None and now - self.last > BURST_GAP:
+            self.left = 0
+            return False
+        self.left, self.last = self.left - 1, now
+        return True
 
     def overshot(self) -> None:
         """Overload 429s in the opening: one at a time, and measure."""

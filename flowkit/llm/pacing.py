@@ -140,6 +140,7 @@ class Pacer:
         opens at its concurrency now."""
         if rpm:
             self.opening.answered, self.opening.open, self._measured_cut = True, False, True
+            self.opening.left = 0
             self._learned = rpm * self.window / 60.0
             self._learned_at = self._clock()
             self.repace()

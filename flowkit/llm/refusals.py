@@ -124,9 +124,10 @@ class Refusals:
         self.scattered = False
         """This endpoint's 429s were shown not to fall with its pace: each holds one request."""
 
-    def sent(self) -> tuple[int, int]:
-        """A request leaves: its mark (phase, place in it) for :meth:`reply`."""
-        phase = self._phase
+    def sent(self, opening: bool = False) -> tuple[int, int]:
+        """A request leaves (``opening``: one of the opening's burst, even after its cut): its
+        mark (phase, place in it) for :meth:`reply`."""
+        phase = 0 if opening else self._phase
         self._sent[phase] += 1
         return phase, self._sent[phase] - 1
 

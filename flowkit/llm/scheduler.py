@@ -203,16 +203,19 @@ class Scheduler:
         while True:
             self._check_down()
             await self._acquire()
-            generation = self._pacer.generation
+            # One of the opening's burst leaves as sent with it (``opening.Opening.joins``).
+            burst = retry == 0 and self._pacer.opening.joins(self._clock())
+            generation = 0 if burst else self._pacer.generation
             delay = 0.0
             charge = 0
             ticket: int | None = None
             try:
                 # A slot taken before a pause (or a cut) may not fit the window it left (an
                 # overload 429 at the opening shrinks it to one): give it back and queue again.
-                await self._pacer.pause_over()
-                if self._in_flight > self.limit:
-                    continue  # the finally gives the slot back
+                if not burst:
+                    await self._pacer.pause_over()
+                    if self._in_flight > self.limit:
+                        continue  # the finally gives the slot back
                 await self._pacer.token_room()
                 # The estimate, scaled by how far off past estimates were, by the rule the
                 # headers show (reckoned as late as can be: both may have moved meanwhile).
@@ -236,7 +239,7 @@ class Scheduler:
                     continue  # reckoned again (the finally gives the slot back)
                 self._check_down()
                 self.stats.requests += 1
-                mark = self._refusals.sent()
+                mark = self._refusals.sent(burst)
                 try:
                     value = await self._stalls.run(ceiling, call)
                 except Exception as exc:

@@ -511,27 +511,6 @@ def test_use_nodes_run_with_their_overrides(tmp_path: Path) -> None:
     assert [r["outputs"] for r in result.rows()] == [{"default_factor": 20, "overridden": 6}]
 
 
-def test_rows_read_before_a_read_error_are_handed_out_before_it_is_raised() -> None:
-    from flowkit.engine.executor import _Feed
-
-    def rows() -> Any:
-        for i in range(5):
-            yield i, {"x": i}, None
-        raise OSError("disk gone")
-
-    fetched: list[list[int]] = []
-    feed = _Feed(rows(), 3, lambda batch: fetched.append([line for line, _, _ in batch]))
-    feed.check()  # nothing failed yet
-    lines = []
-    while (row := feed.next()) is not None:
-        lines.append(row[0])
-    assert lines == [0, 1, 2, 3, 4]
-    assert fetched == [[0, 1, 2], [3, 4]]  # each batch's cache entries fetched before its rows
-    assert feed.next() is None  # dry, and stays so
-    with pytest.raises(OSError, match="disk gone"):
-        feed.check()
-
-
 def _one_node_flow(folder: Path, source: str, function: str, extra: str = "") -> Any:
     """Flow ``one``: a python node ``a`` calling source:function on ``x`` (and ``extra``)."""
     node = (
@@ -612,16 +591,38 @@ async def step(x):
         assert order[0][1] < order[7][0]  # the first row went on before the last one started
 
 
-def test_the_first_batch_of_rows_is_the_first_wave() -> None:
-    from flowkit.engine.executor import _Feed
+def test_a_worker_that_stops_the_run_stops_the_start_of_the_others(tmp_path: Path) -> None:
+    # The first row finds the endpoint down (a wrong key): the run stops. Workers started a loop
+    # turn apart must not go on starting the rest (at --concurrency 5000 each took a row only
+    # to be cancelled, and a wrong key took 4.6 s to stop instead of 1.2 s).
+    import asyncio
 
-    fetched: list[list[int]] = []
-    rows = ((i, {"x": i}, None) for i in range(7))
-    feed = _Feed(rows, 3, lambda batch: fetched.append([line for line, _, _ in batch]), first=2)
-    while feed.next() is not None:
-        pass
-    # The first wave's rows are read (and their cache entries fetched) before the rest.
-    assert fetched == [[0, 1], [2, 3, 4], [5, 6]]
+    from flowkit.errors import EndpointError
+
+    write(
+        tmp_path / "steps.py",
+        f"""
+import asyncio
+
+from flowkit.errors import EndpointError
+
+
+async def step(x):
+    with open({str(tmp_path / "started")!r}, "a") as started:
+        started.write(f"{{x}}\\n")
+    await asyncio.sleep(0)
+    if x == 0:
+        raise EndpointError("every call failed: authentication failed (401)")
+    await asyncio.sleep(5)
+    return x
+""",
+    )
+    executor, _ = _executor(_one_node_flow(tmp_path, "steps.py", "step"), 500)
+    with pytest.raises(EndpointError):
+        asyncio.run(executor.run((i, {"x": i}, None) for i in range(1000)))
+    started = (tmp_path / "started").read_text().split()
+    assert "0" in started
+    assert len(started) < 10  # not one row per worker of the 500
 
 
 @pytest.mark.parametrize("waits", [False, True])

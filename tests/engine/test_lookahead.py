@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import flowkit
 from flowkit.cache.store import Cache, node_key
 from flowkit.engine.bound import BoundFlow
 from flowkit.engine.context import RunContext, RunOptions
-from flowkit.engine.lookahead import Lookahead
+from flowkit.engine.lookahead import Feed, Lookahead
 from flowkit.engine.prepare import bind
 from flowkit.flow.graph import Flow
 from flowkit.flow.loader import load_flows
@@ -73,3 +75,32 @@ def test_a_warm_rerun_gives_the_same_rows_from_the_cache(tmp_path: Path) -> None
     assert warm.counts["node_runs"] == 0
     assert warm.counts["cache_hits"] == cold.counts["node_runs"] + cold.counts["cache_hits"]
     assert read_jsonl(warm.run_dir / "outputs.jsonl") == read_jsonl(cold.run_dir / "outputs.jsonl")
+
+
+def test_rows_read_before_a_read_error_are_handed_out_before_it_is_raised() -> None:
+    def rows() -> Any:
+        for i in range(5):
+            yield i, {"x": i}, None
+        raise OSError("disk gone")
+
+    fetched: list[list[int]] = []
+    feed = Feed(rows(), 3, lambda batch: fetched.append([line for line, _, _ in batch]))
+    feed.check()  # nothing failed yet
+    lines = []
+    while (row := feed.next()) is not None:
+        lines.append(row[0])
+    assert lines == [0, 1, 2, 3, 4]
+    assert fetched == [[0, 1, 2], [3, 4]]  # each batch's cache entries fetched before its rows
+    assert feed.next() is None  # dry, and stays so
+    with pytest.raises(OSError, match="disk gone"):
+        feed.check()
+
+
+def test_the_first_batch_of_rows_is_the_first_wave() -> None:
+    fetched: list[list[int]] = []
+    rows = ((i, {"x": i}, None) for i in range(7))
+    feed = Feed(rows, 3, lambda batch: fetched.append([line for line, _, _ in batch]), first=2)
+    while feed.next() is not None:
+        pass
+    # The first wave's rows are read (and their cache entries fetched) before the rest.
+    assert fetched == [[0, 1], [2, 3, 4], [5, 6]]

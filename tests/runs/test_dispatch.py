@@ -217,3 +217,13 @@ def test_a_future_cancelled_twice_logs_nothing(caplog: pytest.LogCaptureFixture)
         _cancel(future)
     assert future.cancelled()
     assert [r.getMessage() for r in caplog.records] == []
+
+
+def test_python_m_flowkit_cli_is_guarded() -> None:
+    # `python -m flowkit.cli run … --backend dask` ran flowkit's own __main__.py as the script
+    # workers import again: it was refused for lacking the guard it tells users to add.
+    import flowkit.cli.__main__ as entry  # guarded: importing it runs nothing
+    from flowkit.runs.preflight import _guarded
+
+    assert entry.__file__ is not None
+    assert _guarded(Path(entry.__file__))
