@@ -42,10 +42,16 @@ class Opening:
         self.size = float(self.concurrency)
         self.left = self.concurrency if self.answered else 0
 
-    def limit(self) -> int:
-        """Requests in flight allowed now."""
+    def limit(self, now: float | None = None) -> int:
+        """Requests in flight allowed at ``now``: the whole window while the opening's burst
+        may still grow (its members need the slots whatever cut the window meanwhile), else
+        what the replies left it. A burst over (more than ``BURST_GAP`` since its last
+        request) ends here too: its unused places, fewer requests than the window, must not
+        keep the window whole for the retries and later requests that are no part of it."""
         if not self.answered:
             return 1
+        if now is not None:
+            self.grows(now)  # ends a burst over
         if self.left:
             return self.concurrency
         return max(1, min(self.concurrency, int(self.size)))
@@ -67,6 +73,19 @@ class Opening:
             return False
         self.left, self.last = self.left - 1, now
         return True
+
+    def grows(self, now: float) -> float:
+        """Seconds the opening's burst may still grow from ``now`` (0: it is over, for good).
+        A retry waits them out: no part of the burst, it would take the whole window the
+        burst keeps for its members (a 429 asking for less than the burst lasts, from an
+        endpoint nearby, would otherwise send the retries of its first members out at the
+        full window, over a limit the cut has just found)."""
+        if self.left <= 0 or self.last is None:
+            return 0.0
+        if now - self.last > BURST_GAP:
+            self.left = 0
+            return 0.0
+        return self.last + BURST_GAP - now + BURST_GAP / 100
 
     def overshot(self) -> None:
         """Overload 429s in the opening: one at a time, and measure."""

@@ -93,7 +93,7 @@ class Pacer:
         until a pace is measured."""
         if self.opening.answered and (self.rate() or self.token_rate()):
             return self.limits.concurrency
-        return self.opening.limit()
+        return self.opening.limit(self._clock())
 
     def rate(self) -> float | None:
         """The request pace in requests per window, or None while unpaced."""
@@ -146,6 +146,11 @@ class Pacer:
             self.repace()
 
     # -- waiting -------------------------------------------------------------------------
+
+    async def burst_over(self) -> None:
+        """Wait until the opening's burst can grow no more (see ``Opening.grows``)."""
+        while (left := self.opening.grows(self._clock())) > 0:
+            await self._sleep(left)
 
     async def pause_over(self) -> None:
         """Wait out a server-requested pause."""

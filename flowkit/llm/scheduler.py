@@ -202,6 +202,8 @@ class Scheduler:
         retry = 0
         while True:
             self._check_down()
+            if retry:  # no part of the opening's burst: after it (``opening.Opening.grows``)
+                await self._pacer.burst_over()
             await self._acquire()
             # One of the opening's burst leaves as sent with it (``opening.Opening.joins``).
             burst = retry == 0 and self._pacer.opening.joins(self._clock())

@@ -133,3 +133,24 @@ def test_headers_that_show_room_make_a_429_one_request_s() -> None:
     assert spent(parse_rate_headers({"x-ratelimit-remaining-requests": "0"}), 1) is True
     assert spent(parse_rate_headers({"x-ratelimit-limit-requests": "600"}), 1) is None
     assert spent(None, 1) is None
+
+
+def test_fewer_rows_than_the_window_still_cut_against_a_limiter() -> None:
+    # 20 rows at concurrency 32: the burst has places left that no row takes. They must not
+    # keep the window whole once it is over: the retries of its 429s go one at a time.
+    _, seen = _run(20, 32, stagger=0.001, rpm=600)
+    assert seen["ok"] == 20
+    assert seen["refused"] <= 15, seen
+
+
+@pytest.mark.parametrize("stagger", [0.001, 0.009])
+def test_retries_wait_for_a_long_burst_to_end(stagger: float) -> None:
+    # Concurrency 128 handed over a few milliseconds apart lasts longer than a limiter's
+    # Retry-After: the retries of its first 429s must not leave at the full window it keeps
+    # for its own members (they did: five times the refusals of the burst handed at once, and
+    # at 9 ms apart a row failed after 50 retries).
+    at_once, seen_once = _run(300, 128, rpm=600)
+    handed, seen = _run(300, 128, stagger=stagger, rpm=600)
+    assert seen["ok"] == 300
+    assert seen["refused"] <= seen_once["refused"] * 1.2 + 10, (seen, seen_once)
+    assert handed <= at_once * 1.05 + 0.5, (handed, at_once)
