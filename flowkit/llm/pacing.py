@@ -88,9 +88,8 @@ class Pacer:
 
     @property
     def in_flight_limit(self) -> int:
-        """One until the endpoint first answers where its first reply's headers will say what
-        a burst may be; then the configured concurrency, but one at a time from an overshoot
-        until a pace is measured."""
+        """One until a reply's headers may say what a burst may be; then the concurrency, but
+        one at a time from an overshoot until a pace is measured (see ``opening``)."""
         if self.opening.answered and (self.rate() or self.token_rate()):
             return self.limits.concurrency
         return self.opening.limit(self._clock())
@@ -147,8 +146,7 @@ class Pacer:
 
     # -- waiting -------------------------------------------------------------------------
 
-    async def burst_over(self) -> None:
-        """Wait until the opening's burst can grow no more (see ``Opening.grows``)."""
+    async def burst_over(self) -> None:  # until the opening's burst can grow no more
         while (left := self.opening.grows(self._clock())) > 0:
             await self._sleep(left)
 
