@@ -66,10 +66,7 @@ class Opening:
         built; it still cuts what follows the burst, not the burst itself, so the opening, the
         pace measured from it and the trial of its cut (``refusals``) are the same wherever
         the endpoint is."""
-        if self.left <= 0:
-            return False
-        if self.last is not None and now - self.last > BURST_GAP:
-            self.left = 0
+        if self.left <= 0 or (self.last is not None and not self.grows(now)):
             return False
         self.left, self.last = self.left - 1, now
         return True
